@@ -1,0 +1,686 @@
+package streamq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+)
+
+// Consumer defaults. A zero ConsumerConfig field takes these values.
+const (
+	DefaultConcurrency       = 16
+	DefaultBlock             = time.Second
+	DefaultJobTimeout        = 5 * time.Minute
+	DefaultShutdownTimeout   = 30 * time.Second
+	DefaultMinIdle           = 30 * time.Second
+	DefaultMaxDeliveries     = 10
+	DefaultSchedulerInterval = 50 * time.Millisecond
+	DefaultSchedulerBatch    = 500
+	DefaultAckBatch          = 512
+	// opTimeout bounds one bookkeeping call (ack, retry, dead-letter) made
+	// after the job ran, including during shutdown.
+	opTimeout = 5 * time.Second
+)
+
+// ConsumerConfig configures a [Consumer]. The zero value is valid; every field
+// documents its default.
+type ConsumerConfig struct {
+	// Name is the consumer's name within the group. It must be unique among
+	// live consumers. Defaults to "<hostname>-<pid>-<random>".
+	Name string
+
+	// Concurrency is the maximum number of jobs running at once; the consumer
+	// never reads more entries than it has free handler slots, so no entry
+	// waits in a local buffer. Defaults to DefaultConcurrency.
+	Concurrency int
+
+	// Block is how long one XREADGROUP waits for new entries. It also bounds
+	// how long Run takes to notice a cancelled context. Defaults to
+	// DefaultBlock.
+	Block time.Duration
+
+	// JobTimeout bounds one handler call; its context is then cancelled with
+	// cause [ErrJobTimeout] and the job counts as failed. Defaults to
+	// DefaultJobTimeout; -1 disables the timeout.
+	JobTimeout time.Duration
+
+	// ShutdownTimeout is how long Run lets running handlers finish after its
+	// context is cancelled. Then their contexts are cancelled with cause
+	// [ErrShutdown]; Run still waits for every handler to return. Defaults to
+	// DefaultShutdownTimeout.
+	ShutdownTimeout time.Duration
+
+	// MinIdle is how long an entry must sit unacknowledged and untouched before
+	// the reaper of any consumer takes it over (the owner is presumed dead).
+	// Running jobs keep their claim fresh every MinIdle/4, so a healthy worker's
+	// long job is never taken over. Use the same value on every consumer of a
+	// queue. Defaults to DefaultMinIdle.
+	MinIdle time.Duration
+
+	// ReclaimInterval is how often the reaper looks for abandoned entries.
+	// Defaults to MinIdle/2; -1 disables the reaper (not recommended: jobs of
+	// crashed workers would then wait for another consumer's reaper).
+	ReclaimInterval time.Duration
+
+	// MaxDeliveries is the number of attempts (retries plus redeliveries after
+	// crashes) after which a failing job is dead-lettered. Defaults to
+	// DefaultMaxDeliveries.
+	MaxDeliveries int
+
+	// Backoff gives the delay before retry number attempt (1 for the first
+	// retry). Defaults to DefaultBackoff: exponential from 1 s, capped at 10
+	// minutes, with full jitter.
+	Backoff BackoffFunc
+
+	// SchedulerInterval is how often the consumer moves due delayed jobs
+	// (scheduled jobs and retries) into the stream. Defaults to
+	// DefaultSchedulerInterval; -1 disables this consumer's scheduler.
+	SchedulerInterval time.Duration
+
+	// Middleware wraps the handler; the first is the outermost. Defaults to none.
+	Middleware []Middleware
+
+	// OnEvent, if set, is called synchronously for events that handler
+	// middleware cannot see: retries, dead letters, reclaims and lost entries.
+	// It must be quick and safe for concurrent use. Defaults to nil.
+	OnEvent func(ctx context.Context, e Event)
+
+	// Logger receives the consumer's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// EventKind says what an [Event] reports.
+type EventKind int
+
+// Event kinds.
+const (
+	// EventRetried: a failed job was moved to the delayed set for a retry.
+	EventRetried EventKind = iota + 1
+	// EventDeadLettered: a job was moved to the dead-letter stream.
+	EventDeadLettered
+	// EventReclaimed: the reaper took over a job abandoned by another consumer.
+	EventReclaimed
+	// EventDeleted: XAUTOCLAIM found a pending entry whose data was deleted
+	// from the stream (trimmed or XDELed by someone else). Its job is gone;
+	// the entry was acknowledged so it leaves the pending list. With the safe
+	// trimming of this package it only happens if something else deletes entries.
+	EventDeleted
+	// EventClaimLost: a running job was taken over by another consumer.
+	EventClaimLost
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventRetried:
+		return "retried"
+	case EventDeadLettered:
+		return "dead_lettered"
+	case EventReclaimed:
+		return "reclaimed"
+	case EventDeleted:
+		return "deleted"
+	case EventClaimLost:
+		return "claim_lost"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Event describes something the consumer did to a job besides running it.
+type Event struct {
+	Kind    EventKind
+	Queue   string
+	ID      string        // stream entry ID
+	Message *Message      // the job, when it could be decoded; nil for EventDeleted
+	Err     error         // the failure that caused a retry or dead letter
+	Delay   time.Duration // retry delay, for EventRetried
+	Reason  string        // dead-letter reason, for EventDeadLettered
+}
+
+// ConsumerStats are counters since the consumer was created.
+type ConsumerStats struct {
+	Processed    int64 // handler returned nil and the job was acknowledged
+	Failed       int64 // handler returned an error or panicked
+	Retried      int64 // moved to the delayed set for a retry
+	DeadLettered int64 // moved to the dead-letter stream
+	Reclaimed    int64 // taken over from other consumers by the reaper
+	Deleted      int64 // pending entries found deleted from the stream (see EventDeleted)
+	ClaimsLost   int64 // running jobs taken over by another consumer
+}
+
+// Consumer reads jobs of one [Queue] with a consumer group and runs them with
+// a bounded pool of handler goroutines. Create it with [NewConsumer] and start
+// it with [Consumer.Run].
+type Consumer struct {
+	q       *Queue
+	h       Handler
+	cfg     ConsumerConfig
+	log     *slog.Logger
+	running atomic.Bool
+
+	processed, failed, retried, dead, reclaimed, deleted, claimsLost atomic.Int64
+}
+
+// NewConsumer returns a consumer that runs h for every job of q. cfg may be
+// nil. It copies cfg, applies defaults and validates it; it never changes cfg.
+func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
+	if q == nil {
+		return nil, configErr("queue", "q is nil: create one with streamq.NewQueue")
+	}
+	if h == nil {
+		return nil, configErr("handler", "h is nil: pass a streamq.Handler or streamq.HandlerFunc")
+	}
+	var c ConsumerConfig
+	if cfg != nil {
+		c = *cfg
+		c.Middleware = append([]Middleware(nil), cfg.Middleware...)
+	}
+	if err := c.setDefaults(); err != nil {
+		return nil, err
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Consumer{
+		q:   q,
+		h:   Chain(h, c.Middleware...),
+		cfg: c,
+		log: log.With("queue", q.name, "consumer", c.Name),
+	}, nil
+}
+
+func (c *ConsumerConfig) setDefaults() error {
+	if c.Name == "" {
+		c.Name = defaultConsumerName()
+	}
+	if err := validName("ConsumerConfig.Name", c.Name); err != nil {
+		return err
+	}
+	type dur struct {
+		field string
+		v     *time.Duration
+		def   time.Duration
+		off   bool // -1 allowed
+	}
+	for _, d := range []dur{
+		{"Block", &c.Block, DefaultBlock, false},
+		{"JobTimeout", &c.JobTimeout, DefaultJobTimeout, true},
+		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, false},
+		{"MinIdle", &c.MinIdle, DefaultMinIdle, false},
+		{"SchedulerInterval", &c.SchedulerInterval, DefaultSchedulerInterval, true},
+	} {
+		switch {
+		case *d.v == 0:
+			*d.v = d.def
+		case *d.v == -1 && d.off:
+		case *d.v < 0:
+			hint := "use a positive duration or 0 for the default"
+			if d.off {
+				hint += ", or -1 to disable"
+			}
+			return configErr("ConsumerConfig."+d.field, "%s is negative: %s (%s)", *d.v, hint, d.def)
+		}
+	}
+	if c.Block < time.Millisecond {
+		return configErr("ConsumerConfig.Block", "%s is below 1ms, which Redis reads as 'block forever': use at least 1ms", c.Block)
+	}
+	if c.MinIdle < 20*time.Millisecond {
+		return configErr("ConsumerConfig.MinIdle", "%s is too short for running jobs to keep their claims fresh: use at least 20ms (default %s)", c.MinIdle, DefaultMinIdle)
+	}
+	switch {
+	case c.ReclaimInterval == 0:
+		c.ReclaimInterval = c.MinIdle / 2
+	case c.ReclaimInterval == -1:
+	case c.ReclaimInterval < 0:
+		return configErr("ConsumerConfig.ReclaimInterval", "%s is negative: use a positive duration, 0 for MinIdle/2, or -1 to disable the reaper", c.ReclaimInterval)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.Concurrency < 0 {
+		return configErr("ConsumerConfig.Concurrency", "%d is negative: use a positive number of handler goroutines, or 0 for %d", c.Concurrency, DefaultConcurrency)
+	}
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if c.MaxDeliveries < 0 {
+		return configErr("ConsumerConfig.MaxDeliveries", "%d is negative: use a positive number of attempts, or 0 for %d", c.MaxDeliveries, DefaultMaxDeliveries)
+	}
+	if c.Backoff == nil {
+		c.Backoff = DefaultBackoff
+	}
+	for i, m := range c.Middleware {
+		if m == nil {
+			return configErr(fmt.Sprintf("ConsumerConfig.Middleware[%d]", i), "is nil: remove it")
+		}
+	}
+	return nil
+}
+
+func defaultConsumerName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	if validName("", name) != nil { // exotic host names
+		name = fmt.Sprintf("consumer-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	return name
+}
+
+// Name returns the consumer's name in the group.
+func (c *Consumer) Name() string { return c.cfg.Name }
+
+// Queue returns the consumer's queue.
+func (c *Consumer) Queue() *Queue { return c.q }
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() ConsumerStats {
+	return ConsumerStats{
+		Processed:    c.processed.Load(),
+		Failed:       c.failed.Load(),
+		Retried:      c.retried.Load(),
+		DeadLettered: c.dead.Load(),
+		Reclaimed:    c.reclaimed.Load(),
+		Deleted:      c.deleted.Load(),
+		ClaimsLost:   c.claimsLost.Load(),
+	}
+}
+
+// Run consumes jobs until ctx is cancelled, then shuts down gracefully: it
+// stops reading at once, lets running handlers finish for up to
+// ShutdownTimeout (their contexts are detached from ctx), then cancels them
+// with cause [ErrShutdown], waits for every handler goroutine to return,
+// flushes acknowledgements and returns. Jobs that did not finish stay pending
+// and are taken over by another consumer's reaper after MinIdle; no job is
+// ever put back while its handler may still be running.
+//
+// Run returns nil after a shutdown caused by ctx, and an error only when
+// Redis answers with one that retrying cannot fix (wrong key type, missing
+// permission). Transient Redis errors are logged and retried with backoff.
+// Run composes with errgroup. A Consumer runs at most once at a time.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.running.Store(false)
+
+	r := newRun(c, ctx)
+	defer r.stopHandlers(nil)
+
+	ackDone := make(chan struct{})
+	go func() { defer close(ackDone); r.ackLoop() }()
+	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
+	kaDone := make(chan struct{})
+	go func() { defer close(kaDone); r.keepAliveLoop(kaCtx) }()
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.readLoop(gctx) })
+	if c.cfg.ReclaimInterval > 0 {
+		g.Go(func() error { return r.reapLoop(gctx) })
+	}
+	if c.cfg.SchedulerInterval > 0 {
+		g.Go(func() error { return r.promoteLoop(gctx) })
+	}
+	err := g.Wait()
+
+	r.drain()
+	stopKA()
+	<-kaDone
+	close(r.acks)
+	<-ackDone
+	return err
+}
+
+// run is the state of one Run call.
+type run struct {
+	c   *Consumer
+	sem *semaphore.Weighted
+	wg  sync.WaitGroup // handler goroutines
+
+	handlerCtx   context.Context // detached from Run's ctx; cancelled after the drain deadline
+	stopHandlers context.CancelCauseFunc
+
+	mu       sync.Mutex
+	inflight map[string]context.CancelCauseFunc
+
+	acks chan string
+}
+
+func newRun(c *Consumer, ctx context.Context) *run {
+	hctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	return &run{
+		c:            c,
+		sem:          semaphore.NewWeighted(int64(c.cfg.Concurrency)),
+		handlerCtx:   hctx,
+		stopHandlers: stop,
+		inflight:     make(map[string]context.CancelCauseFunc),
+		acks:         make(chan string, 2*c.cfg.Concurrency),
+	}
+}
+
+// drain waits for running handlers, cancelling them after ShutdownTimeout.
+func (r *run) drain() {
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	t := time.NewTimer(r.c.cfg.ShutdownTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	r.mu.Lock()
+	n := len(r.inflight)
+	r.mu.Unlock()
+	r.c.log.Warn("streamq: shutdown timeout, cancelling running jobs; they stay pending", "running", n, "timeout", r.c.cfg.ShutdownTimeout)
+	r.stopHandlers(ErrShutdown)
+	<-done
+}
+
+// readLoop reads new entries, never more than there are free handler slots.
+func (r *run) readLoop(ctx context.Context) error {
+	c := r.c
+	if err := r.ensureGroup(ctx); err != nil {
+		return err
+	}
+	var bo retryBackoff
+	for {
+		if err := r.sem.Acquire(ctx, 1); err != nil {
+			return nil // ctx cancelled
+		}
+		n := int64(1)
+		for n < int64(c.cfg.Concurrency) && r.sem.TryAcquire(1) {
+			n++
+		}
+		streams, err := c.q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group:    c.q.group,
+			Consumer: c.cfg.Name,
+			Streams:  []string{c.q.stream, ">"},
+			Count:    n,
+			Block:    c.cfg.Block,
+		}).Result()
+		if err != nil {
+			r.sem.Release(n)
+			if errors.Is(err, redis.Nil) {
+				bo.reset()
+				continue
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			if isNoGroup(err) {
+				if err := r.ensureGroup(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			if isFatal(err) {
+				return fmt.Errorf("streamq: xreadgroup %s: %w", c.q.stream, err)
+			}
+			c.log.WarnContext(ctx, "streamq: read failed, retrying", "error", err, "retry_in", bo.peek())
+			if !bo.wait(ctx) {
+				return nil
+			}
+			continue
+		}
+		bo.reset()
+		var started int64
+		for _, s := range streams {
+			for _, m := range s.Messages {
+				r.start(m.ID, m.Values, 1)
+				started++
+			}
+		}
+		r.sem.Release(n - started)
+	}
+}
+
+// ensureGroup creates the group, retrying transient errors until ctx ends.
+func (r *run) ensureGroup(ctx context.Context) error {
+	var bo retryBackoff
+	for {
+		err := r.c.q.Setup(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if isFatal(errors.Unwrap(err)) {
+			return err
+		}
+		r.c.log.WarnContext(ctx, "streamq: cannot create consumer group, retrying", "error", err, "retry_in", bo.peek())
+		if !bo.wait(ctx) {
+			return nil
+		}
+	}
+}
+
+// start runs one job in a new goroutine. The caller holds one semaphore slot
+// for it, which the goroutine releases.
+func (r *run) start(id string, values map[string]any, deliveries int) {
+	jctx, cancel := context.WithCancelCause(r.handlerCtx)
+	r.mu.Lock()
+	r.inflight[id] = cancel
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.sem.Release(1)
+		defer func() {
+			r.mu.Lock()
+			delete(r.inflight, id)
+			r.mu.Unlock()
+			cancel(nil)
+		}()
+		r.process(jctx, id, values, deliveries)
+	}()
+}
+
+// process runs the handler for one entry and settles the outcome: ack,
+// retry, or dead letter.
+func (r *run) process(jctx context.Context, id string, values map[string]any, deliveries int) {
+	c := r.c
+	msg, err := decodeMessage(c.q.name, id, values)
+	msg.Deliveries = deliveries
+	if err != nil {
+		r.deadLetter(msg, ReasonMalformed, err)
+		return
+	}
+	if msg.Attempts() > c.cfg.MaxDeliveries {
+		r.deadLetter(msg, ReasonMaxDeliveries, fmt.Errorf("delivered %d times without finishing (workers crashed or lost it); last error: %s", msg.Attempts()-1, msg.LastError))
+		return
+	}
+	if c.cfg.JobTimeout > 0 {
+		var cancel context.CancelFunc
+		jctx, cancel = context.WithTimeoutCause(jctx, c.cfg.JobTimeout, ErrJobTimeout)
+		defer cancel()
+	}
+	err = safeHandle(jctx, c.h, msg)
+	if err == nil {
+		c.processed.Add(1)
+		r.acks <- id
+		return
+	}
+	c.failed.Add(1)
+	cause := context.Cause(jctx)
+	switch {
+	case errors.Is(cause, ErrClaimLost):
+		// Another consumer owns the job now; settling it here would race.
+		c.log.Info("streamq: job failed after its claim was lost; the new owner settles it", "msg_id", id, "error", err)
+	case errors.Is(cause, ErrShutdown):
+		// The handler stopped because of the shutdown: hand the job back at
+		// once without charging an attempt. Its handler has returned, so it
+		// cannot run twice.
+		r.retry(msg, err, 0, false)
+	default:
+		r.fail(msg, err)
+	}
+}
+
+// fail decides between retry and dead letter for a failed attempt.
+func (r *run) fail(msg *Message, err error) {
+	c := r.c
+	var perm *PermanentError
+	if errors.As(err, &perm) {
+		r.deadLetter(msg, ReasonPermanent, err)
+		return
+	}
+	n := msg.Attempts()
+	if n >= c.cfg.MaxDeliveries {
+		r.deadLetter(msg, ReasonMaxDeliveries, err)
+		return
+	}
+	delay := c.cfg.Backoff(n)
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		delay = max(ra.Delay, 0)
+	}
+	r.retry(msg, err, delay, true)
+}
+
+// retry moves the job to the delayed set in one script. If it cannot (Redis
+// unreachable), the job stays pending and the reaper retries it later.
+func (r *run) retry(msg *Message, cause error, delay time.Duration, charge bool) {
+	c := r.c
+	j := jobFromMessage(msg)
+	now := time.Now()
+	if charge {
+		// The attempt is charged by the retry counter; Redis's delivery count
+		// restarts at 1 for the new entry, so carry over extra redeliveries.
+		j.attempt = msg.Attempt + max(msg.Deliveries, 1)
+		if j.firstFail == 0 {
+			j.firstFail = millis(now)
+		}
+		j.lastErr = truncate(cause.Error(), 4096)
+	} else {
+		j.attempt = msg.Attempt + max(msg.Deliveries, 1) - 1
+	}
+	args := append([]any{c.q.group, c.cfg.Name, msg.ID, millis(now.Add(delay)), newToken()}, j.args()...)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	moved, err := scriptRetry.Run(ctx, c.q.rdb, []string{c.q.stream, c.q.delayed, c.q.jobs}, args...).Int()
+	switch {
+	case err != nil:
+		c.log.Error("streamq: cannot schedule retry; the job stays pending and will be reclaimed", "msg_id", msg.ID, "attempt", j.attempt, "error", err)
+	case moved == 0:
+		c.log.Info("streamq: job was taken over by another consumer before its retry; leaving it", "msg_id", msg.ID)
+	default:
+		c.retried.Add(1)
+		c.log.Debug("streamq: job failed, retrying", "msg_id", msg.ID, "attempt", j.attempt, "retry_in", delay, "error", cause)
+		c.event(ctx, Event{Kind: EventRetried, ID: msg.ID, Message: msg, Err: cause, Delay: delay})
+	}
+}
+
+func (c *Consumer) event(ctx context.Context, e Event) {
+	if c.cfg.OnEvent != nil {
+		e.Queue = c.q.name
+		c.cfg.OnEvent(ctx, e)
+	}
+}
+
+// ackLoop acknowledges finished jobs, batching whatever has queued up.
+func (r *run) ackLoop() {
+	batch := make([]string, 0, DefaultAckBatch)
+	for id := range r.acks {
+		batch = append(batch[:0], id)
+	fill:
+		for len(batch) < DefaultAckBatch {
+			select {
+			case id, ok := <-r.acks:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, id)
+			default:
+				break fill
+			}
+		}
+		r.flushAcks(batch)
+	}
+}
+
+func (r *run) flushAcks(ids []string) {
+	c := r.c
+	var bo retryBackoff
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := c.q.rdb.XAck(ctx, c.q.stream, c.q.group, ids...).Err()
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == 3 {
+			c.log.Error("streamq: cannot acknowledge jobs; they stay pending and will run again", "count", len(ids), "error", err)
+			return
+		}
+		bo.sleep()
+	}
+}
+
+// keepAliveLoop refreshes the claims of running jobs every MinIdle/4 so the
+// reaper of another consumer does not take them over.
+func (r *run) keepAliveLoop(ctx context.Context) {
+	c := r.c
+	t := time.NewTicker(max(c.cfg.MinIdle/4, 5*time.Millisecond))
+	defer t.Stop()
+	ids := make([]any, 0, c.cfg.Concurrency+2)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ids = append(ids[:0], c.q.group, c.cfg.Name)
+		r.mu.Lock()
+		for id := range r.inflight {
+			ids = append(ids, id)
+		}
+		r.mu.Unlock()
+		if len(ids) == 2 {
+			continue
+		}
+		tctx, cancel := context.WithTimeout(ctx, max(c.cfg.MinIdle/4, opTimeout))
+		lost, err := scriptTouch.Run(tctx, c.q.rdb, []string{c.q.stream}, ids...).StringSlice()
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("streamq: cannot refresh claims of running jobs", "error", err)
+			}
+			continue
+		}
+		for _, id := range lost {
+			r.mu.Lock()
+			cancelJob, ok := r.inflight[id]
+			r.mu.Unlock()
+			if ok {
+				c.claimsLost.Add(1)
+				c.log.Warn("streamq: running job was taken over by another consumer; cancelling it here", "msg_id", id)
+				c.event(ctx, Event{Kind: EventClaimLost, ID: id})
+				cancelJob(ErrClaimLost)
+			}
+		}
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "...(truncated)"
+}

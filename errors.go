@@ -1,0 +1,112 @@
+package streamq
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Check them with [errors.Is].
+var (
+	// ErrQueueFull is returned by [Producer.Enqueue] and [Producer.EnqueueBatch] when
+	// the stream holds QueueConfig.MaxLen entries that some consumer group has not
+	// acknowledged yet. The refused jobs were not enqueued.
+	ErrQueueFull = errors.New("streamq: queue full: the stream holds MaxLen unacknowledged entries")
+
+	// ErrMalformed marks a stream entry that does not follow the wire format.
+	// Consumers dead-letter such entries with the reason instead of running them.
+	ErrMalformed = errors.New("streamq: malformed job")
+
+	// ErrDuplicate is returned by Enqueue when a job with the same unique key is
+	// still pending or running. The returned ID is the existing job's ID.
+	ErrDuplicate = errors.New("streamq: duplicate unique job")
+
+	// ErrShutdown is the cause of a handler's context when the consumer's
+	// ShutdownTimeout ran out before the handler returned.
+	ErrShutdown = errors.New("streamq: consumer shut down before the job finished")
+
+	// ErrJobTimeout is the cause of a handler's context when the job ran longer
+	// than ConsumerConfig.JobTimeout.
+	ErrJobTimeout = errors.New("streamq: job timeout")
+
+	// ErrClaimLost is the cause of a handler's context when another consumer took
+	// the job over (this consumer could not keep its claim alive in time).
+	ErrClaimLost = errors.New("streamq: job was claimed by another consumer")
+
+	// ErrRunning is returned by [Consumer.Run] when the consumer is already running.
+	ErrRunning = errors.New("streamq: consumer is already running")
+
+	// ErrNotFound is returned when a job or dead letter does not exist.
+	ErrNotFound = errors.New("streamq: not found")
+)
+
+// ConfigError reports an invalid configuration value and how to fix it.
+type ConfigError struct {
+	Field  string // the offending field or argument, e.g. "ConsumerConfig.Concurrency"
+	Reason string // what is wrong and how to fix it
+}
+
+func (e *ConfigError) Error() string {
+	return "streamq: invalid " + e.Field + ": " + e.Reason
+}
+
+func configErr(field, format string, args ...any) error {
+	return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// PermanentError wraps an error that must not be retried: a handler returning it
+// sends the job straight to the dead-letter stream. Create it with [Permanent].
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + errString(e.Err) }
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as not retryable. A handler returns Permanent(err) when
+// retrying cannot help (invalid payload, a resource that no longer exists): the
+// job is dead-lettered at once with err as the reason.
+func Permanent(err error) error { return &PermanentError{Err: err} }
+
+// RetryAfterError asks for a retry after a chosen delay instead of the
+// consumer's backoff. Create it with [RetryAfter].
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("retry after %s: %s", e.Delay, errString(e.Err))
+}
+
+// Unwrap returns the wrapped error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter makes the job be retried after d (for example the value of a
+// remote service's Retry-After header) instead of after the consumer's backoff.
+// The retry still counts towards MaxDeliveries.
+func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }
+
+// PanicError is the failure recorded when a handler panics. The panic is
+// recovered at the library boundary so one bad job cannot crash the worker.
+type PanicError struct {
+	Value any    // the value passed to panic
+	Stack []byte // the goroutine's stack at the panic
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}

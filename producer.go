@@ -1,0 +1,217 @@
+package streamq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+)
+
+// MaxBatchChunk is the number of jobs [Producer.EnqueueBatch] writes per Redis
+// script call; larger batches are split into chunks of this size.
+const MaxBatchChunk = 1000
+
+// EnqueueHook is called for every job just before it is written, with the
+// job's headers (never nil). Hooks may add headers, for example to propagate
+// a trace context; see the middleware package.
+type EnqueueHook func(ctx context.Context, headers map[string]string)
+
+// ProducerConfig configures a [Producer]. The zero value is valid.
+type ProducerConfig struct {
+	// Hooks run for every enqueued job, in order. Defaults to none.
+	Hooks []EnqueueHook
+}
+
+// Producer enqueues jobs into a [Queue]. It is safe for concurrent use.
+type Producer struct {
+	q   *Queue
+	cfg ProducerConfig
+}
+
+// NewProducer returns a producer for q. cfg may be nil.
+func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
+	if q == nil {
+		return nil, configErr("queue", "q is nil: create one with streamq.NewQueue")
+	}
+	p := &Producer{q: q}
+	if cfg != nil {
+		p.cfg = *cfg
+		p.cfg.Hooks = append([]EnqueueHook(nil), cfg.Hooks...)
+	}
+	for i, h := range p.cfg.Hooks {
+		if h == nil {
+			return nil, configErr(fmt.Sprintf("ProducerConfig.Hooks[%d]", i), "is nil: remove it")
+		}
+	}
+	return p, nil
+}
+
+// Queue returns the producer's queue.
+func (p *Producer) Queue() *Queue { return p.q }
+
+// EnqueueOption changes how one job is enqueued.
+type EnqueueOption func(*enqueueOptions)
+
+type enqueueOptions struct {
+	headers map[string]string
+	at      time.Time
+	err     error
+}
+
+// WithHeaders adds headers to the job. Later options win on equal keys.
+func WithHeaders(h map[string]string) EnqueueOption {
+	return func(o *enqueueOptions) {
+		if o.headers == nil {
+			o.headers = make(map[string]string, len(h))
+		}
+		maps.Copy(o.headers, h)
+	}
+}
+
+// WithHeader adds one header to the job.
+func WithHeader(key, value string) EnqueueOption {
+	return func(o *enqueueOptions) {
+		if o.headers == nil {
+			o.headers = make(map[string]string, 1)
+		}
+		o.headers[key] = value
+	}
+}
+
+// ProcessAt delays the job until t. It is kept in the queue's delayed set and
+// moved into the stream by a consumer's scheduler when due. A time in the
+// past enqueues the job at once.
+func ProcessAt(t time.Time) EnqueueOption {
+	return func(o *enqueueOptions) { o.at = t }
+}
+
+// ProcessIn delays the job by d; see [ProcessAt].
+func ProcessIn(d time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) {
+		if d < 0 {
+			o.err = configErr("ProcessIn", "negative delay %s: use 0 to enqueue at once", d)
+			return
+		}
+		o.at = time.Now().Add(d)
+	}
+}
+
+// Job is one job of a batch for [Producer.EnqueueBatch].
+type Job struct {
+	Payload []byte
+	Headers map[string]string // optional; merged over the batch's headers
+}
+
+// Enqueue adds one job and returns its ID: the stream entry ID, or for a
+// delayed job the ID of its place in the delayed set (see [Queue.Cancel]).
+// A nil error means the job is stored in Redis and will be handled at least
+// once or dead-lettered. It returns [ErrQueueFull] when the queue is at its cap.
+func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
+	ids, err := p.enqueue(ctx, []Job{{Payload: payload}}, opts)
+	if err != nil {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// EnqueueBatch adds many jobs in as few round trips as possible (one script
+// call per [MaxBatchChunk] jobs). The options apply to every job. Each chunk
+// is all-or-nothing; on error, ids[i] is "" for every job that was not
+// enqueued, and the IDs of the jobs that were enqueued are kept.
+func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) (ids []string, err error) {
+	return p.enqueue(ctx, jobs, opts)
+}
+
+func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption) ([]string, error) {
+	var o enqueueOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.err != nil {
+		return nil, o.err
+	}
+	ids := make([]string, len(jobs))
+	if len(jobs) == 0 {
+		return ids, nil
+	}
+	now := time.Now()
+	enq := millis(now)
+	delayed := !o.at.IsZero() && o.at.After(now)
+
+	for start := 0; start < len(jobs); start += MaxBatchChunk {
+		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
+		var args []any
+		if delayed {
+			args = append(args, millis(o.at), len(chunk))
+		} else {
+			args = append(args, max(p.q.cfg.MaxLen, 0), len(chunk))
+		}
+		for i, j := range chunk {
+			h := p.headers(ctx, o.headers, j.Headers)
+			jf := jobFields{payload: j.Payload, headers: h, enqMillis: enq}
+			fa := jf.args()
+			if delayed {
+				tok := newToken()
+				ids[start+i] = tok
+				args = append(args, tok)
+			}
+			args = append(args, len(fa))
+			args = append(args, fa...)
+		}
+		if delayed {
+			err := scriptSchedule.Run(ctx, p.q.rdb, []string{p.q.delayed, p.q.jobs}, args...).Err()
+			if err != nil {
+				clear(ids[start : start+len(chunk)])
+				return ids, fmt.Errorf("streamq: schedule on %s: %w", p.q.delayed, err)
+			}
+			continue
+		}
+		res, err := scriptEnqueue.Run(ctx, p.q.rdb, []string{p.q.stream}, args...).StringSlice()
+		if err != nil {
+			if strings.HasPrefix(err.Error(), "QUEUEFULL") {
+				err = fmt.Errorf("%w (%s)", ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
+			} else {
+				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.stream, err)
+			}
+			return ids, err
+		}
+		copy(ids[start:], res)
+	}
+	return ids, nil
+}
+
+// headers merges the batch and job headers and runs the hooks. It returns nil
+// when there are no headers at all, which keeps the entry small.
+func (p *Producer) headers(ctx context.Context, common, own map[string]string) map[string]string {
+	if len(common) == 0 && len(own) == 0 && len(p.cfg.Hooks) == 0 {
+		return nil
+	}
+	h := make(map[string]string, len(common)+len(own))
+	maps.Copy(h, common)
+	maps.Copy(h, own)
+	for _, hook := range p.cfg.Hooks {
+		hook(ctx, h)
+	}
+	return h
+}
+
+// newToken returns a unique ID for an entry of the delayed set.
+func newToken() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "d-" + hex.EncodeToString(b[:])
+}
+
+// Cancel removes a delayed job (one enqueued with [ProcessAt] or [ProcessIn])
+// before it is due, given the ID Enqueue returned. It reports false when the
+// job was no longer waiting: it is already in the stream, ran, or never existed.
+func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
+	n, err := scriptCancel.Run(ctx, q.rdb, []string{q.delayed, q.jobs}, id).Int()
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	return n == 1, nil
+}

@@ -1,0 +1,237 @@
+package streamq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Queue defaults.
+const (
+	// DefaultGroup is the consumer group used when QueueConfig.Group is empty.
+	DefaultGroup = "workers"
+	// DefaultKeyPrefix is the key prefix used when QueueConfig.KeyPrefix is empty.
+	DefaultKeyPrefix = "streamq"
+	// DefaultMaxLen is the stream cap used when QueueConfig.MaxLen is 0.
+	DefaultMaxLen = 1_000_000
+	// MaxNameLen is the longest accepted queue name, in bytes.
+	MaxNameLen = 200
+)
+
+// QueueConfig configures a [Queue]. The zero value is valid.
+type QueueConfig struct {
+	// Group is the consumer group every [Consumer] of this queue reads with.
+	// Defaults to DefaultGroup.
+	Group string
+
+	// KeyPrefix starts every Redis key of the queue. Defaults to DefaultKeyPrefix.
+	KeyPrefix string
+
+	// MaxLen caps the stream at about this many entries (Redis "MAXLEN ~"
+	// semantics), but the cap never deletes an entry that the group has not
+	// acknowledged: when the stream is full, acknowledged history is trimmed
+	// (XTRIM MINID below the oldest unacknowledged entry), and if that frees
+	// no room, Enqueue returns [ErrQueueFull] instead of dropping a job.
+	// Defaults to DefaultMaxLen; -1 disables the cap (and history trimming).
+	MaxLen int64
+
+	// DeadLetterMaxLen is the retention of the dead-letter stream. Defaults to 0,
+	// which keeps every dead letter until it is requeued or purged (see
+	// [DeadLetters]). A positive value caps the dead-letter stream at about
+	// that many entries, dropping the oldest: an explicit choice to lose them.
+	DeadLetterMaxLen int64
+}
+
+// Queue is a named job queue on one Redis stream, with its consumer group,
+// dead-letter stream and delayed set. All of its keys share one Redis Cluster
+// hash tag, "{name}", so multi-key scripts work on a cluster.
+//
+// A Queue is cheap, immutable and safe for concurrent use.
+type Queue struct {
+	rdb   redis.UniversalClient
+	name  string
+	group string
+	cfg   QueueConfig
+
+	stream  string
+	dead    string
+	delayed string
+	jobs    string
+}
+
+// NewQueue returns the queue called name on rdb. It validates the name and the
+// configuration (cfg may be nil) but does not talk to Redis: call [Queue.Setup]
+// or let a [Consumer] create the group. rdb may be a standalone, Sentinel
+// (failover) or Cluster client; the caller owns it and closes it.
+func NewQueue(rdb redis.UniversalClient, name string, cfg *QueueConfig) (*Queue, error) {
+	if rdb == nil {
+		return nil, configErr("client", "rdb is nil: pass a redis.UniversalClient such as redis.NewClient(&redis.Options{Addr: \"127.0.0.1:6379\"})")
+	}
+	var c QueueConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Group == "" {
+		c.Group = DefaultGroup
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.MaxLen == 0 {
+		c.MaxLen = DefaultMaxLen
+	}
+	if err := validName("queue name", name); err != nil {
+		return nil, err
+	}
+	if err := validName("QueueConfig.Group", c.Group); err != nil {
+		return nil, err
+	}
+	if err := validName("QueueConfig.KeyPrefix", c.KeyPrefix); err != nil {
+		return nil, err
+	}
+	if c.MaxLen < -1 {
+		return nil, configErr("QueueConfig.MaxLen", "%d is negative: use a positive cap, 0 for the default (%d) or -1 for no cap", c.MaxLen, DefaultMaxLen)
+	}
+	if c.DeadLetterMaxLen < 0 {
+		return nil, configErr("QueueConfig.DeadLetterMaxLen", "%d is negative: use 0 to keep every dead letter, or a positive cap", c.DeadLetterMaxLen)
+	}
+	q := &Queue{rdb: rdb, name: name, group: c.Group, cfg: c}
+	q.stream = q.Key("stream")
+	q.dead = q.Key("dead")
+	q.delayed = q.Key("delayed")
+	q.jobs = q.Key("delayed:jobs")
+	return q, nil
+}
+
+// validName accepts 1..MaxNameLen bytes of printable ASCII without spaces or
+// braces (braces would break the Cluster hash tag).
+func validName(what, s string) error {
+	if s == "" {
+		return configErr(what, "is empty: use a short name such as \"emails\"")
+	}
+	if len(s) > MaxNameLen {
+		return configErr(what, "%q is %d bytes long: use at most %d", s[:20]+"...", len(s), MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if ch <= ' ' || ch >= 0x7f || ch == '{' || ch == '}' {
+			return configErr(what, "%q contains %q at byte %d: use letters, digits and punctuation other than '{' and '}', without spaces", s, ch, i)
+		}
+	}
+	return nil
+}
+
+// Name returns the queue name.
+func (q *Queue) Name() string { return q.name }
+
+// Group returns the consumer group name.
+func (q *Queue) Group() string { return q.group }
+
+// Client returns the Redis client the queue uses.
+func (q *Queue) Client() redis.UniversalClient { return q.rdb }
+
+// MaxLen returns the effective stream cap (-1 when there is none).
+func (q *Queue) MaxLen() int64 { return q.cfg.MaxLen }
+
+// Key returns the Redis key for part of this queue, "<prefix>:{<name>}:<part>".
+// Adapters use it so that their keys share the queue's hash tag.
+func (q *Queue) Key(part string) string {
+	return q.cfg.KeyPrefix + ":{" + q.name + "}:" + part
+}
+
+// StreamKey returns the key of the queue's stream.
+func (q *Queue) StreamKey() string { return q.stream }
+
+// DeadLetterKey returns the key of the dead-letter stream.
+func (q *Queue) DeadLetterKey() string { return q.dead }
+
+// DelayedKey returns the key of the sorted set of delayed jobs (scheduled jobs
+// and jobs waiting for a retry), scored by due time in Unix milliseconds.
+func (q *Queue) DelayedKey() string { return q.delayed }
+
+// Setup creates the stream and the consumer group if they do not exist. It is
+// idempotent. A new group starts at the beginning of the stream, so jobs
+// enqueued before the group existed are not skipped.
+func (q *Queue) Setup(ctx context.Context) error {
+	err := q.rdb.XGroupCreateMkStream(ctx, q.stream, q.group, "0").Err()
+	if err != nil && !isBusyGroup(err) {
+		return fmt.Errorf("streamq: create group %s on %s: %w", q.group, q.stream, err)
+	}
+	return nil
+}
+
+// Trim deletes acknowledged history from the stream: every entry older than
+// the oldest entry the group has not acknowledged. It never deletes a job that
+// is waiting or running. It returns the number of entries deleted.
+func (q *Queue) Trim(ctx context.Context) (int64, error) {
+	n, err := scriptTrim.Run(ctx, q.rdb, []string{q.stream}).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("streamq: trim %s: %w", q.stream, err)
+	}
+	return n, nil
+}
+
+// QueueStats is a snapshot of a queue's state.
+type QueueStats struct {
+	Length      int64 // entries in the stream, including acknowledged history
+	Pending     int64 // delivered to a consumer and not yet acknowledged
+	Lag         int64 // entries not yet delivered to the group (-1 if Redis cannot tell)
+	Delayed     int64 // jobs waiting in the delayed set (scheduled or retrying)
+	DeadLetters int64 // entries in the dead-letter stream
+	Consumers   int64 // consumers known to the group
+}
+
+// Stats reads the queue's counters in one round trip.
+func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
+	var s QueueStats
+	pipe := q.rdb.Pipeline()
+	xlen := pipe.XLen(ctx, q.stream)
+	groups := pipe.XInfoGroups(ctx, q.stream)
+	delayed := pipe.ZCard(ctx, q.delayed)
+	dead := pipe.XLen(ctx, q.dead)
+	_, err := pipe.Exec(ctx)
+	if err != nil && !errors.Is(err, redis.Nil) && !isNoSuchKey(err) {
+		return s, fmt.Errorf("streamq: stats %s: %w", q.name, err)
+	}
+	s.Length = xlen.Val()
+	s.Delayed = delayed.Val()
+	s.DeadLetters = dead.Val()
+	s.Lag = -1
+	for _, g := range groups.Val() {
+		if g.Name == q.group {
+			s.Pending = g.Pending
+			s.Lag = g.Lag
+			s.Consumers = g.Consumers
+		}
+	}
+	return s, nil
+}
+
+func isBusyGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") }
+
+func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
+
+func isNoSuchKey(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such key")
+}
+
+// isFatal reports Redis errors that retrying cannot fix.
+func isFatal(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// millis converts a time to Unix milliseconds.
+func millis(t time.Time) int64 { return t.UnixMilli() }

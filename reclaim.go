@@ -1,0 +1,194 @@
+package streamq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultReclaimBatch is the most entries one XAUTOCLAIM call takes over.
+const DefaultReclaimBatch = 100
+
+// reapLoop takes over entries that have been idle for MinIdle: their consumer
+// crashed, hung or lost its connection. Reclaimed jobs go to the same handlers
+// and share the same slots as new ones; the semaphore is FIFO, so the reaper
+// and the reader take turns and neither starves the other.
+func (r *run) reapLoop(ctx context.Context) error {
+	c := r.c
+	t := time.NewTicker(c.cfg.ReclaimInterval)
+	defer t.Stop()
+	var bo retryBackoff
+	cursor := "0-0"
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		// One pass over the pending list, bounded in calls.
+		for range 1000 {
+			if err := r.sem.Acquire(ctx, 1); err != nil {
+				return nil
+			}
+			n := int64(1)
+			for n < DefaultReclaimBatch && r.sem.TryAcquire(1) {
+				n++
+			}
+			next, started, err := r.reclaim(ctx, cursor, n)
+			r.sem.Release(n - started)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if isFatal(err) {
+					return err
+				}
+				c.log.WarnContext(ctx, "streamq: reclaim failed, retrying", "error", err)
+				if !bo.wait(ctx) {
+					return nil
+				}
+				break
+			}
+			bo.reset()
+			cursor = next
+			if cursor == "0-0" {
+				break
+			}
+		}
+	}
+}
+
+// reclaim runs one XAUTOCLAIM for up to n entries from cursor, starts the
+// reclaimed jobs (the caller holds n slots, started of which are now owned by
+// job goroutines), and settles entries whose data was deleted.
+func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string, started int64, err error) {
+	c := r.c
+	res, err := c.q.rdb.Do(ctx, "XAUTOCLAIM", c.q.stream, c.q.group, c.cfg.Name,
+		c.cfg.MinIdle.Milliseconds(), cursor, "COUNT", n).Slice()
+	if err != nil {
+		if isNoGroup(err) {
+			return "0-0", 0, nil // the read loop recreates the group
+		}
+		return cursor, 0, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
+	}
+	next, msgs, deleted, err := parseAutoClaim(res)
+	if err != nil {
+		return "0-0", 0, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
+	}
+	for _, m := range msgs {
+		if m.Values == nil { // Redis 6.2 reports deleted entries inline
+			deleted = append(deleted, m.ID)
+		}
+	}
+	if len(deleted) > 0 {
+		r.settleDeleted(ctx, deleted)
+	}
+	var counts map[string]int
+	if len(msgs) > 0 {
+		counts = r.deliveryCounts(ctx, msgs)
+	}
+	for _, m := range msgs {
+		if m.Values == nil {
+			continue
+		}
+		r.mu.Lock()
+		_, running := r.inflight[m.ID]
+		r.mu.Unlock()
+		if running {
+			// Our own job whose claim went stale (for example Redis was
+			// unreachable for MinIdle); it is still running here.
+			continue
+		}
+		c.reclaimed.Add(1)
+		d := counts[m.ID]
+		if d < 2 {
+			d = 2 // XAUTOCLAIM counted at least this delivery and the first one
+		}
+		c.log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", m.ID, "deliveries", d)
+		c.event(ctx, Event{Kind: EventReclaimed, ID: m.ID})
+		r.start(m.ID, m.Values, d)
+		started++
+	}
+	return next, started, nil
+}
+
+// settleDeleted acknowledges pending entries whose data is gone, so they leave
+// the pending list, and reports them: a job was lost by someone deleting or
+// trimming unacknowledged entries, which must never pass silently. (Redis 7
+// already drops them from the pending list; the XACK makes 6.2 do the same.)
+func (r *run) settleDeleted(ctx context.Context, ids []string) {
+	c := r.c
+	c.deleted.Add(int64(len(ids)))
+	c.log.ErrorContext(ctx, "streamq: pending entries were deleted from the stream before they were processed; their jobs are lost",
+		"count", len(ids), "msg_ids", ids)
+	for _, id := range ids {
+		c.event(ctx, Event{Kind: EventDeleted, ID: id})
+	}
+	if err := c.q.rdb.XAck(ctx, c.q.stream, c.q.group, ids...).Err(); err != nil {
+		c.log.WarnContext(ctx, "streamq: cannot acknowledge deleted entries", "error", err)
+	}
+}
+
+// deliveryCounts reads Redis's delivery counters of reclaimed entries.
+func (r *run) deliveryCounts(ctx context.Context, msgs []redis.XMessage) map[string]int {
+	c := r.c
+	p, err := c.q.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream:   c.q.stream,
+		Group:    c.q.group,
+		Start:    msgs[0].ID,
+		End:      msgs[len(msgs)-1].ID,
+		Count:    int64(len(msgs) + c.cfg.Concurrency + 16),
+		Consumer: c.cfg.Name,
+	}).Result()
+	counts := make(map[string]int, len(p))
+	if err != nil {
+		c.log.WarnContext(ctx, "streamq: cannot read delivery counts of reclaimed jobs", "error", err)
+		return counts
+	}
+	for _, e := range p {
+		counts[e.ID] = int(e.RetryCount)
+	}
+	return counts
+}
+
+// parseAutoClaim decodes an XAUTOCLAIM reply: [cursor, entries, deleted IDs].
+func parseAutoClaim(res []any) (next string, msgs []redis.XMessage, deleted []string, err error) {
+	if len(res) < 2 {
+		return "", nil, nil, fmt.Errorf("unexpected reply with %d elements", len(res))
+	}
+	next, ok := res[0].(string)
+	if !ok {
+		return "", nil, nil, fmt.Errorf("unexpected cursor %T", res[0])
+	}
+	entries, _ := res[1].([]any)
+	for _, e := range entries {
+		pair, ok := e.([]any)
+		if !ok || len(pair) != 2 {
+			continue
+		}
+		id, _ := pair[0].(string)
+		if id == "" {
+			continue
+		}
+		var values map[string]any
+		if kv, ok := pair[1].([]any); ok {
+			values = make(map[string]any, len(kv)/2)
+			for i := 0; i+1 < len(kv); i += 2 {
+				k, _ := kv[i].(string)
+				values[k] = kv[i+1]
+			}
+		}
+		msgs = append(msgs, redis.XMessage{ID: id, Values: values})
+	}
+	if len(res) > 2 {
+		ids, _ := res[2].([]any)
+		for _, d := range ids {
+			if s, ok := d.(string); ok {
+				deleted = append(deleted, s)
+			}
+		}
+	}
+	return next, msgs, deleted, nil
+}

@@ -1,0 +1,230 @@
+package streamq
+
+import "github.com/redis/go-redis/v9"
+
+// All Lua scripts of the root package live here. Every script touches only
+// keys of one queue (one hash tag), declared in KEYS, so they run on Redis
+// Cluster. Each script is atomic: a crash between two of its commands is
+// impossible, which is what makes every move of a job lose nothing and
+// duplicate nothing.
+
+// luaLib holds helpers prepended to the scripts that need them.
+const luaLib = `
+local function id_lt(a, b)
+  local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
+  local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
+  if #ams ~= #bms then return #ams < #bms end
+  if ams ~= bms then return ams < bms end
+  if #aseq ~= #bseq then return #aseq < #bseq end
+  return aseq < bseq
+end
+
+-- safe_trim deletes entries older than the oldest entry that some group has
+-- not acknowledged (pending, or not yet delivered). It never trims a stream
+-- without groups. Returns the number of entries deleted.
+local function safe_trim(stream, approx)
+  if redis.call('EXISTS', stream) == 0 then return 0 end
+  local groups = redis.call('XINFO', 'GROUPS', stream)
+  if #groups == 0 then return 0 end
+  local minid = nil
+  for _, g in ipairs(groups) do
+    local name, last
+    for k = 1, #g, 2 do
+      if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+    end
+    local cand = last
+    local p = redis.call('XPENDING', stream, name)
+    if p[1] > 0 then cand = p[2] end
+    if minid == nil or id_lt(cand, minid) then minid = cand end
+  end
+  if approx then
+    return redis.call('XTRIM', stream, 'MINID', '~', minid)
+  end
+  return redis.call('XTRIM', stream, 'MINID', minid)
+end
+
+-- owned reports whether entry id is pending for consumer in group.
+local function owned(stream, group, consumer, id)
+  return #redis.call('XPENDING', stream, group, id, id, 1, consumer) > 0
+end
+`
+
+// scriptEnqueue adds jobs to the stream unless the cap would be exceeded.
+//
+// KEYS[1] stream
+// ARGV[1] cap (0 or less: none); ARGV[2] number of jobs; then for each job:
+// its field/value count n followed by n field/value arguments.
+// Returns the array of new entry IDs, or an error reply starting with
+// "QUEUEFULL" when nothing was added because the cap was reached.
+var scriptEnqueue = redis.NewScript(luaLib + `
+local stream = KEYS[1]
+local cap = tonumber(ARGV[1])
+local njobs = tonumber(ARGV[2])
+if cap > 0 then
+  local len = redis.call('XLEN', stream)
+  if len + njobs > cap then
+    safe_trim(stream, true)
+    len = redis.call('XLEN', stream)
+    if len + njobs > cap then
+      safe_trim(stream, false)
+      len = redis.call('XLEN', stream)
+    end
+    if len + njobs > cap then
+      return redis.error_reply('QUEUEFULL stream length ' .. len .. ' after trimming acknowledged history, cap ' .. cap .. ', batch of ' .. njobs)
+    end
+  end
+end
+local ids = {}
+local i = 3
+for j = 1, njobs do
+  local n = tonumber(ARGV[i])
+  ids[j] = redis.call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
+  i = i + n + 1
+end
+return ids
+`)
+
+// scriptTrim trims acknowledged history (exactly).
+//
+// KEYS[1] stream
+// Returns the number of entries deleted.
+var scriptTrim = redis.NewScript(luaLib + `
+return safe_trim(KEYS[1], false)
+`)
+
+// scriptSchedule stores jobs in the delayed set.
+//
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash
+// ARGV[1] due time (Unix ms); ARGV[2] number of jobs; then for each job: its
+// token, its field/value count n, and n field/value arguments.
+// Returns the number of jobs stored.
+var scriptSchedule = redis.NewScript(`
+local i = 3
+local njobs = tonumber(ARGV[2])
+for j = 1, njobs do
+  local tok = ARGV[i]
+  local n = tonumber(ARGV[i + 1])
+  redis.call('HSET', KEYS[2], tok, cmsgpack.pack({unpack(ARGV, i + 2, i + 1 + n)}))
+  redis.call('ZADD', KEYS[1], ARGV[1], tok)
+  i = i + n + 2
+end
+return njobs
+`)
+
+// scriptPromote moves due jobs from the delayed set into the stream.
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash
+// ARGV[1] now (Unix ms); ARGV[2] maximum number of jobs to move
+// Returns the number of jobs moved. Many schedulers may run it concurrently:
+// a job is moved exactly once.
+var scriptPromote = redis.NewScript(`
+local due = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, tok in ipairs(due) do
+  local data = redis.call('HGET', KEYS[3], tok)
+  if data then
+    redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(data)))
+    redis.call('HDEL', KEYS[3], tok)
+  end
+  redis.call('ZREM', KEYS[2], tok)
+end
+return #due
+`)
+
+// scriptRetry moves a failed job from the stream to the delayed set.
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (Unix ms),
+// ARGV[5] token, ARGV[6..] field/value arguments of the retried job.
+// Returns 1 when moved; 0 when the entry is no longer pending for this
+// consumer (another consumer took it over), in which case nothing changed.
+var scriptRetry = redis.NewScript(luaLib + `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 6)}))
+redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+return 1
+`)
+
+// scriptDeadLetter moves a job from the stream to the dead-letter stream.
+//
+// KEYS[1] stream, KEYS[2] dead-letter stream
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] dead-letter cap
+// (0: none), ARGV[5..] field/value arguments of the dead letter.
+// Returns the dead letter's entry ID, or false when the entry is no longer
+// pending for this consumer, in which case nothing changed.
+var scriptDeadLetter = redis.NewScript(luaLib + `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
+local id
+local cap = tonumber(ARGV[4])
+if cap > 0 then
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 5))
+else
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+return id
+`)
+
+// scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
+// counters reset, headers and payload kept).
+//
+// KEYS[1] dead-letter stream, KEYS[2] stream
+// ARGV: dead-letter entry IDs.
+// Returns an array with the new stream entry ID per argument, or false for a
+// dead letter that does not exist.
+var scriptRequeue = redis.NewScript(`
+local out = {}
+for i = 1, #ARGV do
+  local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if #e == 0 then
+    out[i] = false
+  else
+    local f = e[1][2]
+    local fields = {}
+    for k = 1, #f, 2 do
+      local name = f[k]
+      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' then
+        fields[#fields + 1] = name
+        fields[#fields + 1] = f[k + 1]
+      end
+    end
+    if #fields == 0 then fields = {'v', ''} end
+    out[i] = redis.call('XADD', KEYS[2], '*', unpack(fields))
+    redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+return out
+`)
+
+// scriptTouch keeps running jobs' claims fresh.
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry IDs of running jobs.
+// Resets the idle time of the entries the consumer still owns (XCLAIM with
+// min-idle 0 and JUSTID, which does not count a delivery) and returns the IDs
+// it no longer owns.
+var scriptTouch = redis.NewScript(luaLib + `
+local lost = {}
+for i = 3, #ARGV do
+  if owned(KEYS[1], ARGV[1], ARGV[2], ARGV[i]) then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+`)
+
+// scriptCancel removes a job from the delayed set before it is due.
+//
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash
+// ARGV[1] the job's delayed-set ID
+// Returns 1 if the job was removed, 0 if it was not there (already moved
+// into the stream, or unknown).
+var scriptCancel = redis.NewScript(`
+local n = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+return n
+`)
