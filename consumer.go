@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -358,7 +359,14 @@ type run struct {
 	mu       sync.Mutex
 	inflight map[string]context.CancelCauseFunc
 
-	acks chan string
+	acks chan ackItem
+}
+
+// ackItem is a finished job waiting to be acknowledged.
+type ackItem struct {
+	id       string
+	lockKey  string // unique-key lock to release, if any
+	keyToken string
 }
 
 func newRun(c *Consumer, ctx context.Context) *run {
@@ -369,7 +377,7 @@ func newRun(c *Consumer, ctx context.Context) *run {
 		handlerCtx:   hctx,
 		stopHandlers: stop,
 		inflight:     make(map[string]context.CancelCauseFunc),
-		acks:         make(chan string, 2*c.cfg.Concurrency),
+		acks:         make(chan ackItem, 2*c.cfg.Concurrency),
 	}
 }
 
@@ -514,7 +522,11 @@ func (r *run) process(jctx context.Context, id string, values map[string]any, de
 	err = safeHandle(jctx, c.h, msg)
 	if err == nil {
 		c.processed.Add(1)
-		r.acks <- id
+		a := ackItem{id: id}
+		if msg.Key != "" {
+			a.lockKey, a.keyToken = c.q.uniqueKey(msg.Key), msg.keyToken
+		}
+		r.acks <- a
 		return
 	}
 	c.failed.Add(1)
@@ -596,17 +608,17 @@ func (c *Consumer) event(ctx context.Context, e Event) {
 
 // ackLoop acknowledges finished jobs, batching whatever has queued up.
 func (r *run) ackLoop() {
-	batch := make([]string, 0, DefaultAckBatch)
-	for id := range r.acks {
-		batch = append(batch[:0], id)
+	batch := make([]ackItem, 0, DefaultAckBatch)
+	for a := range r.acks {
+		batch = append(batch[:0], a)
 	fill:
 		for len(batch) < DefaultAckBatch {
 			select {
-			case id, ok := <-r.acks:
+			case a, ok := <-r.acks:
 				if !ok {
 					break fill
 				}
-				batch = append(batch, id)
+				batch = append(batch, a)
 			default:
 				break fill
 			}
@@ -615,12 +627,35 @@ func (r *run) ackLoop() {
 	}
 }
 
-func (r *run) flushAcks(ids []string) {
+// flushAcks acknowledges a batch in one XACK and releases the unique-key
+// locks of its jobs in the same round trip.
+func (r *run) flushAcks(batch []ackItem) {
 	c := r.c
+	ids := make([]string, len(batch))
+	var lockKeys []string
+	var tokens []any
+	for i, a := range batch {
+		ids[i] = a.id
+		if a.lockKey != "" {
+			lockKeys = append(lockKeys, a.lockKey)
+			tokens = append(tokens, a.keyToken)
+		}
+	}
 	var bo retryBackoff
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		err := c.q.rdb.XAck(ctx, c.q.stream, c.q.group, ids...).Err()
+		var err error
+		if len(lockKeys) == 0 {
+			err = c.q.rdb.XAck(ctx, c.q.stream, c.q.group, ids...).Err()
+		} else {
+			pipe := c.q.rdb.Pipeline()
+			pipe.XAck(ctx, c.q.stream, c.q.group, ids...)
+			scriptUnlock.Run(ctx, pipe, lockKeys, tokens...)
+			_, err = pipe.Exec(ctx)
+			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				err = scriptUnlock.Run(ctx, c.q.rdb, lockKeys, tokens...).Err()
+			}
+		}
 		cancel()
 		if err == nil {
 			return

@@ -75,6 +75,11 @@ func (r *run) deadLetter(msg *Message, reason string, cause error) {
 		c.log.Error("streamq: cannot dead-letter job; it stays pending and will be retried", "msg_id", msg.ID, "reason", reason, "error", err)
 	default:
 		c.dead.Add(1)
+		if msg.Key != "" {
+			if err := scriptUnlock.Run(ctx, c.q.rdb, []string{c.q.uniqueKey(msg.Key)}, msg.keyToken).Err(); err != nil {
+				c.log.Warn("streamq: cannot release the unique key of a dead-lettered job; it expires with its TTL", "msg_id", msg.ID, "error", err)
+			}
+		}
 		c.log.Warn("streamq: job dead-lettered", "msg_id", msg.ID, "dead_letter_id", id, "reason", reason, "attempt", attempts, "error", cause)
 		c.event(ctx, Event{Kind: EventDeadLettered, ID: msg.ID, Message: msg, Err: cause, Reason: reason})
 	}

@@ -23,6 +23,7 @@ const (
 	fieldEnqueued  = "enq"     // enqueue time, Unix milliseconds; optional
 	fieldAttempt   = "attempt" // retries so far; optional, default 0
 	fieldKey       = "key"     // unique key; optional
+	fieldKeyToken  = "kt"      // token of the unique-key lock; set with key
 	fieldFirstFail = "ff"      // first failure time, Unix milliseconds; set on retries
 	fieldLastError = "err"     // last error text; set on retries
 )
@@ -53,7 +54,8 @@ type Message struct {
 	// LastError is the error text of the previous failed attempt, if any.
 	LastError string
 
-	fields map[string]any // raw entry, kept for dead-lettering
+	keyToken string         // unique-key lock token
+	fields   map[string]any // raw entry, kept for dead-lettering
 }
 
 // Attempts is the number of the current attempt, counting retries and
@@ -68,6 +70,7 @@ type jobFields struct {
 	enqMillis int64
 	attempt   int
 	key       string
+	keyToken  string
 	firstFail int64
 	lastErr   string
 }
@@ -85,7 +88,7 @@ func (j *jobFields) args() []any {
 		a = append(a, fieldAttempt, strconv.Itoa(j.attempt))
 	}
 	if j.key != "" {
-		a = append(a, fieldKey, j.key)
+		a = append(a, fieldKey, j.key, fieldKeyToken, j.keyToken)
 	}
 	if j.firstFail > 0 {
 		a = append(a, fieldFirstFail, strconv.FormatInt(j.firstFail, 10))
@@ -138,6 +141,7 @@ func decodeMessage(queue, id string, values map[string]any) (*Message, error) {
 		m.Attempt = n
 	}
 	m.Key, _ = str(values[fieldKey])
+	m.keyToken, _ = str(values[fieldKeyToken])
 	m.LastError, _ = str(values[fieldLastError])
 	return m, nil
 }
@@ -170,8 +174,9 @@ func jobFromMessage(m *Message) *jobFields {
 		payload: m.Payload,
 		headers: m.Headers,
 		attempt: m.Attempt,
-		key:     m.Key,
-		lastErr: m.LastError,
+		key:      m.Key,
+		keyToken: m.keyToken,
+		lastErr:  m.LastError,
 	}
 	if !m.EnqueuedAt.IsZero() {
 		j.enqMillis = m.EnqueuedAt.UnixMilli()

@@ -56,9 +56,36 @@ func (p *Producer) Queue() *Queue { return p.q }
 type EnqueueOption func(*enqueueOptions)
 
 type enqueueOptions struct {
-	headers map[string]string
-	at      time.Time
-	err     error
+	headers   map[string]string
+	at        time.Time
+	uniqueKey string
+	uniqueTTL time.Duration
+	err       error
+}
+
+// MaxUniqueKeyLen is the longest accepted unique key, in bytes.
+const MaxUniqueKeyLen = 1024
+
+// Unique makes the job unique by key: while a job enqueued with the same key
+// is waiting, scheduled, retrying or running, Enqueue returns the existing
+// job's ID and [ErrDuplicate]. The lock is released when the job succeeds or
+// is dead-lettered, and expires after ttl in any case (so a lost lock cannot
+// block the key forever; choose ttl longer than the job's expected life).
+// Taking the lock and enqueueing are one atomic step. Not allowed with
+// EnqueueBatch.
+func Unique(key string, ttl time.Duration) EnqueueOption {
+	return func(o *enqueueOptions) {
+		switch {
+		case key == "":
+			o.err = configErr("Unique key", "is empty: use a key that identifies the work, e.g. \"invoice:42\"")
+		case len(key) > MaxUniqueKeyLen:
+			o.err = configErr("Unique key", "is %d bytes long: use at most %d", len(key), MaxUniqueKeyLen)
+		case ttl < time.Millisecond:
+			o.err = configErr("Unique ttl", "%s: use at least 1ms, longer than the job is expected to wait and run", ttl)
+		default:
+			o.uniqueKey, o.uniqueTTL = key, ttl
+		}
+	}
 }
 
 // WithHeaders adds headers to the job. Later options win on equal keys.
@@ -108,13 +135,15 @@ type Job struct {
 // Enqueue adds one job and returns its ID: the stream entry ID, or for a
 // delayed job the ID of its place in the delayed set (see [Queue.Cancel]).
 // A nil error means the job is stored in Redis and will be handled at least
-// once or dead-lettered. It returns [ErrQueueFull] when the queue is at its cap.
+// once or dead-lettered. It returns [ErrQueueFull] when the queue is at its
+// cap, and for a [Unique] job whose key is taken, the existing job's ID with
+// [ErrDuplicate].
 func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
 	ids, err := p.enqueue(ctx, []Job{{Payload: payload}}, opts)
-	if err != nil {
+	if len(ids) == 0 {
 		return "", err
 	}
-	return ids[0], nil
+	return ids[0], err
 }
 
 // EnqueueBatch adds many jobs in as few round trips as possible (one script
@@ -140,6 +169,12 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 	now := time.Now()
 	enq := millis(now)
 	delayed := !o.at.IsZero() && o.at.After(now)
+	if o.uniqueKey != "" {
+		if len(jobs) != 1 {
+			return ids, configErr("Unique", "cannot be used with EnqueueBatch: enqueue unique jobs one by one")
+		}
+		return p.enqueueUnique(ctx, jobs[0], &o, enq, delayed)
+	}
 
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
@@ -181,6 +216,35 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 		copy(ids[start:], res)
 	}
 	return ids, nil
+}
+
+func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, delayed bool) ([]string, error) {
+	jf := jobFields{
+		payload:   job.Payload,
+		headers:   p.headers(ctx, o.headers, job.Headers),
+		enqMillis: enq,
+		key:       o.uniqueKey,
+		keyToken:  newToken(),
+	}
+	var due int64
+	if delayed {
+		due = millis(o.at)
+	}
+	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.keyToken, due, newToken()}, jf.args()...)
+	keys := []string{p.q.stream, p.q.uniqueKey(o.uniqueKey), p.q.delayed, p.q.jobs}
+	res, err := scriptEnqueueUnique.Run(ctx, p.q.rdb, keys, args...).Slice()
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "QUEUEFULL") {
+			return []string{""}, fmt.Errorf("%w (%s)", ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
+		}
+		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.stream, err)
+	}
+	ok, _ := res[0].(int64)
+	id, _ := res[1].(string)
+	if ok != 1 {
+		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.uniqueKey, id)
+	}
+	return []string{id}, nil
 }
 
 // headers merges the batch and job headers and runs the hooks. It returns nil

@@ -143,6 +143,8 @@ func (q *Queue) Key(part string) string {
 	return q.cfg.KeyPrefix + ":{" + q.name + "}:" + part
 }
 
+func (q *Queue) uniqueKey(key string) string { return q.Key("unique:" + key) }
+
 // StreamKey returns the key of the queue's stream.
 func (q *Queue) StreamKey() string { return q.stream }
 

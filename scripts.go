@@ -43,6 +43,22 @@ local function safe_trim(stream, approx)
   return redis.call('XTRIM', stream, 'MINID', minid)
 end
 
+-- no_room returns nil when n more entries fit under cap (after trimming
+-- acknowledged history if needed), else the QUEUEFULL error text.
+local function no_room(stream, cap, n)
+  if cap <= 0 then return nil end
+  local len = redis.call('XLEN', stream)
+  if len + n <= cap then return nil end
+  safe_trim(stream, true)
+  len = redis.call('XLEN', stream)
+  if len + n > cap then
+    safe_trim(stream, false)
+    len = redis.call('XLEN', stream)
+  end
+  if len + n <= cap then return nil end
+  return 'QUEUEFULL stream length ' .. len .. ' after trimming acknowledged history, cap ' .. cap .. ', batch of ' .. n
+end
+
 -- owned reports whether entry id is pending for consumer in group.
 local function owned(stream, group, consumer, id)
   return #redis.call('XPENDING', stream, group, id, id, 1, consumer) > 0
@@ -58,22 +74,9 @@ end
 // "QUEUEFULL" when nothing was added because the cap was reached.
 var scriptEnqueue = redis.NewScript(luaLib + `
 local stream = KEYS[1]
-local cap = tonumber(ARGV[1])
 local njobs = tonumber(ARGV[2])
-if cap > 0 then
-  local len = redis.call('XLEN', stream)
-  if len + njobs > cap then
-    safe_trim(stream, true)
-    len = redis.call('XLEN', stream)
-    if len + njobs > cap then
-      safe_trim(stream, false)
-      len = redis.call('XLEN', stream)
-    end
-    if len + njobs > cap then
-      return redis.error_reply('QUEUEFULL stream length ' .. len .. ' after trimming acknowledged history, cap ' .. cap .. ', batch of ' .. njobs)
-    end
-  end
-end
+local full = no_room(stream, tonumber(ARGV[1]), njobs)
+if full then return redis.error_reply(full) end
 local ids = {}
 local i = 3
 for j = 1, njobs do
@@ -226,5 +229,50 @@ return lost
 var scriptCancel = redis.NewScript(`
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+return n
+`)
+
+// scriptEnqueueUnique enqueues one job under a unique-key lock.
+//
+// KEYS[1] stream, KEYS[2] lock key, KEYS[3] delayed sorted set, KEYS[4]
+// delayed job hash
+// ARGV[1] cap (0 or less: none), ARGV[2] lock TTL (ms), ARGV[3] lock token,
+// ARGV[4] due time (Unix ms; 0 = enqueue into the stream now), ARGV[5]
+// delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the job.
+// Returns {1, job ID} when enqueued, {0, existing job ID} when the lock is
+// held by another job, or a QUEUEFULL error reply.
+var scriptEnqueueUnique = redis.NewScript(luaLib + `
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {0, redis.call('HGET', KEYS[2], 'id') or ''}
+end
+local id
+if tonumber(ARGV[4]) > 0 then
+  id = ARGV[5]
+  redis.call('HSET', KEYS[4], id, cmsgpack.pack({unpack(ARGV, 6)}))
+  redis.call('ZADD', KEYS[3], ARGV[4], id)
+else
+  local full = no_room(KEYS[1], tonumber(ARGV[1]), 1)
+  if full then return redis.error_reply(full) end
+  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
+end
+redis.call('HSET', KEYS[2], 'token', ARGV[3], 'id', id)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {1, id}
+`)
+
+// scriptUnlock releases unique-key locks held by finished jobs.
+//
+// KEYS: lock keys; ARGV: the matching lock tokens (same order).
+// A lock is deleted only if it still holds the job's token, so a job whose
+// lock expired and was taken by a newer job does not release the newer lock.
+// Returns the number of locks released.
+var scriptUnlock = redis.NewScript(`
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('HGET', KEYS[i], 'token') == ARGV[i] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
 return n
 `)

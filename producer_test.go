@@ -1,0 +1,129 @@
+package streamq
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewProducer_Validation(t *testing.T) {
+	t.Parallel()
+	if _, err := NewProducer(nil, nil); err == nil {
+		t.Error("nil queue accepted")
+	}
+	q, err := NewQueue(offlineClient(t), "q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewProducer(q, &ProducerConfig{Hooks: []EnqueueHook{nil}})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Field != "ProducerConfig.Hooks[0]" {
+		t.Errorf("nil hook: err = %v", err)
+	}
+}
+
+func TestEnqueueOptions(t *testing.T) {
+	t.Parallel()
+	at := time.Now().Add(time.Hour)
+	var o enqueueOptions
+	for _, opt := range []EnqueueOption{
+		WithHeaders(map[string]string{"a": "1", "b": "1"}),
+		WithHeader("b", "2"),
+		ProcessAt(at),
+		Unique("k", time.Minute),
+	} {
+		opt(&o)
+	}
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	if o.headers["a"] != "1" || o.headers["b"] != "2" {
+		t.Errorf("headers = %v, later options must win", o.headers)
+	}
+	if !o.at.Equal(at) || o.uniqueKey != "k" || o.uniqueTTL != time.Minute {
+		t.Errorf("options = %+v", o)
+	}
+
+	for _, tc := range []struct {
+		name string
+		opt  EnqueueOption
+		want string
+	}{
+		{"negative delay", ProcessIn(-time.Second), "ProcessIn"},
+		{"empty unique key", Unique("", time.Second), "Unique key"},
+		{"long unique key", Unique(strings.Repeat("k", MaxUniqueKeyLen+1), time.Second), "Unique key"},
+		{"zero ttl", Unique("k", 0), "Unique ttl"},
+	} {
+		var o enqueueOptions
+		tc.opt(&o)
+		var ce *ConfigError
+		if !errors.As(o.err, &ce) || ce.Field != tc.want {
+			t.Errorf("%s: err = %v, want ConfigError for %s", tc.name, o.err, tc.want)
+		}
+	}
+}
+
+func TestProducer_RejectsBeforeTalkingToRedis(t *testing.T) {
+	t.Parallel()
+	q, err := NewQueue(offlineClient(t), "q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The offline client would fail with a connection error; these must fail
+	// earlier with a configuration error.
+	_, err = p.Enqueue(ctx, nil, ProcessIn(-1))
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Errorf("Enqueue with a bad option: %v", err)
+	}
+	_, err = p.EnqueueBatch(ctx, []Job{{}, {}}, Unique("k", time.Second))
+	if !errors.As(err, &ce) || ce.Field != "Unique" {
+		t.Errorf("EnqueueBatch with Unique: %v", err)
+	}
+	ids, err := p.EnqueueBatch(ctx, nil)
+	if err != nil || len(ids) != 0 {
+		t.Errorf("empty batch: %v %v", ids, err)
+	}
+}
+
+func TestProducer_HooksSeeMergedHeaders(t *testing.T) {
+	t.Parallel()
+	q, err := NewQueue(offlineClient(t), "q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen map[string]string
+	p, err := NewProducer(q, &ProducerConfig{Hooks: []EnqueueHook{
+		func(_ context.Context, h map[string]string) { h["traceparent"] = "x" },
+		func(_ context.Context, h map[string]string) { seen = h },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := p.headers(context.Background(), map[string]string{"a": "batch", "b": "batch"}, map[string]string{"b": "job"})
+	if h["a"] != "batch" || h["b"] != "job" || h["traceparent"] != "x" || seen["traceparent"] != "x" {
+		t.Errorf("headers = %v, seen by later hook = %v", h, seen)
+	}
+	if got := (&Producer{q: q}).headers(context.Background(), nil, nil); got != nil {
+		t.Errorf("no headers and no hooks must give nil (small entries), got %v", got)
+	}
+}
+
+func TestNewToken_Unique(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 1000 {
+		tok := newToken()
+		if seen[tok] || !strings.HasPrefix(tok, "d-") {
+			t.Fatalf("token %q repeated or malformed", tok)
+		}
+		seen[tok] = true
+	}
+}
