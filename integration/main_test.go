@@ -1,0 +1,12 @@
+// Package integration tests streamq against a real Redis: REDIS_ADDR if set,
+// else a private redis-server, else a testcontainers-go container.
+package integration
+
+import (
+	"os"
+	"testing"
+
+	"github.com/streamq/streamq/internal/redistest"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }

@@ -1,0 +1,687 @@
+// Package redistest gives tests a real Redis server.
+//
+// A test package that needs Redis calls [Run] from its TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+//
+// and then uses [NewClient] (or [Addr]) in its tests, with [Name] to give
+// every test its own keys, so that tests run in parallel against one server
+// without flushing it. Run finds a server in this order:
+//
+//  1. the address in the REDIS_ADDR environment variable (host:port), if set;
+//  2. a private redis-server process (from PATH or /usr/bin/redis-server) on a
+//     free loopback port, without persistence, killed when the tests end;
+//  3. a redis:7 container started with testcontainers-go, if Docker runs;
+//
+// and otherwise fails with a message saying how to get one. Tests that stop,
+// restart or kill Redis start their own server with [StartServer]. Conditions
+// that have no signal to wait on are awaited with [WaitFor].
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/testcontainers/testcontainers-go"
+	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+)
+
+const (
+	// envAddr names the environment variable that points the tests at an
+	// existing server.
+	envAddr = "REDIS_ADDR"
+	// fallbackBinary is where Debian's redis-server package installs the
+	// server, for machines where /usr/bin is not on PATH.
+	fallbackBinary = "/usr/bin/redis-server"
+	// containerImage is the image started through testcontainers-go.
+	containerImage = "redis:7"
+
+	// startTimeout bounds the wait for a fresh redis-server to answer.
+	startTimeout = 10 * time.Second
+	// startAttempts bounds the retries when the chosen port was taken between
+	// picking it and the server binding it.
+	startAttempts = 5
+	// probeInterval is the pause between two connection attempts while a
+	// server starts.
+	probeInterval = 5 * time.Millisecond
+	// probeTimeout bounds one connection attempt (dial, write and read).
+	probeTimeout = time.Second
+	// addrProbeTimeout bounds the check that REDIS_ADDR answers.
+	addrProbeTimeout = 5 * time.Second
+	// dockerHealthTimeout bounds the check that a Docker engine answers.
+	dockerHealthTimeout = 10 * time.Second
+	// containerTimeout bounds starting the container, image pull included.
+	containerTimeout = 3 * time.Minute
+	// containerStopTimeout bounds removing the container after the tests.
+	containerStopTimeout = 30 * time.Second
+
+	// logTail is how many bytes of a server's output are kept for error
+	// messages.
+	logTail = 8 << 10
+	// maxNameBase is the longest part of a [Name] taken from the test name.
+	maxNameBase = 60
+	// waitInterval is the polling period of [WaitFor].
+	waitInterval = 5 * time.Millisecond
+)
+
+// howToGetRedis is printed whenever no server can be found or started.
+const howToGetRedis = `redistest: no Redis server for the tests. Do one of:
+  - install redis-server (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis),
+    so the tests can start a private server on a free loopback port;
+  - or set REDIS_ADDR=host:port to a running Redis the tests may write to (they never flush it);
+  - or start a Docker engine, so the tests can run the redis:7 image with testcontainers-go.`
+
+// addr holds the address found or started by Run. It is the one package-level
+// variable: a test binary has one TestMain, and Addr takes no arguments.
+var addr atomic.Pointer[string]
+
+// Run finds or starts a Redis for the test binary, runs m.Run(), tears down
+// what it started, and returns the exit code. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+//
+// The server is the one named by REDIS_ADDR if that is set (it must answer
+// PING); otherwise a private redis-server process on a free loopback port,
+// started with --save "" --appendonly no and killed when m.Run returns (and by
+// the kernel if the test binary dies, on Linux); otherwise a redis:7 container
+// through testcontainers-go. If none works, Run prints how to get one and
+// returns 1 without running the tests.
+func Run(m *testing.M) int {
+	a, stop, err := defaultFinder().find()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	addr.Store(&a)
+	defer stop()
+	return m.Run()
+}
+
+// Addr returns the address (host:port) found or started by [Run]. It panics
+// if the test binary's TestMain did not call Run.
+func Addr() string {
+	a := addr.Load()
+	if a == nil {
+		panic("redistest: Addr called but no Redis was set up: add " +
+			"`func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }` to this package's tests")
+	}
+	return *a
+}
+
+// NewClient returns a go-redis client connected to [Addr]. The client is closed
+// in t.Cleanup.
+func NewClient(t testing.TB) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// Name returns a unique, valid queue name for the test: t.Name() with every
+// character other than [A-Za-z0-9_.-] replaced by '_', cut to 60 characters,
+// then '-' and 8 random hex digits. Tests use it to keep their keys apart.
+func Name(t testing.TB) string {
+	t.Helper()
+	base := sanitize(t.Name())
+	if base == "" {
+		base = "test"
+	}
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatalf("redistest: random name suffix: %v", err)
+	}
+	return base + "-" + hex.EncodeToString(b[:])
+}
+
+// sanitize maps s to [A-Za-z0-9_.-]* and cuts it to maxNameBase bytes.
+func sanitize(s string) string {
+	out := make([]byte, 0, min(len(s), maxNameBase))
+	for i := 0; i < len(s) && len(out) < maxNameBase; i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
+			c == '_', c == '.', c == '-':
+			out = append(out, c)
+		default:
+			out = append(out, '_')
+		}
+	}
+	return string(out)
+}
+
+// WaitFor calls cond every 5 ms until it returns true, or fails the test with
+// t.Fatalf and msg once timeout has passed. It is the one sanctioned polling
+// helper, for conditions that have no channel or other signal to wait on.
+// Like t.Fatalf, it must be called from the test's goroutine.
+func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	if cond() {
+		return
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(waitInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			if cond() {
+				return
+			}
+		case <-deadline.C:
+			if cond() {
+				return
+			}
+			t.Fatalf("redistest: timed out after %v waiting for: %s", timeout, msg)
+			return
+		}
+	}
+}
+
+// Server is a redis-server process owned by one test, started by
+// [StartServer]. Its methods are safe for concurrent use; Restart fails the
+// test on error, so call it from the test's goroutine.
+type Server struct {
+	t     testing.TB
+	bin   string
+	dir   string
+	port  int
+	extra []string
+
+	mu   sync.Mutex
+	proc *process // nil while stopped
+}
+
+// StartServer starts a redis-server process for this test alone, for tests
+// that stop, restart or kill Redis. The server listens on a free loopback
+// port, keeps its files in t.TempDir(), has persistence off unless extraArgs
+// turn it on (they follow the defaults, so "--appendonly", "yes" wins), and is
+// stopped in t.Cleanup. StartServer fails the test, saying how to install it,
+// if there is no redis-server binary, and shows the server's log if it does
+// not start (or, at cleanup, if the test failed).
+func StartServer(t testing.TB, extraArgs ...string) *Server {
+	t.Helper()
+	bin, err := lookBinary()
+	if err != nil {
+		t.Fatalf("redistest: StartServer needs the redis-server binary: %v\n"+
+			"install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis) or put it on PATH", err)
+	}
+	s := &Server{
+		t:     t,
+		bin:   bin,
+		dir:   t.TempDir(),
+		extra: append([]string(nil), extraArgs...),
+	}
+	p, port, err := startFree(bin, s.dir, s.extra)
+	if err != nil {
+		t.Fatalf("redistest: StartServer: %v", err)
+	}
+	s.proc, s.port = p, port
+	t.Cleanup(func() {
+		s.mu.Lock()
+		if s.proc != nil && t.Failed() {
+			t.Logf("redistest: log of the redis-server at %s (last %d bytes):\n%s", s.Addr(), logTail, s.proc.log.String())
+		}
+		s.mu.Unlock()
+		s.Stop()
+	})
+	return s
+}
+
+// Addr returns the server's address, 127.0.0.1:port. It stays the same across
+// [Server.Restart].
+func (s *Server) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Stop kills the server with SIGKILL, as in a crash, and waits for the process
+// to exit. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
+	}
+}
+
+// Restart kills the server if it runs and starts it again on the same port
+// with the same arguments and directory, returning once it answers (bounded
+// by 10 s). Without persistence the new server starts empty. It fails the test
+// if the server does not come back.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil {
+		s.proc.kill()
+		s.proc = nil
+	}
+	var (
+		p   *process
+		err error
+	)
+	// A just-killed server's socket is gone once the process has been
+	// reaped, but a stranger may have bound the port meanwhile: a few tries.
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		p, err = startProcess(s.bin, s.dir, s.port, s.extra)
+		if err == nil || !errors.Is(err, errPortInUse) {
+			break
+		}
+	}
+	if err != nil {
+		s.t.Fatalf("redistest: Restart on port %d: %v", s.port, err)
+		return
+	}
+	s.proc = p
+}
+
+// finder looks for a Redis server; its fields are swapped in tests.
+type finder struct {
+	getenv         func(string) string
+	lookBinary     func() (string, error)
+	startPrivate   func(bin string) (addr string, stop func(), err error)
+	startContainer func() (addr string, stop func(), err error)
+}
+
+// defaultFinder looks in the real environment.
+func defaultFinder() finder {
+	return finder{
+		getenv:         os.Getenv,
+		lookBinary:     lookBinary,
+		startPrivate:   startPrivate,
+		startContainer: startContainer,
+	}
+}
+
+// find returns the address of a server and a function that releases it, in
+// the order documented on Run.
+func (f finder) find() (string, func(), error) {
+	if a := f.getenv(envAddr); a != "" {
+		if err := checkHostPort(a); err != nil {
+			return "", nil, fmt.Errorf("redistest: %s=%q is not host:port: %v", envAddr, a, err)
+		}
+		if err := probe(a, addrProbeTimeout, 0, nil); err != nil {
+			return "", nil, fmt.Errorf("redistest: %s=%s does not answer PING: %v\n"+
+				"start that server, or unset %s to let the tests start their own", envAddr, a, err, envAddr)
+		}
+		return a, func() {}, nil
+	}
+	var reasons []string
+	if bin, err := f.lookBinary(); err != nil {
+		reasons = append(reasons, "redis-server: "+err.Error())
+	} else {
+		a, stop, err := f.startPrivate(bin)
+		if err == nil {
+			return a, stop, nil
+		}
+		// The binary exists but does not start: say why, rather than
+		// hiding it behind a Docker error.
+		reasons = append(reasons, "redis-server: "+err.Error())
+	}
+	a, stop, err := f.startContainer()
+	if err == nil {
+		return a, stop, nil
+	}
+	reasons = append(reasons, "testcontainers: "+err.Error())
+	return "", nil, fmt.Errorf("%s\nwhat was tried:\n  - %s", howToGetRedis, strings.Join(reasons, "\n  - "))
+}
+
+// checkHostPort accepts host:port with a numeric port.
+func checkHostPort(a string) error {
+	if strings.Contains(a, "://") {
+		return errors.New("a URL; give only host:port, such as 127.0.0.1:6379")
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	return nil
+}
+
+// lookBinary finds redis-server on PATH or at its Debian location.
+func lookBinary() (string, error) {
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p, nil
+	}
+	if st, err := os.Stat(fallbackBinary); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		return fallbackBinary, nil
+	}
+	return "", errors.New("redis-server is neither on PATH nor at " + fallbackBinary)
+}
+
+// startPrivate starts the test binary's shared private server.
+func startPrivate(bin string) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return "", nil, fmt.Errorf("temporary directory: %w", err)
+	}
+	p, port, err := startFree(bin, dir, nil)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return "", nil, err
+	}
+	stop := func() {
+		p.kill()
+		_ = os.RemoveAll(dir)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), stop, nil
+}
+
+// startContainer runs a redis:7 container with testcontainers-go. It first
+// asks the Docker engine for its health with a short timeout, so that a
+// machine without Docker fails fast, and turns the panics that
+// testcontainers-go raises when it finds no Docker host into errors.
+func startContainer() (a string, stop func(), err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			a, stop, err = "", nil, fmt.Errorf("no usable Docker engine: %v", r)
+		}
+	}()
+	provider, err := testcontainers.ProviderDefault.GetProvider()
+	if err != nil {
+		return "", nil, fmt.Errorf("no usable Docker engine: %w", err)
+	}
+	hctx, hcancel := context.WithTimeout(context.Background(), dockerHealthTimeout)
+	err = provider.Health(hctx) // Health also closes the provider.
+	hcancel()
+	if err != nil {
+		return "", nil, fmt.Errorf("no usable Docker engine: %w", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
+	defer cancel()
+	ctr, err := tcredis.Run(ctx, containerImage)
+	terminate := func() {
+		if ctr == nil {
+			return
+		}
+		tctx, tcancel := context.WithTimeout(context.Background(), containerStopTimeout)
+		defer tcancel()
+		if err := testcontainers.TerminateContainer(ctr, testcontainers.StopContext(tctx)); err != nil {
+			fmt.Fprintf(os.Stderr, "redistest: removing the redis container: %v\n", err)
+		}
+	}
+	if err != nil {
+		terminate()
+		return "", nil, fmt.Errorf("start %s container: %w", containerImage, err)
+	}
+	a, err = ctr.PortEndpoint(ctx, "6379/tcp", "")
+	if err != nil {
+		terminate()
+		return "", nil, fmt.Errorf("address of the %s container: %w", containerImage, err)
+	}
+	if err := probe(a, addrProbeTimeout, 0, nil); err != nil {
+		terminate()
+		return "", nil, fmt.Errorf("%s container at %s does not answer PING: %w", containerImage, a, err)
+	}
+	return a, terminate, nil
+}
+
+// errPortInUse marks a start that failed because the port was taken.
+var errPortInUse = errors.New("port already in use")
+
+// startFree starts redis-server on a free loopback port, picking another port
+// when the chosen one was taken before the server could bind it.
+func startFree(bin, dir string, extra []string) (*process, int, error) {
+	var err error
+	for attempt := 0; attempt < startAttempts; attempt++ {
+		var port int
+		port, err = freePort()
+		if err != nil {
+			return nil, 0, err
+		}
+		var p *process
+		p, err = startProcess(bin, dir, port, extra)
+		if err == nil {
+			return p, port, nil
+		}
+		if !errors.Is(err, errPortInUse) {
+			return nil, 0, err
+		}
+	}
+	return nil, 0, fmt.Errorf("no free port after %d attempts: %w", startAttempts, err)
+}
+
+// freePort asks the kernel for a free loopback port. The port is free when
+// freePort returns but may be taken again before it is used.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pick a free loopback port: %w", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	if err := ln.Close(); err != nil {
+		return 0, fmt.Errorf("pick a free loopback port: %w", err)
+	}
+	return port, nil
+}
+
+// process is a running redis-server.
+type process struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has exited and been reaped
+	log  *tailBuffer
+}
+
+// startProcess starts redis-server on 127.0.0.1:port and returns once it
+// answers, bounded by startTimeout. On failure the process is gone and the
+// error holds the end of its log; errPortInUse is wrapped if the port was
+// taken.
+func startProcess(bin, dir string, port int, extra []string) (*process, error) {
+	args := []string{
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--dir", dir,
+		"--logfile", "",
+	}
+	args = append(args, extra...)
+	logs := &tailBuffer{max: logTail}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout = logs
+	cmd.Stderr = logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	setParentDeathSignal(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &process{cmd: cmd, done: make(chan struct{}), log: logs}
+	go func() {
+		_ = cmd.Wait()
+		close(p.done)
+	}()
+
+	if err := probe(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), startTimeout, cmd.Process.Pid, p.done); err != nil {
+		p.kill()
+		tail := logs.String()
+		if strings.Contains(tail, "already in use") {
+			err = fmt.Errorf("%w: %v", errPortInUse, err)
+		}
+		return nil, fmt.Errorf("%s %s did not start: %w\n--- server log (last %d bytes) ---\n%s--- end of server log ---",
+			bin, strings.Join(quoteArgs(args), " "), err, logTail, tail)
+	}
+	return p, nil
+}
+
+// kill sends SIGKILL and waits until the process has been reaped.
+func (p *process) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// setParentDeathSignal asks Linux to SIGKILL the server when the test binary
+// dies (a panic in a test, a -timeout, a SIGKILL), so that no server outlives
+// its tests even when Cleanup and deferred calls never run. The field exists
+// only on Linux and FreeBSD, so it is set by reflection to keep this package
+// one file that builds everywhere; elsewhere Cleanup is the only guard.
+//
+// The kernel sends the signal when the OS thread that started the child
+// exits; the Go runtime keeps its threads alive unless a goroutine that
+// locked its thread exits without unlocking it, which tests rarely do.
+func setParentDeathSignal(attr *syscall.SysProcAttr) {
+	f := reflect.ValueOf(attr).Elem().FieldByName("Pdeathsig")
+	sig := reflect.ValueOf(syscall.SIGKILL)
+	if f.IsValid() && f.CanSet() && sig.Type().AssignableTo(f.Type()) {
+		f.Set(sig)
+	}
+}
+
+// probe connects to a until the server answers PING, or timeout passes, or
+// exited is closed (nil means never). If pid is not 0 it also checks, with
+// INFO server, that the answer comes from that process and not from a
+// stranger that took the port.
+func probe(a string, timeout time.Duration, pid int, exited <-chan struct{}) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var last error
+	for {
+		last = probeOnce(a, pid)
+		if last == nil {
+			return nil
+		}
+		// Re-check after a failed attempt: once the process has exited
+		// there is no point in waiting.
+		select {
+		case <-exited:
+			return fmt.Errorf("server exited before answering (last attempt: %v)", last)
+		case <-deadline.C:
+			return fmt.Errorf("no answer within %v: %w", timeout, last)
+		case <-time.After(probeInterval):
+		}
+	}
+}
+
+// probeOnce dials a, sends PING and, if pid is not 0, INFO server.
+func probeOnce(a string, pid int) error {
+	conn, err := net.DialTimeout("tcp", a, probeTimeout)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(probeTimeout)); err != nil {
+		return err
+	}
+	r := bufio.NewReader(conn)
+	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
+		return err
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read PING reply: %w", err)
+	}
+	if strings.TrimSpace(line) != "+PONG" {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
+	}
+	if pid == 0 {
+		return nil
+	}
+	if _, err := io.WriteString(conn, "INFO server\r\n"); err != nil {
+		return err
+	}
+	info, err := readBulk(r)
+	if err != nil {
+		return fmt.Errorf("read INFO reply: %w", err)
+	}
+	want := "process_id:" + strconv.Itoa(pid)
+	for _, l := range strings.Split(info, "\n") {
+		if strings.TrimSpace(l) == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("the server on %s is not process %d", a, pid)
+}
+
+// readBulk reads one RESP bulk string.
+func readBulk(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, "$") {
+		return "", fmt.Errorf("want a bulk string, got %q", line)
+	}
+	n, err := strconv.Atoi(line[1:])
+	if err != nil || n < 0 || n > 1<<20 {
+		return "", fmt.Errorf("bad bulk length %q", line)
+	}
+	buf := make([]byte, n+2)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+// quoteArgs quotes the arguments that a shell would need quoted, for error
+// messages that show the command line.
+func quoteArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'") {
+			out[i] = strconv.Quote(a)
+		} else {
+			out[i] = a
+		}
+	}
+	return out
+}
+
+// tailBuffer is an io.Writer that keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+// Write keeps the end of p.
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := len(p)
+	if len(p) >= b.max {
+		b.buf = append(b.buf[:0], p[len(p)-b.max:]...)
+		return n, nil
+	}
+	if over := len(b.buf) + len(p) - b.max; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
+	}
+	b.buf = append(b.buf, p...)
+	return n, nil
+}
+
+// String returns what is kept.
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
+}
