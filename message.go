@@ -171,9 +171,9 @@ func str(v any) (string, bool) {
 // jobFromMessage rebuilds the stream fields of a decoded message, for retries.
 func jobFromMessage(m *Message) *jobFields {
 	j := &jobFields{
-		payload: m.Payload,
-		headers: m.Headers,
-		attempt: m.Attempt,
+		payload:  m.Payload,
+		headers:  m.Headers,
+		attempt:  m.Attempt,
 		key:      m.Key,
 		keyToken: m.keyToken,
 		lastErr:  m.LastError,

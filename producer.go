@@ -180,7 +180,7 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
 		var args []any
 		if delayed {
-			args = append(args, millis(o.at), len(chunk))
+			args = append(args, dueMillis(o.at), len(chunk))
 		} else {
 			args = append(args, max(p.q.cfg.MaxLen, 0), len(chunk))
 		}
@@ -228,7 +228,7 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 	}
 	var due int64
 	if delayed {
-		due = millis(o.at)
+		due = dueMillis(o.at)
 	}
 	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.keyToken, due, newToken()}, jf.args()...)
 	keys := []string{p.q.stream, p.q.uniqueKey(o.uniqueKey), p.q.delayed, p.q.jobs}
@@ -245,6 +245,26 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.uniqueKey, id)
 	}
 	return []string{id}, nil
+}
+
+// EntryFields returns the stream entry fields (wire format version 1) of a
+// job with payload and headers, after running the producer's hooks, as a
+// flat field/value list for XADD. It is for adapters that write jobs from
+// their own Lua scripts (periodic jobs, write-behind) so that their entries
+// stay in the one wire format and carry the hooks' headers (trace context).
+func (p *Producer) EntryFields(ctx context.Context, payload []byte, headers map[string]string, enqueuedAt time.Time) []any {
+	j := jobFields{payload: payload, headers: p.headers(ctx, nil, headers), enqMillis: millis(enqueuedAt)}
+	return j.args()
+}
+
+// dueMillis rounds a due time up to the next millisecond, so a delayed job is
+// never moved into the stream before its time.
+func dueMillis(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.After(time.UnixMilli(ms)) {
+		ms++
+	}
+	return ms
 }
 
 // headers merges the batch and job headers and runs the hooks. It returns nil

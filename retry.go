@@ -83,6 +83,13 @@ func (b *retryBackoff) sleep() { time.Sleep(b.next()) }
 // Any number of consumers may run it; the script moves each job exactly once.
 func (r *run) promoteLoop(ctx context.Context) error {
 	c := r.c
+	// Start at a random offset so that consumers started together do not
+	// poll in step: with n consumers a due job waits about interval/(2n).
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(rand.N(c.cfg.SchedulerInterval)):
+	}
 	t := time.NewTicker(c.cfg.SchedulerInterval)
 	defer t.Stop()
 	var bo retryBackoff

@@ -1,0 +1,619 @@
+package periodic
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/streamq/streamq"
+)
+
+// Headers set on every periodic job. Register refuses user headers with
+// these names.
+const (
+	// HeaderName holds the name of the schedule that enqueued the job.
+	HeaderName = "streamq-periodic"
+	// HeaderTick holds the tick the job is for, in RFC 3339 (UTC): the
+	// schedule's own time, not the moment a scheduler woke up.
+	HeaderTick = "streamq-tick"
+)
+
+// MinInterval is the shortest interval [Scheduler.RegisterInterval] accepts.
+const MinInterval = 100 * time.Millisecond
+
+// dormantRecheck is how long Run waits before looking again at a schedule
+// that has no tick within the five years robfig/cron searches.
+const dormantRecheck = 24 * time.Hour
+
+// ErrRunning is returned by [Scheduler.Run] when the scheduler is already running.
+var ErrRunning = errors.New("streamq: periodic scheduler is already running")
+
+// MissedPolicy says what happens to ticks that passed while no scheduler of
+// the queue was running.
+type MissedPolicy int
+
+const (
+	// MissedSkip skips them: after a restart the schedule continues with its
+	// next tick. It is the default.
+	MissedSkip MissedPolicy = iota
+	// MissedRunOnce enqueues one job for the latest missed tick, if the
+	// schedule has fired before (it is tracked in Redis, so it works across
+	// restarts of every process), then continues with the next tick.
+	MissedRunOnce
+)
+
+// String returns the policy's name.
+func (p MissedPolicy) String() string {
+	switch p {
+	case MissedSkip:
+		return "skip"
+	case MissedRunOnce:
+		return "run_once"
+	}
+	return "MissedPolicy(" + strconv.Itoa(int(p)) + ")"
+}
+
+func (p MissedPolicy) valid() bool { return p == MissedSkip || p == MissedRunOnce }
+
+// Config configures a [Scheduler]. The zero value is valid.
+type Config struct {
+	// Missed is the policy for ticks missed while no scheduler ran, for
+	// schedules registered without [WithMissed]. Defaults to MissedSkip.
+	Missed MissedPolicy
+
+	// Location is the time zone of crontab specs that have no CRON_TZ=
+	// prefix and no [InLocation] option. Defaults to UTC, not the machine's
+	// local zone, so that schedulers on machines in different zones agree on
+	// the ticks.
+	Location *time.Location
+
+	// Now is the clock. Every scheduler of a queue must see about the same
+	// time: a scheduler whose clock runs ahead enqueues ticks early. Defaults
+	// to time.Now; tests inject a fake clock.
+	Now func() time.Time
+
+	// Logger receives the scheduler's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Option changes how one schedule is registered.
+type Option func(*options)
+
+type options struct {
+	loc     *time.Location
+	missed  *MissedPolicy
+	headers map[string]string
+	err     error
+}
+
+// InLocation sets the time zone of a crontab spec; it is the same as a
+// "CRON_TZ=<zone> " prefix, and the two cannot be combined. Not allowed with
+// RegisterInterval, whose ticks do not depend on a zone.
+func InLocation(loc *time.Location) Option {
+	return func(o *options) {
+		if loc == nil {
+			o.err = errors.New("InLocation(nil): pass a zone, e.g. from time.LoadLocation(\"Europe/Paris\"), or time.UTC")
+			return
+		}
+		o.loc = loc
+	}
+}
+
+// WithMissed sets the schedule's policy for missed ticks, overriding
+// Config.Missed.
+func WithMissed(p MissedPolicy) Option {
+	return func(o *options) {
+		if !p.valid() {
+			o.err = fmt.Errorf("WithMissed(%v): use periodic.MissedSkip or periodic.MissedRunOnce", p)
+			return
+		}
+		o.missed = &p
+	}
+}
+
+// WithHeaders adds headers to every job of the schedule. Later options win
+// on equal keys. HeaderName and HeaderTick are reserved.
+func WithHeaders(h map[string]string) Option {
+	return func(o *options) {
+		if o.headers == nil {
+			o.headers = make(map[string]string, len(h))
+		}
+		maps.Copy(o.headers, h)
+	}
+}
+
+// schedule is one registered schedule. It is immutable after Register.
+type schedule struct {
+	name    string
+	desc    string // the spec or "every <d>", for logs
+	t       ticker
+	missed  MissedPolicy
+	payload []byte
+	headers map[string]string // user headers, without the reserved ones
+}
+
+// Scheduler enqueues periodic jobs into the queue of a [streamq.Producer].
+// Run a Scheduler in as many processes as you like: each tick of each
+// schedule is enqueued exactly once, by whichever scheduler gets there
+// first, with no leader election. Create it with [New], add schedules with
+// [Scheduler.Register] or [Scheduler.RegisterInterval], then call
+// [Scheduler.Run]. Its methods are safe for concurrent use.
+type Scheduler struct {
+	p   *streamq.Producer
+	q   *streamq.Queue
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	scheds  []*schedule
+	byName  map[string]*schedule
+	running bool
+}
+
+// New returns a scheduler that enqueues into p's queue. cfg may be nil; it
+// is copied, defaulted and validated, never changed.
+//
+// Jobs are written by the scheduler's own script in the stream's wire format
+// (version 1); p's EnqueueHooks do not run for them.
+func New(p *streamq.Producer, cfg *Config) (*Scheduler, error) {
+	if p == nil {
+		return nil, &streamq.ConfigError{Field: "producer", Reason: "p is nil: create one with streamq.NewProducer"}
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if !c.Missed.valid() {
+		return nil, &streamq.ConfigError{Field: "periodic.Config.Missed",
+			Reason: fmt.Sprintf("%v is unknown: use periodic.MissedSkip (the default) or periodic.MissedRunOnce", c.Missed)}
+	}
+	if c.Location == nil {
+		c.Location = time.UTC
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	q := p.Queue()
+	return &Scheduler{
+		p:      p,
+		q:      q,
+		cfg:    c,
+		log:    log.With("queue", q.Name()),
+		byName: make(map[string]*schedule),
+	}, nil
+}
+
+// Register adds a schedule named name that enqueues payload at every tick of
+// spec. name identifies the schedule across processes and restarts: every
+// scheduler of the queue should register the same name with the same spec.
+//
+// spec is a crontab expression parsed by github.com/robfig/cron/v3: five
+// fields (minute hour day-of-month month day-of-week, e.g. "*/15 9-17 * * 1-5"),
+// or six with a leading seconds field ("*/10 * * * * *"), or a descriptor
+// (@yearly, @monthly, @weekly, @daily, @hourly, or @every <duration> such as
+// "@every 1m30s"). A "CRON_TZ=<IANA zone> " prefix or [InLocation] sets the
+// zone; otherwise Config.Location (UTC by default) applies. "@every d" ticks
+// at whole multiples of d since the Unix epoch, like [Scheduler.RegisterInterval].
+//
+// Register must be called before Run (it fails while Run runs).
+func (s *Scheduler) Register(name, spec string, payload []byte, opts ...Option) error {
+	o, err := collect(name, opts)
+	if err != nil {
+		return err
+	}
+	loc := s.cfg.Location
+	if o.loc != nil {
+		if hasZonePrefix(strings.TrimSpace(spec)) {
+			return &streamq.ConfigError{Field: "periodic spec of " + strconv.Quote(name),
+				Reason: fmt.Sprintf("%q has a CRON_TZ= prefix and the InLocation option: keep one of the two", spec)}
+		}
+		loc = o.loc
+	}
+	t, err := parseSpec(spec, loc)
+	if err != nil {
+		return &streamq.ConfigError{Field: "periodic spec of " + strconv.Quote(name), Reason: err.Error()}
+	}
+	if t.next(s.cfg.Now()).IsZero() {
+		return &streamq.ConfigError{Field: "periodic spec of " + strconv.Quote(name),
+			Reason: fmt.Sprintf("%q never fires within five years (a date such as February 30?): fix the day and month fields", spec)}
+	}
+	return s.add(name, spec, t, payload, o)
+}
+
+// RegisterInterval adds a schedule named name that enqueues payload every
+// interval. Ticks are the whole multiples of every since the Unix epoch, so
+// every process computes the same ticks without talking to the others: with
+// every = time.Hour the ticks are on the hour (UTC), with 24*time.Hour at
+// midnight UTC (use Register with "@daily" and a zone for local midnight).
+// every must be at least MinInterval and a whole number of milliseconds.
+//
+// RegisterInterval must be called before Run (it fails while Run runs).
+func (s *Scheduler) RegisterInterval(name string, every time.Duration, payload []byte, opts ...Option) error {
+	o, err := collect(name, opts)
+	if err != nil {
+		return err
+	}
+	field := "periodic interval of " + strconv.Quote(name)
+	switch {
+	case o.loc != nil:
+		return &streamq.ConfigError{Field: field, Reason: "InLocation has no effect on intervals (their ticks are absolute): remove it, or use Register with a crontab spec"}
+	case every < MinInterval:
+		return &streamq.ConfigError{Field: field, Reason: fmt.Sprintf("%s is shorter than %s: use a longer interval", every, MinInterval)}
+	case every%time.Millisecond != 0:
+		return &streamq.ConfigError{Field: field, Reason: fmt.Sprintf("%s is not a whole number of milliseconds: round it, e.g. to %s", every, every.Truncate(time.Millisecond))}
+	}
+	return s.add(name, "every "+every.String(), intervalTicker{every: every}, payload, o)
+}
+
+// collect applies opts and validates the schedule name.
+func collect(name string, opts []Option) (*options, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.err != nil {
+		return nil, &streamq.ConfigError{Field: "periodic option of " + strconv.Quote(name), Reason: o.err.Error()}
+	}
+	for _, h := range []string{HeaderName, HeaderTick} {
+		if _, ok := o.headers[h]; ok {
+			return nil, &streamq.ConfigError{Field: "periodic headers of " + strconv.Quote(name),
+				Reason: fmt.Sprintf("header %q is set by the scheduler: remove it from WithHeaders", h)}
+		}
+	}
+	return &o, nil
+}
+
+// validName accepts 1..streamq.MaxNameLen bytes of printable ASCII without
+// spaces: the name is part of Redis keys and of log lines.
+func validName(name string) error {
+	const field = "periodic schedule name"
+	if name == "" {
+		return &streamq.ConfigError{Field: field, Reason: "is empty: name the schedule, e.g. \"nightly-report\""}
+	}
+	if len(name) > streamq.MaxNameLen {
+		return &streamq.ConfigError{Field: field, Reason: fmt.Sprintf("%q... is %d bytes long: use at most %d", name[:20], len(name), streamq.MaxNameLen)}
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c <= ' ' || c >= 0x7f {
+			return &streamq.ConfigError{Field: field, Reason: fmt.Sprintf("%q contains %q at byte %d: use printable ASCII without spaces", name, c, i)}
+		}
+	}
+	return nil
+}
+
+func (s *Scheduler) add(name, desc string, t ticker, payload []byte, o *options) error {
+	sc := &schedule{
+		name:    name,
+		desc:    desc,
+		t:       t,
+		missed:  s.cfg.Missed,
+		payload: slices.Clone(payload),
+		headers: o.headers,
+	}
+	if sc.payload == nil {
+		sc.payload = []byte{}
+	}
+	if o.missed != nil {
+		sc.missed = *o.missed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running {
+		return &streamq.ConfigError{Field: "periodic schedule " + strconv.Quote(name), Reason: "registered while Run runs: register every schedule before calling Run"}
+	}
+	if _, dup := s.byName[name]; dup {
+		return &streamq.ConfigError{Field: "periodic schedule name", Reason: fmt.Sprintf("%q is already registered: give each schedule its own name", name)}
+	}
+	s.byName[name] = sc
+	s.scheds = append(s.scheds, sc)
+	return nil
+}
+
+// Next returns the first tick of the schedule called name strictly after t.
+// It reports false if there is no such schedule, or no tick within five years.
+func (s *Scheduler) Next(name string, t time.Time) (time.Time, bool) {
+	s.mu.Lock()
+	sc := s.byName[name]
+	s.mu.Unlock()
+	if sc == nil {
+		return time.Time{}, false
+	}
+	n := sc.t.next(t)
+	return n, !n.IsZero()
+}
+
+// FromMessage returns the schedule name and tick of a job enqueued by a
+// Scheduler. It reports false for other jobs.
+func FromMessage(msg *streamq.Message) (name string, tick time.Time, ok bool) {
+	if msg == nil {
+		return "", time.Time{}, false
+	}
+	name, ok = msg.Headers[HeaderName]
+	if !ok {
+		return "", time.Time{}, false
+	}
+	tick, err := time.Parse(time.RFC3339Nano, msg.Headers[HeaderTick])
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return name, tick, true
+}
+
+// state is Run's bookkeeping for one schedule.
+type state struct {
+	next    time.Time // the next tick to enqueue; zero: none within five years
+	recheck time.Time // when next is zero: when to look again
+	catchUp time.Time // a missed tick still to enqueue (MissedRunOnce); zero: none
+}
+
+// Run enqueues the jobs of every registered schedule until ctx is cancelled.
+// It sleeps with a timer until the next tick of any schedule; at a tick T it
+// enqueues one job for (schedule, T) unless another scheduler already did.
+// If Run falls behind by more than one tick (a long pause, Redis down), it
+// enqueues only the latest due tick of each schedule.
+//
+// On start, ticks that passed while no scheduler ran are handled by the
+// schedule's [MissedPolicy]. Transient Redis errors are logged and retried
+// with backoff (50 ms doubling to 5 s). Run returns nil once ctx is done,
+// [ErrRunning] if it is already running, and an error when no schedule is
+// registered or Redis answers with an error that retrying cannot fix (wrong
+// key type, missing permission). Run composes with errgroup.
+func (s *Scheduler) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.running {
+		s.mu.Unlock()
+		return ErrRunning
+	}
+	if len(s.scheds) == 0 {
+		s.mu.Unlock()
+		return &streamq.ConfigError{Field: "periodic schedules", Reason: "none registered: call Register or RegisterInterval before Run"}
+	}
+	s.running = true
+	scheds := slices.Clone(s.scheds)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.running = false
+		s.mu.Unlock()
+	}()
+
+	sts := s.start(scheds, s.cfg.Now())
+	var bo backoff
+	for {
+		now := s.cfg.Now()
+		wake, failed, err := s.step(ctx, scheds, sts, now)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if failed {
+			wake = minTime(wake, now.Add(bo.next()))
+		} else {
+			bo.reset()
+		}
+		t := time.NewTimer(wake.Sub(s.cfg.Now()))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// start returns the initial state of each schedule at now.
+func (s *Scheduler) start(scheds []*schedule, now time.Time) []state {
+	sts := make([]state, len(scheds))
+	for i, sc := range scheds {
+		sts[i].next = sc.t.next(now)
+		if sc.missed == MissedRunOnce {
+			sts[i].catchUp = sc.t.prev(now)
+		}
+	}
+	return sts
+}
+
+// step enqueues what is due at now and returns when to wake up next. failed
+// reports a transient error (retry after a backoff); err is fatal.
+func (s *Scheduler) step(ctx context.Context, scheds []*schedule, sts []state, now time.Time) (wake time.Time, failed bool, err error) {
+	wake = now.Add(dormantRecheck)
+	for i, sc := range scheds {
+		st := &sts[i]
+		if st.next.IsZero() && !st.recheck.After(now) {
+			st.next = sc.t.next(now)
+			st.recheck = now.Add(dormantRecheck)
+		}
+		if !st.catchUp.IsZero() {
+			if _, _, ferr := s.fire(ctx, sc, st.catchUp, true); ferr != nil {
+				if asFatal(ferr) {
+					return wake, false, ferr
+				}
+				failed = true
+			} else {
+				st.catchUp = time.Time{}
+			}
+		}
+		if !st.next.IsZero() && !st.next.After(now) {
+			// The latest due tick; older ones (if Run fell behind) are skipped.
+			tick := sc.t.prev(now)
+			if tick.IsZero() || tick.Before(st.next) {
+				tick = st.next
+			}
+			if _, _, ferr := s.fire(ctx, sc, tick, false); ferr != nil {
+				if asFatal(ferr) {
+					return wake, false, ferr
+				}
+				failed = true // st.next stays due: retried after the backoff
+			} else {
+				st.next = sc.t.next(now)
+				st.recheck = now.Add(dormantRecheck)
+				st.catchUp = time.Time{} // a newer tick fired: the missed one is moot
+			}
+		}
+		if st.next.IsZero() {
+			wake = minTime(wake, st.recheck)
+		} else {
+			wake = minTime(wake, st.next)
+		}
+	}
+	return wake, failed, nil
+}
+
+// outcome is what the tick script did.
+type outcome int
+
+const (
+	enqueued  outcome = iota + 1
+	duplicate         // this tick was already enqueued
+	stale             // a later tick was already enqueued
+	neverRan          // catch-up of a schedule with no history: nothing to do
+)
+
+// fire runs the tick script for (sc, tick). It returns the job's entry ID
+// (for enqueued and duplicate) and what happened. When the stream is at its
+// cap it trims acknowledged history once and retries, then gives up with
+// [streamq.ErrQueueFull].
+func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catchUp bool) (string, outcome, error) {
+	h := make(map[string]string, len(sc.headers)+2)
+	maps.Copy(h, sc.headers)
+	h[HeaderName] = sc.name
+	h[HeaderTick] = tick.UTC().Format(time.RFC3339Nano)
+	tickMs := tick.UnixMilli()
+	keys := []string{
+		s.q.StreamKey(),
+		s.q.Key("periodic:" + sc.name + ":" + strconv.FormatInt(tickMs, 10)),
+		s.q.Key("periodic-last:" + sc.name),
+	}
+	flag := "0"
+	if catchUp {
+		flag = "1"
+	}
+	args := []any{
+		tickMs, tickKeyTTL(sc.t, tick).Milliseconds(), flag, max(s.q.MaxLen(), 0),
+	}
+	args = append(args, s.p.EntryFields(ctx, sc.payload, h, s.cfg.Now())...)
+	var res []any
+	var err error
+	for attempt := 0; ; attempt++ {
+		res, err = scriptTick.Run(ctx, s.q.Client(), keys, args...).Slice()
+		if err == nil || !strings.HasPrefix(err.Error(), "QUEUEFULL") || attempt > 0 {
+			break
+		}
+		if n, terr := s.q.Trim(ctx); terr != nil || n == 0 {
+			break
+		}
+	}
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "QUEUEFULL") {
+			err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
+		}
+		fatal := isFatal(err)
+		err = fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)
+		if fatal {
+			return "", 0, &fatalError{err}
+		}
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "streamq: cannot enqueue periodic job, retrying", "schedule", sc.name, "tick", tick, "error", err)
+		}
+		return "", 0, err
+	}
+	o, id := parseResult(res)
+	switch o {
+	case enqueued:
+		s.log.DebugContext(ctx, "streamq: periodic job enqueued", "schedule", sc.name, "tick", tick, "msg_id", id, "catch_up", catchUp)
+	case duplicate, stale:
+		s.log.DebugContext(ctx, "streamq: periodic tick already enqueued by another scheduler", "schedule", sc.name, "tick", tick, "msg_id", id)
+	}
+	return id, o, nil
+}
+
+// parseResult decodes scriptTick's reply.
+func parseResult(res []any) (outcome, string) {
+	str := func(i int) string {
+		if i < len(res) {
+			s, _ := res[i].(string)
+			return s
+		}
+		return ""
+	}
+	if n, _ := res[0].(int64); n == 1 {
+		return enqueued, str(1)
+	}
+	switch str(1) {
+	case "dup":
+		return duplicate, str(2)
+	case "stale":
+		return stale, ""
+	}
+	return neverRan, ""
+}
+
+// tickKeyTTL is how long the tick key of tick lives: twice the gap to the
+// following tick plus a minute. Once the following tick fired, the last-tick
+// key alone keeps tick from firing again; the tick key only has to outlive
+// the schedulers that may still be racing for it.
+func tickKeyTTL(t ticker, tick time.Time) time.Duration {
+	gap := dormantRecheck
+	if n := t.next(tick); !n.IsZero() {
+		gap = n.Sub(tick)
+	}
+	return 2*gap + time.Minute
+}
+
+// isFatal reports Redis errors that retrying cannot fix.
+func isFatal(err error) bool {
+	s := err.Error()
+	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command"} {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// fatalError marks an error that makes Run return instead of retrying.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+func asFatal(err error) bool {
+	var f *fatalError
+	return errors.As(err, &f)
+}
+
+// backoff paces retries after Redis errors: 50 ms doubling to 5 s, jittered.
+type backoff struct{ n int }
+
+func (b *backoff) reset() { b.n = 0 }
+
+func (b *backoff) next() time.Duration {
+	d := 50 * time.Millisecond << min(b.n, 7) // 6.4 s at most, capped below
+	d = min(d, 5*time.Second)
+	b.n++
+	return d/2 + rand.N(d/2+1)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,510 @@
+package periodic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/redistest"
+)
+
+// fakeClock is a clock the test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = t
+}
+
+// env is one test's queue on the shared test Redis.
+type env struct {
+	rdb *redis.Client
+	q   *streamq.Queue
+	p   *streamq.Producer
+}
+
+func setup(t *testing.T, qcfg *streamq.QueueConfig) *env {
+	t.Helper()
+	rdb := redistest.NewClient(t)
+	q, err := streamq.NewQueue(rdb, redistest.Name(t), qcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{rdb: rdb, q: q, p: p}
+}
+
+// scheduler returns a new scheduler on e's queue with clk as its clock.
+func (e *env) scheduler(t *testing.T, clk *fakeClock, cfg Config) *Scheduler {
+	t.Helper()
+	if clk != nil {
+		cfg.Now = clk.Now
+	}
+	s, err := New(e.p, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// job is a stream entry as the test sees it.
+type job struct {
+	id      string
+	payload string
+	name    string
+	tick    time.Time
+	enq     string
+	headers map[string]string
+}
+
+// jobs reads every entry of the queue's stream.
+func (e *env) jobs(t *testing.T) []job {
+	t.Helper()
+	msgs, err := e.rdb.XRange(context.Background(), e.q.StreamKey(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]job, 0, len(msgs))
+	for _, m := range msgs {
+		j := job{id: m.ID, headers: map[string]string{}}
+		j.payload, _ = m.Values["payload"].(string)
+		j.enq, _ = m.Values["enq"].(string)
+		if v, _ := m.Values["v"].(string); v != "1" {
+			t.Fatalf("entry %s has v=%q, want 1", m.ID, v)
+		}
+		h, _ := m.Values["headers"].(string)
+		if err := json.Unmarshal([]byte(h), &j.headers); err != nil {
+			t.Fatalf("entry %s headers %q: %v", m.ID, h, err)
+		}
+		j.name = j.headers[HeaderName]
+		if j.tick, err = time.Parse(time.RFC3339Nano, j.headers[HeaderTick]); err != nil {
+			t.Fatalf("entry %s tick header: %v", m.ID, err)
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// ticksOf returns the ticks of the jobs, in stream order.
+func ticksOf(js []job) []time.Time {
+	out := make([]time.Time, len(js))
+	for i, j := range js {
+		out[i] = j.tick
+	}
+	return out
+}
+
+func sameTicks(t *testing.T, got []time.Time, want ...time.Time) {
+	t.Helper()
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(got); i++ {
+		ok = got[i].Equal(want[i])
+	}
+	if !ok {
+		t.Fatalf("ticks %v, want %v", got, want)
+	}
+}
+
+func TestNew_Validation(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	var ce *streamq.ConfigError
+	if _, err := New(nil, nil); !errors.As(err, &ce) || !strings.Contains(err.Error(), "streamq.NewProducer") {
+		t.Errorf("nil producer: %v", err)
+	}
+	if _, err := New(e.p, &Config{Missed: 7}); !errors.As(err, &ce) || ce.Field != "periodic.Config.Missed" {
+		t.Errorf("bad policy: %v", err)
+	}
+	cfg := &Config{}
+	s, err := New(e.p, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Location != nil || cfg.Now != nil {
+		t.Errorf("New changed the caller's config: %+v", cfg)
+	}
+	if s.cfg.Location != time.UTC || s.cfg.Now == nil || s.cfg.Missed != MissedSkip {
+		t.Errorf("defaults not applied: %+v", s.cfg)
+	}
+}
+
+func TestScheduler_RegisterValidation(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.scheduler(t, nil, Config{})
+	if err := s.Register("taken", "@hourly", nil); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		reg  func() error
+		hint string // part of the error that says how to fix it
+	}{
+		{"empty name", func() error { return s.Register("", "@hourly", nil) }, "name the schedule"},
+		{"name with space", func() error { return s.Register("a b", "@hourly", nil) }, "without spaces"},
+		{"long name", func() error { return s.Register(strings.Repeat("x", streamq.MaxNameLen+1), "@hourly", nil) }, "use at most"},
+		{"duplicate name", func() error { return s.Register("taken", "@daily", nil) }, "give each schedule its own name"},
+		{"duplicate name interval", func() error { return s.RegisterInterval("taken", time.Second, nil) }, "give each schedule its own name"},
+		{"bad spec", func() error { return s.Register("x", "every day", nil) }, "use 5 fields"},
+		{"empty spec", func() error { return s.Register("x", "", nil) }, "is empty"},
+		{"never fires", func() error { return s.Register("x", "0 0 30 2 *", nil) }, "never fires"},
+		{"zone twice", func() error { return s.Register("x", "CRON_TZ=UTC @daily", nil, InLocation(paris)) }, "keep one of the two"},
+		{"nil zone", func() error { return s.Register("x", "@daily", nil, InLocation(nil)) }, "pass a zone"},
+		{"bad policy", func() error { return s.Register("x", "@daily", nil, WithMissed(-1)) }, "MissedRunOnce"},
+		{"reserved header", func() error {
+			return s.Register("x", "@daily", nil, WithHeaders(map[string]string{HeaderTick: "1"}))
+		}, "set by the scheduler"},
+		{"interval too short", func() error { return s.RegisterInterval("x", time.Millisecond, nil) }, "use a longer interval"},
+		{"interval not whole ms", func() error { return s.RegisterInterval("x", time.Second+time.Microsecond, nil) }, "round it"},
+		{"interval with zone", func() error { return s.RegisterInterval("x", time.Second, nil, InLocation(paris)) }, "remove it"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := tt.reg()
+			var ce *streamq.ConfigError
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), tt.hint) {
+				t.Fatalf("err = %v, want a ConfigError containing %q", err, tt.hint)
+			}
+		})
+	}
+}
+
+func TestScheduler_Next(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.scheduler(t, nil, Config{Location: tokyo})
+	must(t, s.Register("cfg-zone", "0 9 * * *", nil))
+	must(t, s.Register("opt-zone", "0 9 * * *", nil, InLocation(time.UTC)))
+	must(t, s.Register("seconds", "15 * * * * *", nil))
+	must(t, s.RegisterInterval("interval", 90*time.Second, nil))
+	from := utc("2024-05-01T00:00:00Z")
+	for name, want := range map[string]string{
+		"cfg-zone": "2024-05-02T00:00:00Z", // 09:00 Tokyo is midnight UTC; strictly after from
+		"opt-zone": "2024-05-01T09:00:00Z",
+		"seconds":  "2024-05-01T00:00:15Z",
+		"interval": "2024-05-01T00:01:30Z",
+	} {
+		got, ok := s.Next(name, from)
+		if !ok || !got.Equal(utc(want)) {
+			t.Errorf("Next(%s) = %s, %v; want %s", name, got.UTC(), ok, want)
+		}
+	}
+	if _, ok := s.Next("unknown", from); ok {
+		t.Error("Next of an unknown schedule reported true")
+	}
+}
+
+// TestScheduler_OneJobPerTick runs several schedulers through the same ticks
+// with a fake clock: each tick gives one job, whoever gets there first.
+func TestScheduler_OneJobPerTick(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	t0 := utc("2024-05-01T10:00:00.400Z")
+	clk := newFakeClock(t0)
+	var ss []*Scheduler
+	var sts [][]state
+	for range 3 {
+		s := e.scheduler(t, clk, Config{})
+		must(t, s.Register("beat", "* * * * * *", []byte("hello"), WithHeaders(map[string]string{"team": "ops"})))
+		ss = append(ss, s)
+		sts = append(sts, s.start(s.scheds, t0))
+	}
+	// Each scheduler wakes a little late, at a different offset, at every tick.
+	for sec := 1; sec <= 5; sec++ {
+		for i, s := range ss {
+			now := utc("2024-05-01T10:00:00Z").Add(time.Duration(sec)*time.Second + time.Duration(i*7)*time.Millisecond)
+			clk.Set(now)
+			wake, failed, err := s.step(ctx, s.scheds, sts[i], now)
+			if err != nil || failed {
+				t.Fatalf("step: %v (failed %v)", err, failed)
+			}
+			if want := utc("2024-05-01T10:00:00Z").Add(time.Duration(sec+1) * time.Second); !wake.Equal(want) {
+				t.Fatalf("wake %s, want %s", wake, want)
+			}
+		}
+	}
+	js := e.jobs(t)
+	base := utc("2024-05-01T10:00:00Z")
+	sameTicks(t, ticksOf(js), base.Add(time.Second), base.Add(2*time.Second), base.Add(3*time.Second), base.Add(4*time.Second), base.Add(5*time.Second))
+	for _, j := range js {
+		if j.payload != "hello" || j.name != "beat" || j.headers["team"] != "ops" {
+			t.Fatalf("job %+v", j)
+		}
+		if j.headers[HeaderTick] != j.tick.UTC().Format(time.RFC3339) {
+			t.Fatalf("tick header %q is not RFC 3339 UTC", j.headers[HeaderTick])
+		}
+	}
+	// The tick key holds the job's ID and expires.
+	key := e.q.Key("periodic:beat:" + strconv.FormatInt(base.Add(time.Second).UnixMilli(), 10))
+	if id, err := e.rdb.Get(ctx, key).Result(); err != nil || id != js[0].id {
+		t.Fatalf("tick key = %q, %v; want %s", id, err, js[0].id)
+	}
+	if ttl := e.rdb.PTTL(ctx, key).Val(); ttl <= 0 || ttl > 2*time.Second+time.Minute {
+		t.Fatalf("tick key TTL %s", ttl)
+	}
+	// A retry of an old tick (say, after a timeout whose reply was lost)
+	// reports the existing job and adds nothing.
+	id, o, err := ss[0].fire(ctx, ss[0].scheds[0], base.Add(2*time.Second), false)
+	if err != nil || o != duplicate || id != js[1].id {
+		t.Fatalf("refire = %q, %v, %v; want duplicate of %s", id, o, err, js[1].id)
+	}
+}
+
+// TestScheduler_FallsBehind: a scheduler that wakes several ticks late
+// enqueues only the latest due tick.
+func TestScheduler_FallsBehind(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	t0 := utc("2024-05-01T10:00:00Z")
+	clk := newFakeClock(t0)
+	s := e.scheduler(t, clk, Config{})
+	must(t, s.RegisterInterval("every-10s", 10*time.Second, nil))
+	sts := s.start(s.scheds, t0)
+	now := t0.Add(47 * time.Second)
+	clk.Set(now)
+	wake, _, err := s.step(ctx, s.scheds, sts, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameTicks(t, ticksOf(e.jobs(t)), t0.Add(40*time.Second))
+	if !wake.Equal(t0.Add(50 * time.Second)) {
+		t.Fatalf("wake %s", wake)
+	}
+}
+
+// TestScheduler_Missed covers what a scheduler does on start with the ticks
+// that passed while no scheduler ran.
+func TestScheduler_Missed(t *testing.T) {
+	t.Parallel()
+	base := utc("2024-05-01T00:00:00Z")
+	hour := func(n int) time.Time { return base.Add(time.Duration(n) * time.Hour) }
+	tests := []struct {
+		name    string
+		policy  MissedPolicy
+		option  bool // set the policy per schedule instead of in Config
+		history bool // the schedule fired at hour 1 before the outage
+		want    []time.Time
+	}{
+		{"skip", MissedSkip, false, true, []time.Time{hour(1), hour(6)}},
+		{"run once", MissedRunOnce, false, true, []time.Time{hour(1), hour(5), hour(6)}},
+		{"run once per schedule", MissedRunOnce, true, true, []time.Time{hour(1), hour(5), hour(6)}},
+		{"run once without history", MissedRunOnce, false, false, []time.Time{hour(6)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, nil)
+			ctx := context.Background()
+			clk := newFakeClock(base)
+			newSched := func() (*Scheduler, []state) {
+				cfg := Config{Missed: tt.policy}
+				var opts []Option
+				if tt.option {
+					cfg.Missed = MissedSkip
+					opts = append(opts, WithMissed(tt.policy))
+				}
+				s := e.scheduler(t, clk, cfg)
+				must(t, s.Register("hourly", "@hourly", nil, opts...))
+				return s, s.start(s.scheds, clk.Now())
+			}
+			if tt.history {
+				// A scheduler runs from 00:30 to 01:30, firing 01:00.
+				clk.Set(base.Add(30 * time.Minute))
+				s, st := newSched()
+				clk.Set(hour(1))
+				if _, _, err := s.step(ctx, s.scheds, st, hour(1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Every scheduler is down until 05:20; two start at once.
+			restart := hour(5).Add(20 * time.Minute)
+			clk.Set(restart)
+			a, sa := newSched()
+			b, sb := newSched()
+			for _, p := range []struct {
+				s  *Scheduler
+				st []state
+			}{{a, sa}, {b, sb}} {
+				wake, failed, err := p.s.step(ctx, p.s.scheds, p.st, restart)
+				if err != nil || failed {
+					t.Fatalf("step: %v (failed %v)", err, failed)
+				}
+				if !wake.Equal(hour(6)) {
+					t.Fatalf("wake %s, want %s", wake, hour(6))
+				}
+			}
+			clk.Set(hour(6))
+			if _, _, err := a.step(ctx, a.scheds, sa, hour(6)); err != nil {
+				t.Fatal(err)
+			}
+			sameTicks(t, ticksOf(e.jobs(t)), tt.want...)
+		})
+	}
+}
+
+// TestScheduler_StaleTick: a tick older than the last enqueued one is never
+// enqueued, even once its tick key has expired.
+func TestScheduler_StaleTick(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	t0 := utc("2024-05-01T10:00:00Z")
+	s := e.scheduler(t, newFakeClock(t0), Config{})
+	must(t, s.RegisterInterval("i", time.Second, nil))
+	sc := s.scheds[0]
+	if _, o, err := s.fire(ctx, sc, t0.Add(2*time.Second), false); err != nil || o != enqueued {
+		t.Fatalf("fire: %v, %v", o, err)
+	}
+	if _, o, err := s.fire(ctx, sc, t0.Add(time.Second), false); err != nil || o != stale {
+		t.Fatalf("older tick: %v, %v; want stale", o, err)
+	}
+	if n := len(e.jobs(t)); n != 1 {
+		t.Fatalf("%d jobs, want 1", n)
+	}
+}
+
+// TestScheduler_QueueFull: the scheduler respects the queue's cap and keeps
+// no trace of a tick it could not enqueue.
+func TestScheduler_QueueFull(t *testing.T) {
+	t.Parallel()
+	e := setup(t, &streamq.QueueConfig{MaxLen: 2})
+	ctx := context.Background()
+	must(t, e.q.Setup(ctx))
+	for range 2 {
+		if _, err := e.p.Enqueue(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := utc("2024-05-01T10:00:00Z")
+	s := e.scheduler(t, newFakeClock(t0), Config{})
+	must(t, s.RegisterInterval("i", time.Second, nil))
+	_, _, err := s.fire(ctx, s.scheds[0], t0, false)
+	if !errors.Is(err, streamq.ErrQueueFull) {
+		t.Fatalf("err = %v, want ErrQueueFull", err)
+	}
+	if n := e.rdb.Exists(ctx, e.q.Key("periodic-last:i")).Val(); n != 0 {
+		t.Fatal("last-tick key written for a tick that was not enqueued")
+	}
+}
+
+func TestScheduler_Run(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	s := e.scheduler(t, nil, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := s.Run(ctx); err == nil || !strings.Contains(err.Error(), "call Register") {
+		t.Fatalf("Run without schedules: %v", err)
+	}
+	must(t, s.RegisterInterval("fast", MinInterval, []byte("p")))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	redistest.WaitFor(t, 5*time.Second, "3 periodic jobs", func() bool {
+		return e.rdb.XLen(context.Background(), e.q.StreamKey()).Val() >= 3
+	})
+	if err := s.Run(ctx); !errors.Is(err, ErrRunning) {
+		t.Errorf("second Run: %v, want ErrRunning", err)
+	}
+	if err := s.RegisterInterval("late", time.Second, nil); err == nil || !strings.Contains(err.Error(), "before calling Run") {
+		t.Errorf("Register during Run: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	js := e.jobs(t)
+	for i := 1; i < len(js); i++ {
+		if !js[i].tick.After(js[i-1].tick) || js[i].tick.UnixMilli()%MinInterval.Milliseconds() != 0 {
+			t.Fatalf("ticks not increasing multiples of %s: %v", MinInterval, ticksOf(js))
+		}
+	}
+}
+
+// TestScheduler_RunFatal: Run returns errors that retrying cannot fix.
+func TestScheduler_RunFatal(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	must(t, e.rdb.Set(ctx, e.q.StreamKey(), "not a stream", time.Minute).Err())
+	s := e.scheduler(t, nil, Config{})
+	must(t, s.RegisterInterval("fast", MinInterval, nil))
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Fatalf("Run = %v, want a WRONGTYPE error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return on a fatal error")
+	}
+}
+
+func TestFromMessage(t *testing.T) {
+	t.Parallel()
+	tick := utc("2024-05-01T10:00:00Z")
+	name, got, ok := FromMessage(&streamq.Message{Headers: map[string]string{HeaderName: "n", HeaderTick: "2024-05-01T10:00:00Z"}})
+	if !ok || name != "n" || !got.Equal(tick) {
+		t.Fatalf("FromMessage = %q, %s, %v", name, got, ok)
+	}
+	for _, m := range []*streamq.Message{nil, {Headers: map[string]string{}}, {Headers: map[string]string{HeaderName: "n", HeaderTick: "yesterday"}}} {
+		if _, _, ok := FromMessage(m); ok {
+			t.Errorf("FromMessage(%+v) reported true", m)
+		}
+	}
+}
+
+func TestMissedPolicy_String(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[MissedPolicy]string{MissedSkip: "skip", MissedRunOnce: "run_once", 9: "MissedPolicy(9)"} {
+		if got := p.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int(p), got, want)
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,48 @@
+package periodic
+
+import "github.com/redis/go-redis/v9"
+
+// scriptTick enqueues the job of one tick of one schedule, at most once per
+// (schedule, tick) however many schedulers call it, and without a leader: the
+// check, the XADD and both bookkeeping writes are one atomic script, so a
+// scheduler that dies at any instruction leaves either nothing or everything.
+//
+// KEYS[1] the queue's stream
+// KEYS[2] the tick key, <prefix>:{<queue>}:periodic:<name>:<tick Unix ms>
+// KEYS[3] the schedule's last-tick key, <prefix>:{<queue>}:periodic-last:<name>
+// ARGV[1] tick (Unix ms)
+// ARGV[2] TTL of the tick key (ms)
+// ARGV[3] "1" for a catch-up of a tick missed while no scheduler ran (it is
+// enqueued only if the schedule has fired before), "0" for a tick on time
+// ARGV[4] stream cap (0 or less: none); reaching it refuses, never trims
+// ARGV[5..] field/value arguments of the stream entry (wire format v1)
+//
+// Returns {1, entry ID} when it enqueued the job; {0, "dup", entry ID} when
+// this tick was already enqueued; {0, "stale", last tick} when a later tick of
+// the schedule was already enqueued (ticks fire in order, so an older one is
+// never enqueued after a newer one); {0, "new"} for a catch-up of a schedule
+// that never fired. Errors with "QUEUEFULL ..." when the stream is at its cap.
+// Writes happen only after the XADD succeeded, so a failed XADD changes nothing.
+var scriptTick = redis.NewScript(`
+local tick = tonumber(ARGV[1])
+local last = redis.call('GET', KEYS[3])
+if last and tonumber(last) >= tick then
+  local id = redis.call('GET', KEYS[2])
+  if id then return {0, 'dup', id} end
+  return {0, 'stale', last}
+end
+if not last and ARGV[3] == '1' then return {0, 'new'} end
+local id = redis.call('GET', KEYS[2])
+if id then return {0, 'dup', id} end
+local cap = tonumber(ARGV[4])
+if cap > 0 then
+  local len = redis.call('XLEN', KEYS[1])
+  if len >= cap then
+    return redis.error_reply('QUEUEFULL stream length ' .. len .. ', cap ' .. cap)
+  end
+end
+id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 5))
+redis.call('SET', KEYS[2], id, 'NX', 'PX', ARGV[2])
+redis.call('SET', KEYS[3], ARGV[1])
+return {1, id}
+`)
