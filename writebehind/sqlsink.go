@@ -1,0 +1,563 @@
+package writebehind
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"modernc.org/sqlite"
+
+	"github.com/streamq/streamq"
+)
+
+// Dialect is the SQL dialect an [SQLSink] speaks. The zero value means
+// "detect it from the driver of the *sql.DB given to [NewSQLSink]".
+type Dialect int
+
+// Supported dialects.
+const (
+	// DialectSQLite is SQLite 3.32 or later, as provided by the pure-Go
+	// modernc.org/sqlite driver (see [OpenSQLite]).
+	DialectSQLite Dialect = iota + 1
+	// DialectPostgres is PostgreSQL 9.5 or later, for example through the
+	// github.com/jackc/pgx/v5/stdlib driver (see [OpenPostgres]).
+	DialectPostgres
+)
+
+// String returns the dialect's name: "sqlite", "postgres", or "auto" for the
+// zero value.
+func (d Dialect) String() string {
+	switch d {
+	case 0:
+		return "auto"
+	case DialectSQLite:
+		return "sqlite"
+	case DialectPostgres:
+		return "postgres"
+	}
+	return "Dialect(" + strconv.Itoa(int(d)) + ")"
+}
+
+// SQLSink defaults.
+const (
+	// DefaultTable is the table used when SQLSinkConfig.Table is empty.
+	DefaultTable = "streamq_writebehind"
+	// DefaultKeyColumn is the key column used when SQLSinkConfig.KeyColumn is empty.
+	DefaultKeyColumn = "key"
+	// DefaultValueColumn is the value column used when SQLSinkConfig.ValueColumn is empty.
+	DefaultValueColumn = "value"
+	// DefaultVersionColumn is the version column used when SQLSinkConfig.VersionColumn is empty.
+	DefaultVersionColumn = "version"
+	// DefaultDeletedColumn is the tombstone column used when SQLSinkConfig.DeletedColumn is empty.
+	DefaultDeletedColumn = "deleted"
+	// DefaultUpdatedAtColumn is the timestamp column used when SQLSinkConfig.UpdatedAtColumn is empty.
+	DefaultUpdatedAtColumn = "updated_at"
+
+	// MaxIdentifierLen is the longest accepted table, schema or column name,
+	// in bytes (PostgreSQL's limit; longer names would be silently truncated).
+	MaxIdentifierLen = 63
+)
+
+// Bind parameter limits per statement, and the parameters one row takes.
+const (
+	sqliteMaxParams   = 32766 // SQLITE_MAX_VARIABLE_NUMBER of SQLite >= 3.32
+	postgresMaxParams = 65535 // the wire protocol counts parameters in 16 bits
+	paramsPerRow      = 4     // key, value, version, deleted
+)
+
+// Connection settings applied by OpenSQLite and OpenPostgres.
+const (
+	sqliteBusyTimeout       = 10 * time.Second
+	postgresMaxIdleConns    = 4
+	postgresConnMaxIdleTime = 5 * time.Minute
+
+	// sqliteTimeLayout matches strftime('%Y-%m-%dT%H:%M:%fZ'), the column's
+	// default, so all updated_at values sort as text.
+	sqliteTimeLayout = "2006-01-02T15:04:05.000Z"
+)
+
+// SQLSinkConfig configures an [SQLSink]. The zero value is valid: SQLite or
+// PostgreSQL (detected from the driver) with table DefaultTable and the
+// default column names.
+//
+// Names may contain only ASCII letters, digits and underscores, must not start
+// with a digit and are at most MaxIdentifierLen bytes. They are always quoted
+// in SQL, so they are case-sensitive in PostgreSQL and may be SQL keywords.
+type SQLSinkConfig struct {
+	// Dialect is the SQL dialect of the database. Defaults to detecting it
+	// from the driver: modernc.org/sqlite means DialectSQLite, the pgx stdlib
+	// driver means DialectPostgres. Other drivers need it set.
+	Dialect Dialect
+
+	// Table is the table that holds the rows, optionally qualified by a
+	// schema ("cache.users"; for SQLite the schema is an attached database
+	// such as "main"). [SQLSink.CreateSchema] creates the table but not the
+	// schema. Defaults to DefaultTable.
+	Table string
+
+	// KeyColumn is the primary key column (text). Defaults to DefaultKeyColumn.
+	KeyColumn string
+	// ValueColumn holds the value (BLOB in SQLite, BYTEA in PostgreSQL); NULL
+	// for deleted keys. Defaults to DefaultValueColumn.
+	ValueColumn string
+	// VersionColumn holds the row's version (BIGINT NOT NULL). Defaults to
+	// DefaultVersionColumn.
+	VersionColumn string
+	// DeletedColumn is the tombstone flag (BOOLEAN NOT NULL). Defaults to
+	// DefaultDeletedColumn.
+	DeletedColumn string
+	// UpdatedAtColumn is set whenever a change is applied to the row: in
+	// PostgreSQL to now() (the transaction's start) in a TIMESTAMPTZ; in
+	// SQLite, which runs in-process, to the Go clock at Write, as text in
+	// RFC 3339 UTC with milliseconds ("2006-01-02T15:04:05.000Z").
+	// Defaults to DefaultUpdatedAtColumn.
+	UpdatedAtColumn string
+}
+
+// SQLSink is a [Sink] that upserts changes into one table of a SQLite or
+// PostgreSQL database through database/sql. Each key has one row holding
+// its value, version and a tombstone flag: a deletion keeps the row with
+// deleted = true and value = NULL, so that a replayed older change can not
+// bring the key back. A change is applied only if its version is newer than
+// the row's.
+//
+// An SQLSink is safe for concurrent use. The caller owns the *sql.DB and
+// closes it.
+type SQLSink struct {
+	db      *sql.DB
+	dialect Dialect
+	table   string // as configured, for messages
+	maxRows int    // rows per INSERT statement
+
+	createSQL    string
+	upsertPrefix string // INSERT INTO ... VALUES
+	upsertSuffix string // ON CONFLICT ... WHERE ...
+	getSQL       string
+	allSQL       string
+
+	// afterStatement, when set by tests, runs after each INSERT statement of
+	// a Write, inside its transaction.
+	afterStatement func()
+}
+
+// NewSQLSink returns a sink writing to db as configured by cfg (nil means the
+// zero config). It validates the configuration but does not talk to the
+// database: call [SQLSink.CreateSchema] to create the table, or create it
+// yourself with the same columns and a primary key (or unique constraint)
+// on the key column.
+func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
+	if db == nil {
+		return nil, &streamq.ConfigError{Field: "db", Reason: "db is nil: open one with writebehind.OpenSQLite or writebehind.OpenPostgres"}
+	}
+	var c SQLSinkConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	defaultString(&c.Table, DefaultTable)
+	defaultString(&c.KeyColumn, DefaultKeyColumn)
+	defaultString(&c.ValueColumn, DefaultValueColumn)
+	defaultString(&c.VersionColumn, DefaultVersionColumn)
+	defaultString(&c.DeletedColumn, DefaultDeletedColumn)
+	defaultString(&c.UpdatedAtColumn, DefaultUpdatedAtColumn)
+
+	dialect, err := resolveDialect(db, c.Dialect)
+	if err != nil {
+		return nil, err
+	}
+	table, err := quoteTable(c.Table)
+	if err != nil {
+		return nil, err
+	}
+	cols := []struct{ field, name string }{
+		{"KeyColumn", c.KeyColumn},
+		{"ValueColumn", c.ValueColumn},
+		{"VersionColumn", c.VersionColumn},
+		{"DeletedColumn", c.DeletedColumn},
+		{"UpdatedAtColumn", c.UpdatedAtColumn},
+	}
+	seen := make(map[string]string, len(cols))
+	for _, col := range cols {
+		if reason := identifierProblem(col.name); reason != "" {
+			return nil, &streamq.ConfigError{Field: "SQLSinkConfig." + col.field, Reason: reason}
+		}
+		// SQLite compares column names case-insensitively, even quoted ones.
+		lower := strings.ToLower(col.name)
+		if other, dup := seen[lower]; dup {
+			return nil, &streamq.ConfigError{
+				Field:  "SQLSinkConfig." + col.field,
+				Reason: fmt.Sprintf("%q is also used by SQLSinkConfig.%s: give each column its own name", col.name, other),
+			}
+		}
+		seen[lower] = col.field
+	}
+
+	var (
+		key     = quoteIdent(c.KeyColumn)
+		value   = quoteIdent(c.ValueColumn)
+		version = quoteIdent(c.VersionColumn)
+		deleted = quoteIdent(c.DeletedColumn)
+		updated = quoteIdent(c.UpdatedAtColumn)
+	)
+	s := &SQLSink{db: db, dialect: dialect, table: c.Table}
+	var blobType, timeType, falseLit, nowExpr string
+	switch dialect {
+	case DialectSQLite:
+		s.maxRows = (sqliteMaxParams - 1) / paramsPerRow // one more for the time
+		blobType, timeType, falseLit, nowExpr = "BLOB", "TEXT", "0", "strftime('%Y-%m-%dT%H:%M:%fZ','now')"
+	case DialectPostgres:
+		s.maxRows = postgresMaxParams / paramsPerRow
+		blobType, timeType, falseLit, nowExpr = "BYTEA", "TIMESTAMPTZ", "FALSE", "now()"
+	}
+	s.createSQL = fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (\n"+
+		"\t%s TEXT NOT NULL PRIMARY KEY,\n"+
+		"\t%s %s,\n"+
+		"\t%s BIGINT NOT NULL,\n"+
+		"\t%s BOOLEAN NOT NULL DEFAULT %s,\n"+
+		"\t%s %s NOT NULL DEFAULT (%s)\n)",
+		table, key, value, blobType, version, deleted, falseLit, updated, timeType, nowExpr)
+	// The alias lets the WHERE clause name the stored row the same way in
+	// both dialects, whether or not the table is schema-qualified.
+	s.upsertPrefix = fmt.Sprintf("INSERT INTO %s AS cur (%s, %s, %s, %s, %s) VALUES ",
+		table, updated, key, value, version, deleted)
+	s.upsertSuffix = fmt.Sprintf(" ON CONFLICT (%[1]s) DO UPDATE SET "+
+		"%[2]s = excluded.%[2]s, %[3]s = excluded.%[3]s, %[4]s = excluded.%[4]s, %[5]s = excluded.%[5]s "+
+		"WHERE cur.%[3]s < excluded.%[3]s",
+		key, value, version, deleted, updated)
+	param1 := "?"
+	if dialect == DialectPostgres {
+		param1 = "$1"
+	}
+	s.getSQL = fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s = %s",
+		value, version, deleted, table, key, param1)
+	s.allSQL = fmt.Sprintf("SELECT %s, %s FROM %s WHERE NOT %s", key, value, table, deleted)
+	return s, nil
+}
+
+// Dialect returns the dialect the sink speaks.
+func (s *SQLSink) Dialect() Dialect { return s.dialect }
+
+// CreateSchema creates the sink's table if it does not exist yet. It does not
+// change an existing table, and does not create a schema named in
+// SQLSinkConfig.Table.
+func (s *SQLSink) CreateSchema(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, s.createSQL); err != nil {
+		return fmt.Errorf("streamq: write-behind create table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Write stores changes in one transaction: each change replaces its key's row
+// only if the row does not exist or holds an older version, so replays and
+// out-of-order batches are harmless. Of several changes of one key in the
+// batch only the one with the highest version is kept (on a tie, the later
+// one). Large batches are split into several statements, within the same
+// transaction, to respect the database's limit of bind parameters.
+//
+// Write checks every change first and returns a [*ChangeError] without
+// writing anything when one is invalid. On any error nothing of the batch is
+// written, except when committing fails because the connection broke: the
+// commit may then have happened or not, and since Write is idempotent the
+// caller simply retries. Rows are written in key order, so that concurrent
+// Writes to PostgreSQL lock rows in the same order and do not deadlock.
+func (s *SQLSink) Write(ctx context.Context, changes []Change) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	for i := range changes {
+		if reason := changes[i].invalidReason(); reason != "" {
+			return &ChangeError{Index: i, Key: changes[i].Key, Reason: reason}
+		}
+	}
+	rows := newestPerKey(changes)
+
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("streamq: write-behind begin transaction on %s: %w", s.table, err)
+	}
+	// Rollback after a successful Commit is a no-op returning sql.ErrTxDone.
+	defer func() { _ = tx.Rollback() }()
+
+	var sqliteNow string
+	if s.dialect == DialectSQLite {
+		// SQLite runs in-process, so the Go clock is the database's clock;
+		// binding the time is much cheaper than running strftime per row.
+		sqliteNow = time.Now().UTC().Format(sqliteTimeLayout)
+	}
+	var sb strings.Builder
+	args := make([]any, 0, 1+min(len(rows), s.maxRows)*paramsPerRow)
+	for start := 0; start < len(rows); start += s.maxRows {
+		chunk := rows[start:min(start+s.maxRows, len(rows))]
+		sb.Reset()
+		args = args[:0]
+		if s.dialect == DialectSQLite {
+			args = append(args, sqliteNow)
+		}
+		s.buildUpsert(&sb, len(chunk))
+		for _, ch := range chunk {
+			value := ch.Value
+			switch {
+			case ch.Deleted:
+				value = nil // NULL
+			case value == nil:
+				value = []byte{}
+			}
+			args = append(args, ch.Key, value, ch.Version, ch.Deleted)
+		}
+		if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+			return fmt.Errorf("streamq: write-behind upsert %d rows into %s: %w", len(chunk), s.table, err)
+		}
+		if s.afterStatement != nil {
+			s.afterStatement()
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("streamq: write-behind commit %d rows into %s: %w", len(rows), s.table, err)
+	}
+	return nil
+}
+
+// buildUpsert writes an INSERT ... ON CONFLICT statement for n rows to sb.
+// Each row is (updated_at, key, value, version, deleted).
+func (s *SQLSink) buildUpsert(sb *strings.Builder, n int) {
+	sb.Grow(len(s.upsertPrefix) + len(s.upsertSuffix) + n*32)
+	sb.WriteString(s.upsertPrefix)
+	param := 1
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		switch s.dialect {
+		case DialectSQLite:
+			// The time is parameter 1, bound by the first row's first "?"
+			// and named "?1" by the others. All other parameters are plain
+			// "?": SQLite looks numbered ones up in a list, which would
+			// make a long statement quadratic to prepare and bind.
+			if i == 0 {
+				sb.WriteString("(?,?,?,?,?)")
+			} else {
+				sb.WriteString("(?1,?,?,?,?)")
+			}
+		case DialectPostgres:
+			sb.WriteString("(now()")
+			for range paramsPerRow {
+				sb.WriteString(",$")
+				sb.WriteString(strconv.Itoa(param))
+				param++
+			}
+			sb.WriteByte(')')
+		}
+	}
+	sb.WriteString(s.upsertSuffix)
+}
+
+// Get returns the stored row of key. found is false when the key has no row.
+// A deleted key is found, with deleted true, a nil value and the version of
+// its deletion. Get is meant for tests and tools.
+func (s *SQLSink) Get(ctx context.Context, key string) (value []byte, version int64, deleted, found bool, err error) {
+	err = s.db.QueryRowContext(ctx, s.getSQL, key).Scan(&value, &version, &deleted)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, 0, false, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, false, fmt.Errorf("streamq: write-behind get %q from %s: %w", key, s.table, err)
+	}
+	if deleted {
+		value = nil
+	} else if value == nil {
+		value = []byte{} // SQLite stores an empty blob as NULL
+	}
+	return value, version, deleted, true, nil
+}
+
+// All returns every live (not deleted) key and its value. It reads the whole
+// table into memory, so it is meant for tests, tools and demos.
+func (s *SQLSink) All(ctx context.Context) (map[string][]byte, error) {
+	rows, err := s.db.QueryContext(ctx, s.allSQL)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: write-behind read %s: %w", s.table, err)
+	}
+	defer rows.Close()
+	all := make(map[string][]byte)
+	for rows.Next() {
+		var (
+			key   string
+			value []byte
+		)
+		if err := rows.Scan(&key, &value); err != nil {
+			return nil, fmt.Errorf("streamq: write-behind read %s: %w", s.table, err)
+		}
+		if value == nil {
+			value = []byte{}
+		}
+		all[key] = value
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("streamq: write-behind read %s: %w", s.table, err)
+	}
+	return all, nil
+}
+
+// newestPerKey returns a copy of changes sorted by key with only the highest
+// version of each key (on a tie, the later change). The input is not modified.
+func newestPerKey(changes []Change) []Change {
+	sorted := slices.Clone(changes)
+	slices.SortStableFunc(sorted, func(a, b Change) int { return strings.Compare(a.Key, b.Key) })
+	out := sorted[:0]
+	for _, ch := range sorted {
+		if n := len(out); n > 0 && out[n-1].Key == ch.Key {
+			if ch.Version >= out[n-1].Version {
+				out[n-1] = ch
+			}
+			continue
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
+// resolveDialect returns the configured dialect, or the one of db's driver.
+func resolveDialect(db *sql.DB, configured Dialect) (Dialect, error) {
+	var detected Dialect
+	switch db.Driver().(type) {
+	case *sqlite.Driver:
+		detected = DialectSQLite
+	case *stdlib.Driver:
+		detected = DialectPostgres
+	}
+	switch {
+	case configured != 0 && configured != DialectSQLite && configured != DialectPostgres:
+		return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: fmt.Sprintf("%s is not a dialect: use DialectSQLite, DialectPostgres, or leave it zero to detect it", configured)}
+	case configured == 0 && detected == 0:
+		return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: fmt.Sprintf("cannot tell the dialect of driver %T: set it to DialectSQLite or DialectPostgres", db.Driver())}
+	case configured != 0 && detected != 0 && configured != detected:
+		return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: fmt.Sprintf("%s does not match db's %s driver (%T): set it to %v, or leave it zero", configured, detected, db.Driver(), detected)}
+	case configured != 0:
+		return configured, nil
+	}
+	return detected, nil
+}
+
+// quoteTable validates a table name, optionally schema-qualified, and
+// returns it quoted.
+func quoteTable(name string) (string, error) {
+	schema, table, qualified := strings.Cut(name, ".")
+	if !qualified {
+		if reason := identifierProblem(name); reason != "" {
+			return "", &streamq.ConfigError{Field: "SQLSinkConfig.Table", Reason: reason + ` (a schema may be given as "schema.table")`}
+		}
+		return quoteIdent(name), nil
+	}
+	if reason := identifierProblem(schema); reason != "" {
+		return "", &streamq.ConfigError{Field: "SQLSinkConfig.Table", Reason: "schema: " + reason}
+	}
+	if reason := identifierProblem(table); reason != "" {
+		return "", &streamq.ConfigError{Field: "SQLSinkConfig.Table", Reason: "table: " + reason + ` (use "table" or "schema.table")`}
+	}
+	return quoteIdent(schema) + "." + quoteIdent(table), nil
+}
+
+// identifierProblem returns why name is not an acceptable identifier, or "".
+func identifierProblem(name string) string {
+	if name == "" {
+		return "name is empty"
+	}
+	if len(name) > MaxIdentifierLen {
+		return fmt.Sprintf("%q is %d bytes long: use at most MaxIdentifierLen (%d)", name, len(name), MaxIdentifierLen)
+	}
+	for i, r := range name {
+		switch {
+		case r == '_', 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z':
+		case '0' <= r && r <= '9' && i > 0:
+		default:
+			return fmt.Sprintf("%q has %q at byte %d: use only ASCII letters, digits and underscores, not starting with a digit", name, r, i)
+		}
+	}
+	return ""
+}
+
+// quoteIdent quotes a validated identifier. Validated names cannot contain
+// quotes, so no escaping is needed.
+func quoteIdent(name string) string { return `"` + name + `"` }
+
+func defaultString(v *string, def string) {
+	if *v == "" {
+		*v = def
+	}
+}
+
+// OpenSQLite opens the SQLite database file at path (created if missing; use
+// ":memory:" for a private in-memory database) with the pure-Go
+// modernc.org/sqlite driver, set up for a write-behind sink:
+//
+//   - WAL journal, so readers do not block the writer, and synchronous=FULL,
+//     so a committed batch survives a power failure before its stream entries
+//     are acknowledged;
+//   - a busy timeout of 10 s and BEGIN IMMEDIATE transactions, so writers from
+//     other processes wait for each other instead of failing with
+//     SQLITE_BUSY;
+//   - foreign keys enforced;
+//   - one open connection: SQLite runs one write transaction at a time
+//     anyway, and queueing writers in the pool is cheaper than retrying
+//     busy locks. Do not hold a *sql.Rows open while writing through the same
+//     *sql.DB: the write would wait for the connection forever.
+//
+// Like [sql.Open], it does not touch the file: errors show on first use, for
+// example in [SQLSink.CreateSchema] or [sql.DB.PingContext]. The caller closes
+// the returned *sql.DB.
+func OpenSQLite(path string) (*sql.DB, error) {
+	if path == "" {
+		return nil, &streamq.ConfigError{Field: "path", Reason: `path is empty: give a database file name, or ":memory:" for an in-memory database`}
+	}
+	// A "file:" URI keeps '?' and '#' in the path from being read as query
+	// parameters; SQLite decodes the %-escapes.
+	dsn := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path) +
+		"?_txlock=immediate" +
+		"&_pragma=busy_timeout(" + strconv.FormatInt(sqliteBusyTimeout.Milliseconds(), 10) + ")" +
+		"&_pragma=journal_mode(WAL)" +
+		"&_pragma=synchronous(FULL)" +
+		"&_pragma=foreign_keys(1)"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: open sqlite %q: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	// Keep the connection: an in-memory database lives only as long as it.
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	return db, nil
+}
+
+// OpenPostgres opens a PostgreSQL connection pool with the pgx driver
+// (github.com/jackc/pgx/v5/stdlib). dsn is a URL
+// ("postgres://user:pass@host:5432/db?sslmode=disable") or a key=value string
+// ("host=localhost user=app dbname=app"); as with libpq, settings it leaves
+// out come from the PG* environment variables and the password file. The pool
+// keeps up to 4 idle connections, closed after 5 minutes unused; its size is
+// not capped (use [sql.DB.SetMaxOpenConns] to stay below the server's
+// max_connections).
+//
+// It parses the DSN but, like [sql.Open], does not connect: connection errors
+// show on first use, for example in [SQLSink.CreateSchema] or
+// [sql.DB.PingContext]. The caller closes the returned *sql.DB.
+func OpenPostgres(dsn string) (*sql.DB, error) {
+	if dsn == "" {
+		return nil, &streamq.ConfigError{Field: "dsn", Reason: `dsn is empty: give a URL such as "postgres://user@localhost:5432/db?sslmode=disable"`}
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// pgx leaves the password out of its message.
+		return nil, fmt.Errorf("streamq: open postgres: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxIdleConns(postgresMaxIdleConns)
+	db.SetConnMaxIdleTime(postgresConnMaxIdleTime)
+	return db, nil
+}

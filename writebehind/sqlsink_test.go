@@ -1,0 +1,787 @@
+package writebehind
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/streamq/streamq"
+)
+
+// defaultTestPostgresDSN is used when POSTGRES_DSN is not set.
+const defaultTestPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// sinkDialects lists the dialects every shared sink test runs against.
+func sinkDialects() []Dialect { return []Dialect{DialectSQLite, DialectPostgres} }
+
+// openSinkTestDB returns a database of dialect d for one test: a fresh SQLite
+// file, or a pool on the PostgreSQL server named by POSTGRES_DSN. It skips
+// the test when PostgreSQL cannot be reached, unless STREAMQ_REQUIRE_POSTGRES
+// is set.
+func openSinkTestDB(tb testing.TB, d Dialect) *sql.DB {
+	tb.Helper()
+	switch d {
+	case DialectSQLite:
+		db, err := OpenSQLite(filepath.Join(tb.TempDir(), "sink.db"))
+		if err != nil {
+			tb.Fatalf("OpenSQLite: %v", err)
+		}
+		tb.Cleanup(func() { _ = db.Close() })
+		return db
+	case DialectPostgres:
+		dsn := os.Getenv("POSTGRES_DSN")
+		if dsn == "" {
+			dsn = defaultTestPostgresDSN
+		}
+		db, err := OpenPostgres(dsn)
+		if err != nil {
+			tb.Fatalf("OpenPostgres: %v", err)
+		}
+		tb.Cleanup(func() { _ = db.Close() })
+		db.SetMaxOpenConns(8)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := db.PingContext(ctx); err != nil {
+			msg := fmt.Sprintf("PostgreSQL is not reachable at POSTGRES_DSN (%q): %v; "+
+				"start one (for example: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test postgres:15) "+
+				"or point POSTGRES_DSN at a database where the tests may create tables", redactDSN(dsn), err)
+			if os.Getenv("STREAMQ_REQUIRE_POSTGRES") != "" {
+				tb.Fatalf("%s (STREAMQ_REQUIRE_POSTGRES is set)", msg)
+			}
+			tb.Skipf("%s; set STREAMQ_REQUIRE_POSTGRES=1 to fail instead of skipping", msg)
+		}
+		return db
+	}
+	tb.Fatalf("no test database for dialect %v", d)
+	return nil
+}
+
+// redactDSN hides the password of a URL DSN; a key=value DSN is not shown.
+func redactDSN(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		return "(key=value DSN not shown)"
+	}
+	return u.Redacted()
+}
+
+// uniqueTableName returns a table name that no other test uses, derived from
+// the test's name.
+func uniqueTableName(tb testing.TB) string {
+	var sb strings.Builder
+	sb.WriteString("wb_")
+	for _, r := range strings.ToLower(tb.Name()) {
+		if sb.Len() >= 40 {
+			break
+		}
+		if 'a' <= r && r <= 'z' || '0' <= r && r <= '9' {
+			sb.WriteRune(r)
+		} else {
+			sb.WriteByte('_')
+		}
+	}
+	fmt.Fprintf(&sb, "_%016x", rand.Uint64())
+	return sb.String()
+}
+
+// dropTableOnCleanup drops table (quoted, possibly schema-qualified) when the
+// test ends.
+func dropTableOnCleanup(tb testing.TB, db *sql.DB, table string) {
+	tb.Helper()
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+			tb.Errorf("drop table %s: %v", table, err)
+		}
+	})
+}
+
+// setupSink returns a sink of dialect d on a table of its own, created
+// with CreateSchema and dropped when the test ends. cfg may be nil; its
+// Table is set to a unique name when empty.
+func setupSink(tb testing.TB, d Dialect, cfg *SQLSinkConfig) *SQLSink {
+	tb.Helper()
+	db := openSinkTestDB(tb, d)
+	var c SQLSinkConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Table == "" {
+		c.Table = uniqueTableName(tb)
+	}
+	s, err := NewSQLSink(db, &c)
+	if err != nil {
+		tb.Fatalf("NewSQLSink: %v", err)
+	}
+	if s.Dialect() != d {
+		tb.Fatalf("Dialect() = %v, want %v", s.Dialect(), d)
+	}
+	table, err := quoteTable(c.Table)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dropTableOnCleanup(tb, db, table)
+	if err := s.CreateSchema(context.Background()); err != nil {
+		tb.Fatalf("CreateSchema: %v", err)
+	}
+	return s
+}
+
+// forEachDialect runs body as a parallel subtest per dialect, each with its
+// own sink from setupSink.
+func forEachDialect(t *testing.T, body func(t *testing.T, s *SQLSink)) {
+	t.Helper()
+	for _, d := range sinkDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			body(t, setupSink(t, d, nil))
+		})
+	}
+}
+
+// mustWrite writes changes and fails the test on error.
+func mustWriteSink(t *testing.T, s *SQLSink, changes ...Change) {
+	t.Helper()
+	if err := s.Write(t.Context(), changes); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+}
+
+// wantRow checks the stored row of key.
+func wantSinkRow(t *testing.T, s *SQLSink, key string, value string, version int64, deleted bool) {
+	t.Helper()
+	got, gotVersion, gotDeleted, found, err := s.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	if !found {
+		t.Fatalf("Get(%q): not found, want version %d", key, version)
+	}
+	if gotVersion != version || gotDeleted != deleted {
+		t.Fatalf("Get(%q): version %d deleted %v, want version %d deleted %v", key, gotVersion, gotDeleted, version, deleted)
+	}
+	if deleted {
+		if got != nil {
+			t.Fatalf("Get(%q): value %q for a deleted key, want nil", key, got)
+		}
+		return
+	}
+	if got == nil || string(got) != value {
+		t.Fatalf("Get(%q): value %q (nil: %v), want %q", key, got, got == nil, value)
+	}
+}
+
+// wantAll checks the live rows of the sink.
+func wantSinkAll(t *testing.T, s *SQLSink, want map[string]string) {
+	t.Helper()
+	all, err := s.All(t.Context())
+	if err != nil {
+		t.Fatalf("All: %v", err)
+	}
+	got := make(map[string]string, len(all))
+	for k, v := range all {
+		got[k] = string(v)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("All() = %v, want %v", got, want)
+	}
+}
+
+func setChange(key, value string, version int64) Change {
+	return Change{Key: key, Value: []byte(value), Version: version}
+}
+
+func delChange(key string, version int64) Change {
+	return Change{Key: key, Deleted: true, Version: version}
+}
+
+func TestSQLSink_Write_Upsert(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		mustWriteSink(t, s, setChange("a", "a1", 1), setChange("b", "b1", 1))
+		wantSinkRow(t, s, "a", "a1", 1, false)
+		wantSinkAll(t, s, map[string]string{"a": "a1", "b": "b1"})
+
+		mustWriteSink(t, s, setChange("a", "a2", 2), setChange("c", "c7", 7))
+		wantSinkRow(t, s, "a", "a2", 2, false)
+		wantSinkAll(t, s, map[string]string{"a": "a2", "b": "b1", "c": "c7"})
+
+		// Empty and nil values are stored as empty, not as deletions.
+		mustWriteSink(t, s, Change{Key: "empty", Value: []byte{}, Version: 1}, Change{Key: "nil", Version: 1})
+		wantSinkRow(t, s, "empty", "", 1, false)
+		wantSinkRow(t, s, "nil", "", 1, false)
+
+		// Binary values and keys of any valid UTF-8 survive unchanged.
+		bin := string([]byte{0, 1, 2, 0xff, 0xfe})
+		mustWriteSink(t, s, setChange("clé 🔑 'quoted' \"x\"", bin, 3))
+		wantSinkRow(t, s, "clé 🔑 'quoted' \"x\"", bin, 3, false)
+
+		// An empty batch is a no-op.
+		mustWriteSink(t, s)
+
+		if _, _, _, found, err := s.Get(t.Context(), "missing"); err != nil || found {
+			t.Fatalf("Get(missing): found %v, err %v; want not found", found, err)
+		}
+	})
+}
+
+func TestSQLSink_Write_OlderVersionIgnored(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		mustWriteSink(t, s, setChange("k", "v5", 5))
+		mustWriteSink(t, s, setChange("k", "v3", 3)) // replay of an older change
+		wantSinkRow(t, s, "k", "v5", 5, false)
+		mustWriteSink(t, s, setChange("k", "other", 5)) // same version: already stored
+		wantSinkRow(t, s, "k", "v5", 5, false)
+		mustWriteSink(t, s, setChange("k", "v5", 5), setChange("j", "j1", 1)) // replayed batch
+		wantSinkRow(t, s, "k", "v5", 5, false)
+		wantSinkAll(t, s, map[string]string{"k": "v5", "j": "j1"})
+		mustWriteSink(t, s, setChange("k", "v6", 6))
+		wantSinkRow(t, s, "k", "v6", 6, false)
+	})
+}
+
+func TestSQLSink_Write_DeleteTombstone(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		mustWriteSink(t, s, setChange("k", "v1", 1), setChange("keep", "x", 1))
+		mustWriteSink(t, s, delChange("k", 2))
+		wantSinkRow(t, s, "k", "", 2, true)
+		wantSinkAll(t, s, map[string]string{"keep": "x"})
+
+		// A replayed older set must not resurrect the key.
+		mustWriteSink(t, s, setChange("k", "v1", 1))
+		wantSinkRow(t, s, "k", "", 2, true)
+		wantSinkAll(t, s, map[string]string{"keep": "x"})
+
+		// A delete of a key never stored leaves a tombstone, too.
+		mustWriteSink(t, s, delChange("ghost", 4))
+		mustWriteSink(t, s, setChange("ghost", "old", 3))
+		wantSinkRow(t, s, "ghost", "", 4, true)
+
+		// A newer set brings the key back.
+		mustWriteSink(t, s, setChange("k", "v3", 3))
+		wantSinkRow(t, s, "k", "v3", 3, false)
+		wantSinkAll(t, s, map[string]string{"k": "v3", "keep": "x"})
+
+		// A replayed older delete does not delete it again.
+		mustWriteSink(t, s, delChange("k", 2))
+		wantSinkRow(t, s, "k", "v3", 3, false)
+	})
+}
+
+func TestSQLSink_Write_SameKeyInBatch(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		batch := []Change{
+			setChange("k", "k2", 2), setChange("k", "k3", 3), setChange("k", "k1", 1),
+			delChange("j", 1), setChange("j", "j2", 2),
+			setChange("d", "d1", 1), delChange("d", 2),
+			setChange("tie", "first", 4), setChange("tie", "second", 4),
+		}
+		before := append([]Change(nil), batch...)
+		mustWriteSink(t, s, batch...)
+		wantSinkRow(t, s, "k", "k3", 3, false)
+		wantSinkRow(t, s, "j", "j2", 2, false)
+		wantSinkRow(t, s, "d", "", 2, true)
+		wantSinkRow(t, s, "tie", "second", 4, false) // tie: the later change wins
+		for i := range batch {
+			if batch[i].Key != before[i].Key || batch[i].Version != before[i].Version {
+				t.Fatalf("Write modified the caller's slice at %d: %+v, was %+v", i, batch[i], before[i])
+			}
+		}
+	})
+}
+
+func TestSQLSink_Write_LargeBatch(t *testing.T) {
+	t.Parallel()
+	const n = 20_000 // more rows than one statement may bind in either dialect
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		if n <= s.maxRows {
+			t.Fatalf("%d rows fit in one statement (max %d): the test would not cover chunking", n, s.maxRows)
+		}
+		statements := 0
+		s.afterStatement = func() { statements++ }
+		batch := make([]Change, n)
+		want := make(map[string]string, n)
+		for i := range batch {
+			key, value := fmt.Sprintf("key-%05d", i), fmt.Sprintf("value-%d", i)
+			batch[i] = setChange(key, value, int64(i%7+1))
+			want[key] = value
+		}
+		rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		mustWriteSink(t, s, batch...)
+		if wantStatements := (n + s.maxRows - 1) / s.maxRows; statements != wantStatements {
+			t.Errorf("Write used %d statements, want %d", statements, wantStatements)
+		}
+		wantSinkAll(t, s, want)
+		wantSinkRow(t, s, "key-19999", "value-19999", 19999%7+1, false)
+
+		// Replaying the whole batch changes nothing.
+		for i := range batch {
+			batch[i].Value = []byte("replayed")
+		}
+		mustWriteSink(t, s, batch...)
+		wantSinkAll(t, s, want)
+	})
+}
+
+func TestSQLSink_Write_Validation(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		change Change
+		reason string // part of the error message
+	}{
+		{"empty key", Change{Value: []byte("v"), Version: 1}, "key is empty"},
+		{"zero version", setChange("k", "v", 0), "version is 0"},
+		{"negative version", setChange("k", "v", -3), "version is -3"},
+		{"key too long", setChange(strings.Repeat("k", MaxKeyBytes+1), "v", 1), "MaxKeyBytes"},
+		{"value too long", Change{Key: "k", Value: make([]byte, MaxValueBytes+1), Version: 1}, "MaxValueBytes"},
+		{"deletion with value", Change{Key: "k", Value: []byte("v"), Deleted: true, Version: 1}, "Deleted change must have a nil Value"},
+		{"key not UTF-8", setChange("k\xff", "v", 1), "UTF-8"},
+		{"key with NUL", setChange("k\x00", "v", 1), "NUL"},
+	}
+	for _, tt := range tests {
+		if err := tt.change.Validate(); !errors.Is(err, ErrInvalidChange) || !strings.Contains(err.Error(), tt.reason) {
+			t.Errorf("%s: Validate() = %v, want ErrInvalidChange mentioning %q", tt.name, err, tt.reason)
+		}
+	}
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		for _, tt := range tests {
+			err := s.Write(t.Context(), []Change{setChange("good", "g", 1), tt.change})
+			var ce *ChangeError
+			if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidChange) {
+				t.Fatalf("%s: Write() = %v, want a *ChangeError wrapping ErrInvalidChange", tt.name, err)
+			}
+			if ce.Index != 1 || !strings.Contains(ce.Reason, tt.reason) {
+				t.Errorf("%s: ChangeError{Index: %d, Reason: %q}, want index 1 and a reason mentioning %q", tt.name, ce.Index, ce.Reason, tt.reason)
+			}
+			if len(err.Error()) > 400 {
+				t.Errorf("%s: error message is %d bytes long, want long keys shortened", tt.name, len(err.Error()))
+			}
+		}
+		wantSinkAll(t, s, map[string]string{}) // the valid change was not written either
+
+		// The limits themselves are accepted.
+		maxKey := strings.Repeat("k", MaxKeyBytes)
+		maxValue := bytes.Repeat([]byte{0xab}, MaxValueBytes)
+		if err := (Change{Key: maxKey, Value: maxValue, Version: 1}).Validate(); err != nil {
+			t.Fatalf("Validate at the limits: %v", err)
+		}
+		mustWriteSink(t, s, Change{Key: maxKey, Value: maxValue, Version: 1})
+		got, _, _, _, err := s.Get(t.Context(), maxKey)
+		if err != nil || !bytes.Equal(got, maxValue) {
+			t.Fatalf("Get(max key): %d bytes, err %v; want the %d-byte value", len(got), err, len(maxValue))
+		}
+	})
+}
+
+func TestSQLSink_Write_Concurrent(t *testing.T) {
+	t.Parallel()
+	const (
+		writers  = 4
+		keys     = 40
+		versions = 60 // per key; writer w writes the versions v with v%writers == w
+	)
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		var wg sync.WaitGroup
+		errs := make([]error, writers)
+		for w := range writers {
+			wg.Go(func() {
+				// Each batch carries one version of every key, keys and
+				// batches in a shuffled order, so writers overtake each other.
+				var mine []int64
+				for v := int64(1); v <= versions; v++ {
+					if v%writers == int64(w) {
+						mine = append(mine, v)
+					}
+				}
+				rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+				for _, v := range mine {
+					batch := make([]Change, keys)
+					for k := range batch {
+						key := fmt.Sprintf("k%02d", k)
+						if v%5 == 0 {
+							batch[k] = delChange(key, v)
+						} else {
+							batch[k] = setChange(key, fmt.Sprintf("%s@%d", key, v), v)
+						}
+					}
+					rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+					if err := s.Write(t.Context(), batch); err != nil {
+						errs[w] = fmt.Errorf("writer %d, version %d: %w", w, v, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		want := make(map[string]string, keys)
+		for k := range keys {
+			key := fmt.Sprintf("k%02d", k)
+			// versions (60) is a multiple of 5: the last change is a deletion.
+			wantSinkRow(t, s, key, "", versions, true)
+		}
+		wantSinkAll(t, s, want)
+		// One more round of sets after the concurrent deletions.
+		var batch []Change
+		for k := range keys {
+			key := fmt.Sprintf("k%02d", k)
+			batch = append(batch, setChange(key, "final", versions+1))
+			want[key] = "final"
+		}
+		mustWriteSink(t, s, batch...)
+		wantSinkAll(t, s, want)
+	})
+}
+
+func TestSQLSink_Write_FailedTransactionWritesNothing(t *testing.T) {
+	t.Parallel()
+	// bigBatch updates the keys of the existing rows and adds new ones, in
+	// more than one statement.
+	bigBatch := func(s *SQLSink) []Change {
+		batch := make([]Change, 0, s.maxRows+10)
+		for i := range s.maxRows + 10 {
+			batch = append(batch, setChange(fmt.Sprintf("k%05d", i), "new", 2))
+		}
+		return batch
+	}
+	existing := map[string]string{"k00000": "old", "k00001": "old", "zzz": "old"}
+	prepare := func(t *testing.T, s *SQLSink) {
+		mustWriteSink(t, s, setChange("k00000", "old", 1), setChange("k00001", "old", 1), setChange("zzz", "old", 1))
+	}
+
+	t.Run("cancelled before", func(t *testing.T) {
+		t.Parallel()
+		forEachDialect(t, func(t *testing.T, s *SQLSink) {
+			prepare(t, s)
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			if err := s.Write(ctx, bigBatch(s)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Write with a cancelled context = %v, want context.Canceled", err)
+			}
+			wantSinkAll(t, s, existing)
+		})
+	})
+
+	t.Run("cancelled between statements", func(t *testing.T) {
+		t.Parallel()
+		forEachDialect(t, func(t *testing.T, s *SQLSink) {
+			prepare(t, s)
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			statements := 0
+			s.afterStatement = func() {
+				statements++
+				cancel() // the first statement ran; the transaction is still open
+			}
+			if err := s.Write(ctx, bigBatch(s)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Write cancelled mid-transaction = %v, want context.Canceled", err)
+			}
+			if statements != 1 {
+				t.Fatalf("%d statements ran, want 1", statements)
+			}
+			s.afterStatement = nil
+			wantSinkAll(t, s, existing)
+			wantSinkRow(t, s, "k00000", "old", 1, false)
+		})
+	})
+
+	t.Run("database error in a later statement", func(t *testing.T) {
+		t.Parallel()
+		for _, d := range sinkDialects() {
+			t.Run(d.String(), func(t *testing.T) {
+				t.Parallel()
+				// The caller creates the table, with a constraint that
+				// refuses the key "poison". It sorts after every "k…" key,
+				// so it lands in the last statement of the batch.
+				db := openSinkTestDB(t, d)
+				table := uniqueTableName(t)
+				dropTableOnCleanup(t, db, quoteIdent(table))
+				blob, ts := "BLOB", "TEXT"
+				if d == DialectPostgres {
+					blob, ts = "BYTEA", "TIMESTAMPTZ"
+				}
+				ddl := fmt.Sprintf(`CREATE TABLE %s (
+					"key" TEXT NOT NULL PRIMARY KEY CHECK ("key" <> 'poison'),
+					"value" %s, "version" BIGINT NOT NULL, "deleted" BOOLEAN NOT NULL, "updated_at" %s)`,
+					quoteIdent(table), blob, ts)
+				if _, err := db.ExecContext(t.Context(), ddl); err != nil {
+					t.Fatal(err)
+				}
+				s, err := NewSQLSink(db, &SQLSinkConfig{Table: table})
+				if err != nil {
+					t.Fatal(err)
+				}
+				prepare(t, s)
+				err = s.Write(t.Context(), append(bigBatch(s), setChange("poison", "p", 1)))
+				if err == nil || errors.Is(err, ErrInvalidChange) {
+					t.Fatalf("Write = %v, want the database's constraint error", err)
+				}
+				wantSinkAll(t, s, existing)
+			})
+		}
+	})
+}
+
+func TestSQLSink_CustomNames(t *testing.T) {
+	t.Parallel()
+	for _, d := range sinkDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			schema := "main" // SQLite's main database
+			if d == DialectPostgres {
+				schema = "public"
+			}
+			s := setupSink(t, d, &SQLSinkConfig{
+				Dialect: d,
+				Table:   schema + "." + uniqueTableName(t),
+				// Mixed case and SQL keywords must be quoted to work.
+				KeyColumn:       "Select",
+				ValueColumn:     "from",
+				VersionColumn:   "Where_V2",
+				DeletedColumn:   "_gone",
+				UpdatedAtColumn: "order",
+			})
+			if err := s.CreateSchema(t.Context()); err != nil {
+				t.Fatalf("second CreateSchema: %v", err)
+			}
+			mustWriteSink(t, s, setChange("a", "1", 1), setChange("b", "2", 1))
+			mustWriteSink(t, s, delChange("a", 2), setChange("b", "old", 1))
+			wantSinkRow(t, s, "a", "", 2, true)
+			wantSinkAll(t, s, map[string]string{"b": "2"})
+		})
+	}
+}
+
+func TestSQLSink_UpdatedAt(t *testing.T) {
+	t.Parallel()
+	for _, d := range sinkDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			s := setupSink(t, d, nil)
+			table, err := quoteTable(s.table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			updatedAt := func() time.Time {
+				t.Helper()
+				row := s.db.QueryRowContext(t.Context(), `SELECT "updated_at" FROM `+table+` WHERE "key" = 'k'`)
+				if d == DialectPostgres {
+					var ts time.Time
+					if err := row.Scan(&ts); err != nil {
+						t.Fatal(err)
+					}
+					return ts
+				}
+				var text string
+				if err := row.Scan(&text); err != nil {
+					t.Fatal(err)
+				}
+				ts, err := time.Parse(sqliteTimeLayout, text)
+				if err != nil {
+					t.Fatalf("updated_at %q: %v", text, err)
+				}
+				return ts
+			}
+
+			start := time.Now()
+			mustWriteSink(t, s, setChange("k", "v", 2))
+			first := updatedAt()
+			if first.Before(start.Add(-time.Minute)) || first.After(time.Now().Add(time.Minute)) {
+				t.Fatalf("updated_at = %v, want about %v", first, start)
+			}
+			mustWriteSink(t, s, setChange("k", "old", 1)) // ignored: must not touch the row
+			if again := updatedAt(); !again.Equal(first) {
+				t.Fatalf("an ignored older change moved updated_at from %v to %v", first, again)
+			}
+			mustWriteSink(t, s, setChange("k", "new", 3))
+			if later := updatedAt(); later.Before(first) {
+				t.Fatalf("updated_at went back from %v to %v", first, later)
+			}
+		})
+	}
+}
+
+// unknownConnector is a connector of a driver NewSQLSink does not know.
+type unknownConnector struct{}
+
+func (unknownConnector) Connect(context.Context) (driver.Conn, error) {
+	return nil, errors.New("fake driver: no connections")
+}
+func (unknownConnector) Driver() driver.Driver { return unknownDriver{} }
+
+type unknownDriver struct{}
+
+func (unknownDriver) Open(string) (driver.Conn, error) {
+	return nil, errors.New("fake driver: no connections")
+}
+
+func TestNewSQLSink_Config(t *testing.T) {
+	t.Parallel()
+	sqliteDB, err := OpenSQLite(":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sqliteDB.Close() })
+	pgDB, err := OpenPostgres(defaultTestPostgresDSN) // does not connect
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pgDB.Close() })
+	otherDB := sql.OpenDB(unknownConnector{})
+	t.Cleanup(func() { _ = otherDB.Close() })
+
+	valid := []struct {
+		name string
+		db   *sql.DB
+		cfg  *SQLSinkConfig
+		want Dialect
+	}{
+		{"nil config sqlite", sqliteDB, nil, DialectSQLite},
+		{"nil config postgres", pgDB, nil, DialectPostgres},
+		{"explicit sqlite", sqliteDB, &SQLSinkConfig{Dialect: DialectSQLite}, DialectSQLite},
+		{"unknown driver with dialect", otherDB, &SQLSinkConfig{Dialect: DialectPostgres}, DialectPostgres},
+		{"schema-qualified", pgDB, &SQLSinkConfig{Table: "cache.Users_2"}, DialectPostgres},
+		{"longest name", sqliteDB, &SQLSinkConfig{KeyColumn: strings.Repeat("k", MaxIdentifierLen)}, DialectSQLite},
+	}
+	for _, tt := range valid {
+		s, err := NewSQLSink(tt.db, tt.cfg)
+		if err != nil {
+			t.Errorf("%s: NewSQLSink: %v", tt.name, err)
+			continue
+		}
+		if s.Dialect() != tt.want {
+			t.Errorf("%s: Dialect() = %v, want %v", tt.name, s.Dialect(), tt.want)
+		}
+	}
+
+	invalid := []struct {
+		name  string
+		db    *sql.DB
+		cfg   *SQLSinkConfig
+		field string
+		hint  string // part of the reason
+	}{
+		{"nil db", nil, nil, "db", "OpenSQLite"},
+		{"unknown driver", otherDB, nil, "SQLSinkConfig.Dialect", "DialectSQLite or DialectPostgres"},
+		{"bad dialect", sqliteDB, &SQLSinkConfig{Dialect: 9}, "SQLSinkConfig.Dialect", "not a dialect"},
+		{"dialect mismatch", sqliteDB, &SQLSinkConfig{Dialect: DialectPostgres}, "SQLSinkConfig.Dialect", "does not match"},
+		{"table with dash", sqliteDB, &SQLSinkConfig{Table: "my-table"}, "SQLSinkConfig.Table", `'-'`},
+		{"table with quote", sqliteDB, &SQLSinkConfig{Table: `t"; DROP TABLE x; --`}, "SQLSinkConfig.Table", "ASCII letters"},
+		{"table starting with digit", sqliteDB, &SQLSinkConfig{Table: "1t"}, "SQLSinkConfig.Table", "not starting with a digit"},
+		{"table with space", sqliteDB, &SQLSinkConfig{Table: "t "}, "SQLSinkConfig.Table", "ASCII letters"},
+		{"non-ASCII table", sqliteDB, &SQLSinkConfig{Table: "tablé"}, "SQLSinkConfig.Table", "ASCII letters"},
+		{"two dots", sqliteDB, &SQLSinkConfig{Table: "a.b.c"}, "SQLSinkConfig.Table", "schema.table"},
+		{"empty schema", sqliteDB, &SQLSinkConfig{Table: ".t"}, "SQLSinkConfig.Table", "schema: name is empty"},
+		{"empty table after schema", sqliteDB, &SQLSinkConfig{Table: "s."}, "SQLSinkConfig.Table", "table: name is empty"},
+		{"name too long", sqliteDB, &SQLSinkConfig{Table: strings.Repeat("t", MaxIdentifierLen+1)}, "SQLSinkConfig.Table", "MaxIdentifierLen"},
+		{"bad column", sqliteDB, &SQLSinkConfig{ValueColumn: "val ue"}, "SQLSinkConfig.ValueColumn", "ASCII letters"},
+		{"duplicate column", sqliteDB, &SQLSinkConfig{DeletedColumn: "Key"}, "SQLSinkConfig.DeletedColumn", "KeyColumn"},
+	}
+	for _, tt := range invalid {
+		var before SQLSinkConfig
+		if tt.cfg != nil {
+			before = *tt.cfg
+		}
+		_, err := NewSQLSink(tt.db, tt.cfg)
+		var ce *streamq.ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: NewSQLSink() = %v, want a *streamq.ConfigError", tt.name, err)
+			continue
+		}
+		if ce.Field != tt.field || !strings.Contains(ce.Reason, tt.hint) {
+			t.Errorf("%s: ConfigError{Field: %q, Reason: %q}, want field %q and a reason mentioning %q", tt.name, ce.Field, ce.Reason, tt.field, tt.hint)
+		}
+		if tt.cfg != nil && *tt.cfg != before {
+			t.Errorf("%s: NewSQLSink modified the caller's config: %+v, was %+v", tt.name, *tt.cfg, before)
+		}
+	}
+
+	for d, want := range map[Dialect]string{0: "auto", DialectSQLite: "sqlite", DialectPostgres: "postgres", 9: "Dialect(9)"} {
+		if got := d.String(); got != want {
+			t.Errorf("Dialect(%d).String() = %q, want %q", int(d), got, want)
+		}
+	}
+}
+
+func TestOpenSQLite(t *testing.T) {
+	t.Parallel()
+	if _, err := OpenSQLite(""); err == nil {
+		t.Error(`OpenSQLite("") succeeded, want an error`)
+	}
+
+	// Characters that mean something in a URI stay part of the file name.
+	dir := t.TempDir()
+	path := filepath.Join(dir, "odd?name#with%25chars.db")
+	db, err := OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	for pragma, want := range map[string]string{
+		"journal_mode": "wal",
+		"synchronous":  "2", // FULL
+		"foreign_keys": "1",
+		"busy_timeout": "10000",
+	} {
+		var got string
+		if err := db.QueryRowContext(t.Context(), "PRAGMA "+pragma).Scan(&got); err != nil {
+			t.Fatalf("PRAGMA %s: %v", pragma, err)
+		}
+		if got != want {
+			t.Errorf("PRAGMA %s = %q, want %q", pragma, got, want)
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("database file: %v", err)
+	}
+	if stats := db.Stats(); stats.MaxOpenConnections != 1 {
+		t.Errorf("MaxOpenConnections = %d, want 1", stats.MaxOpenConnections)
+	}
+
+	// An in-memory database keeps its data on its one connection.
+	mem, err := OpenSQLite(":memory:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mem.Close() })
+	s, err := NewSQLSink(mem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateSchema(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mustWriteSink(t, s, setChange("k", "v", 1))
+	wantSinkAll(t, s, map[string]string{"k": "v"})
+}
+
+func TestOpenPostgres(t *testing.T) {
+	t.Parallel()
+	if _, err := OpenPostgres(""); err == nil {
+		t.Error(`OpenPostgres("") succeeded, want an error`)
+	}
+	if _, err := OpenPostgres("postgres://user:secret@host:notaport/db"); err == nil {
+		t.Error("OpenPostgres with an invalid port succeeded, want an error")
+	} else if strings.Contains(err.Error(), "secret") {
+		t.Errorf("OpenPostgres error shows the password: %v", err)
+	}
+}
