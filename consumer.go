@@ -29,6 +29,11 @@ const (
 	DefaultSchedulerInterval = 50 * time.Millisecond
 	DefaultSchedulerBatch    = 500
 	DefaultAckBatch          = 512
+	// ackLinger is how long the ack loop waits for more finished jobs before
+	// sending a small XACK batch; readGather is how long the read loop waits
+	// for half the handler slots to free up while a backlog exists.
+	ackLinger  = time.Millisecond
+	readGather = 500 * time.Microsecond
 	// opTimeout bounds one bookkeeping call (ack, retry, dead-letter) made
 	// after the job ran, including during shutdown.
 	opTimeout = 5 * time.Second
@@ -357,9 +362,22 @@ type run struct {
 	stopHandlers context.CancelCauseFunc
 
 	mu       sync.Mutex
-	inflight map[string]context.CancelCauseFunc
+	inflight map[string]*inflightJob
 
 	acks chan ackItem
+}
+
+// inflightJob is a job this run owns and has not yet settled: running, or
+// claimed by the reaper and waiting to run alone (see reclaim.go). Its claim
+// is kept fresh by the keep-alive loop either way.
+type inflightJob struct {
+	ctx    context.Context // the job's context, cancelled on claim loss or shutdown
+	cancel context.CancelCauseFunc
+	// settling is set (under run.mu) once the handler has returned: the job is
+	// being acked, retried or dead-lettered, so it must no longer have its
+	// claim refreshed (it may already have left the pending list), but the
+	// reaper must still not start it again.
+	settling bool
 }
 
 // ackItem is a finished job waiting to be acknowledged.
@@ -376,7 +394,7 @@ func newRun(c *Consumer, ctx context.Context) *run {
 		sem:          semaphore.NewWeighted(int64(c.cfg.Concurrency)),
 		handlerCtx:   hctx,
 		stopHandlers: stop,
-		inflight:     make(map[string]context.CancelCauseFunc),
+		inflight:     make(map[string]*inflightJob),
 		acks:         make(chan ackItem, 2*c.cfg.Concurrency),
 	}
 }
@@ -407,13 +425,28 @@ func (r *run) readLoop(ctx context.Context) error {
 		return err
 	}
 	var bo retryBackoff
+	full := false // the last read returned as many entries as it asked for
+	conc := int64(c.cfg.Concurrency)
 	for {
 		if err := r.sem.Acquire(ctx, 1); err != nil {
 			return nil // ctx cancelled
 		}
 		n := int64(1)
-		for n < int64(c.cfg.Concurrency) && r.sem.TryAcquire(1) {
+		for n < conc && r.sem.TryAcquire(1) {
 			n++
+		}
+		if want := conc / 2; full && n < want {
+			// A backlog is likely: rather than read one or two entries at a
+			// time, wait briefly for half the slots to free up. Never more
+			// than can be started at once is read.
+			wctx, cancel := context.WithTimeout(ctx, readGather)
+			if r.sem.Acquire(wctx, want-n) == nil {
+				n = want
+			}
+			cancel()
+			for n < conc && r.sem.TryAcquire(1) {
+				n++
+			}
 		}
 		streams, err := c.q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group:    c.q.group,
@@ -424,6 +457,7 @@ func (r *run) readLoop(ctx context.Context) error {
 		}).Result()
 		if err != nil {
 			r.sem.Release(n)
+			full = false
 			if errors.Is(err, redis.Nil) {
 				bo.reset()
 				continue
@@ -455,6 +489,7 @@ func (r *run) readLoop(ctx context.Context) error {
 			}
 		}
 		r.sem.Release(n - started)
+		full = started == n
 	}
 }
 
@@ -482,21 +517,37 @@ func (r *run) ensureGroup(ctx context.Context) error {
 // start runs one job in a new goroutine. The caller holds one semaphore slot
 // for it, which the goroutine releases.
 func (r *run) start(id string, values map[string]any, deliveries int) {
-	jctx, cancel := context.WithCancelCause(r.handlerCtx)
+	r.launch(r.register(id), id, values, deliveries, 1)
+}
+
+// register records an entry this run owns, so that the keep-alive loop keeps
+// its claim fresh and the reaper does not start it a second time.
+func (r *run) register(id string) *inflightJob {
+	ctx, cancel := context.WithCancelCause(r.handlerCtx)
+	j := &inflightJob{ctx: ctx, cancel: cancel}
 	r.mu.Lock()
-	r.inflight[id] = cancel
+	r.inflight[id] = j
 	r.mu.Unlock()
+	return j
+}
+
+// unregister forgets a registered entry and releases its context.
+func (r *run) unregister(id string, j *inflightJob) {
+	r.mu.Lock()
+	delete(r.inflight, id)
+	r.mu.Unlock()
+	j.cancel(nil)
+}
+
+// launch runs a registered job in a new goroutine. The caller holds weight
+// semaphore slots for it, which the goroutine releases when the job is settled.
+func (r *run) launch(j *inflightJob, id string, values map[string]any, deliveries int, weight int64) {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		defer r.sem.Release(1)
-		defer func() {
-			r.mu.Lock()
-			delete(r.inflight, id)
-			r.mu.Unlock()
-			cancel(nil)
-		}()
-		r.process(jctx, id, values, deliveries)
+		defer r.sem.Release(weight)
+		defer r.unregister(id, j)
+		r.process(j.ctx, id, values, deliveries)
 	}()
 }
 
@@ -504,14 +555,13 @@ func (r *run) start(id string, values map[string]any, deliveries int) {
 // retry, or dead letter.
 func (r *run) process(jctx context.Context, id string, values map[string]any, deliveries int) {
 	c := r.c
-	msg, err := decodeMessage(c.q.name, id, values)
-	msg.Deliveries = deliveries
+	msg, err := DecodeMessage(c.q.name, id, values, deliveries)
 	if err != nil {
-		r.deadLetter(msg, ReasonMalformed, err)
+		r.deadLetter(msg, ReasonMalformed, err, max(msg.Deliveries, 1))
 		return
 	}
-	if msg.Attempts() > c.cfg.MaxDeliveries {
-		r.deadLetter(msg, ReasonMaxDeliveries, fmt.Errorf("delivered %d times without finishing (workers crashed or lost it); last error: %s", msg.Attempts()-1, msg.LastError))
+	if v, cause, over := Exhausted(msg, c.cfg.MaxDeliveries); over {
+		r.deadLetter(msg, v.Reason, cause, v.Attempts)
 		return
 	}
 	if c.cfg.JobTimeout > 0 {
@@ -520,6 +570,7 @@ func (r *run) process(jctx context.Context, id string, values map[string]any, de
 		defer cancel()
 	}
 	err = safeHandle(jctx, c.h, msg)
+	r.settle(id)
 	if err == nil {
 		c.processed.Add(1)
 		a := ackItem{id: id}
@@ -545,56 +596,44 @@ func (r *run) process(jctx context.Context, id string, values map[string]any, de
 	}
 }
 
-// fail decides between retry and dead letter for a failed attempt.
-func (r *run) fail(msg *Message, err error) {
-	c := r.c
-	var perm *PermanentError
-	if errors.As(err, &perm) {
-		r.deadLetter(msg, ReasonPermanent, err)
-		return
+// settle marks a job whose handler has returned, so the keep-alive loop stops
+// refreshing its claim while it is acked, retried or dead-lettered.
+func (r *run) settle(id string) {
+	r.mu.Lock()
+	if j := r.inflight[id]; j != nil {
+		j.settling = true
 	}
-	n := msg.Attempts()
-	if n >= c.cfg.MaxDeliveries {
-		r.deadLetter(msg, ReasonMaxDeliveries, err)
-		return
-	}
-	delay := c.cfg.Backoff(n)
-	var ra *RetryAfterError
-	if errors.As(err, &ra) {
-		delay = max(ra.Delay, 0)
-	}
-	r.retry(msg, err, delay, true)
+	r.mu.Unlock()
 }
 
-// retry moves the job to the delayed set in one script. If it cannot (Redis
-// unreachable), the job stays pending and the reaper retries it later.
+// fail retries or dead-letters a failed attempt, as [Decide] says.
+func (r *run) fail(msg *Message, err error) {
+	v := Decide(msg, err, r.c.cfg.MaxDeliveries, r.c.cfg.Backoff)
+	if v.DeadLetter {
+		r.deadLetter(msg, v.Reason, err, v.Attempts)
+		return
+	}
+	r.retry(msg, err, v.Delay, true)
+}
+
+// retry moves the job to the delayed set in one script; charge says whether
+// the attempt counts (see [RetryFields]). If it cannot (Redis unreachable),
+// the job stays pending and the reaper retries it later.
 func (r *run) retry(msg *Message, cause error, delay time.Duration, charge bool) {
 	c := r.c
-	j := jobFromMessage(msg)
 	now := time.Now()
-	if charge {
-		// The attempt is charged by the retry counter; Redis's delivery count
-		// restarts at 1 for the new entry, so carry over extra redeliveries.
-		j.attempt = msg.Attempt + max(msg.Deliveries, 1)
-		if j.firstFail == 0 {
-			j.firstFail = millis(now)
-		}
-		j.lastErr = truncate(cause.Error(), 4096)
-	} else {
-		j.attempt = msg.Attempt + max(msg.Deliveries, 1) - 1
-	}
-	args := append([]any{c.q.group, c.cfg.Name, msg.ID, millis(now.Add(delay)), newToken()}, j.args()...)
+	args := append([]any{c.q.group, c.cfg.Name, msg.ID, millis(now.Add(delay)), newToken()}, RetryFields(msg, cause, charge, now)...)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	moved, err := scriptRetry.Run(ctx, c.q.rdb, []string{c.q.stream, c.q.delayed, c.q.jobs}, args...).Int()
 	switch {
 	case err != nil:
-		c.log.Error("streamq: cannot schedule retry; the job stays pending and will be reclaimed", "msg_id", msg.ID, "attempt", j.attempt, "error", err)
+		c.log.Error("streamq: cannot schedule retry; the job stays pending and will be reclaimed", "msg_id", msg.ID, "error", err)
 	case moved == 0:
 		c.log.Info("streamq: job was taken over by another consumer before its retry; leaving it", "msg_id", msg.ID)
 	default:
 		c.retried.Add(1)
-		c.log.Debug("streamq: job failed, retrying", "msg_id", msg.ID, "attempt", j.attempt, "retry_in", delay, "error", cause)
+		c.log.Debug("streamq: job failed, retrying", "msg_id", msg.ID, "attempt", msg.Attempts(), "retry_in", delay, "error", cause)
 		c.event(ctx, Event{Kind: EventRetried, ID: msg.ID, Message: msg, Err: cause, Delay: delay})
 	}
 }
@@ -606,25 +645,63 @@ func (c *Consumer) event(ctx context.Context, e Event) {
 	}
 }
 
-// ackLoop acknowledges finished jobs, batching whatever has queued up.
+// ackLoop acknowledges finished jobs in batches until the acks channel is
+// closed.
 func (r *run) ackLoop() {
 	batch := make([]ackItem, 0, DefaultAckBatch)
+	want := min(r.c.cfg.Concurrency, DefaultAckBatch)
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for a := range r.acks {
-		batch = append(batch[:0], a)
-	fill:
-		for len(batch) < DefaultAckBatch {
+		var open bool
+		batch, open = r.gatherAcks(append(batch[:0], a), want, linger)
+		r.flushAcks(batch)
+		if !open {
+			return
+		}
+	}
+}
+
+// gatherAcks adds queued acks to batch. While the batch is smaller than want
+// (the number of handlers that may finish soon) it lingers up to ackLinger
+// for more, which under load turns many small XACKs into a few large ones.
+// Handlers never wait for it: they only send on the channel, which is drained
+// while lingering. It reports false when the channel was closed.
+func (r *run) gatherAcks(batch []ackItem, want int, linger *time.Timer) ([]ackItem, bool) {
+	lingering, expired := false, false
+	defer func() {
+		if lingering {
+			linger.Stop()
+		}
+	}()
+	for len(batch) < DefaultAckBatch {
+		if len(batch) >= want || expired {
 			select {
 			case a, ok := <-r.acks:
 				if !ok {
-					break fill
+					return batch, false
 				}
 				batch = append(batch, a)
+				continue
 			default:
-				break fill
+				return batch, true
 			}
 		}
-		r.flushAcks(batch)
+		if !lingering {
+			linger.Reset(ackLinger)
+			lingering = true
+		}
+		select {
+		case a, ok := <-r.acks:
+			if !ok {
+				return batch, false
+			}
+			batch = append(batch, a)
+		case <-linger.C:
+			lingering, expired = false, true
+		}
 	}
+	return batch, true
 }
 
 // flushAcks acknowledges a batch in one XACK and releases the unique-key
@@ -683,8 +760,10 @@ func (r *run) keepAliveLoop(ctx context.Context) {
 		}
 		ids = append(ids[:0], c.q.group, c.cfg.Name)
 		r.mu.Lock()
-		for id := range r.inflight {
-			ids = append(ids, id)
+		for id, j := range r.inflight {
+			if !j.settling {
+				ids = append(ids, id)
+			}
 		}
 		r.mu.Unlock()
 		if len(ids) == 2 {
@@ -701,21 +780,15 @@ func (r *run) keepAliveLoop(ctx context.Context) {
 		}
 		for _, id := range lost {
 			r.mu.Lock()
-			cancelJob, ok := r.inflight[id]
+			j := r.inflight[id]
+			lostRunning := j != nil && !j.settling
 			r.mu.Unlock()
-			if ok {
+			if lostRunning {
 				c.claimsLost.Add(1)
 				c.log.Warn("streamq: running job was taken over by another consumer; cancelling it here", "msg_id", id)
 				c.event(ctx, Event{Kind: EventClaimLost, ID: id})
-				cancelJob(ErrClaimLost)
+				j.cancel(ErrClaimLost)
 			}
 		}
 	}
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "...(truncated)"
 }

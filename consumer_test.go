@@ -203,3 +203,44 @@ func TestParseAutoClaim(t *testing.T) {
 		t.Error("short reply accepted")
 	}
 }
+
+func TestRun_LastAttempt(t *testing.T) {
+	t.Parallel()
+	q, err := NewQueue(offlineClient(t), "q", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		concurrency int
+		attempt     string // "" for no attempt field
+		deliveries  int
+		want        bool
+	}{
+		{"first delivery", 8, "", 1, false},
+		{"taken over, attempts left", 8, "", 2, false},
+		{"taken over, last attempt", 8, "", 3, true},
+		{"retried then taken over, last attempt", 8, "1", 2, true},
+		{"over the limit: dead-lettered, not run", 8, "", 4, false},
+		{"fresh read at the last attempt", 8, "2", 1, false},
+		{"concurrency 1 always runs alone", 1, "", 3, false},
+		{"malformed attempt field", 8, "x", 3, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := NewConsumer(q, noop, &ConsumerConfig{Concurrency: tt.concurrency, MaxDeliveries: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			values := map[string]any{"v": "1", "payload": "x"}
+			if tt.attempt != "" {
+				values["attempt"] = tt.attempt
+			}
+			r := &run{c: c}
+			if got := r.lastAttempt(values, tt.deliveries); got != tt.want {
+				t.Errorf("lastAttempt(attempt=%q, deliveries=%d) = %v, want %v", tt.attempt, tt.deliveries, got, tt.want)
+			}
+		})
+	}
+}

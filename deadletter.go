@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,32 +38,11 @@ const (
 // deadLetter moves a job to the dead-letter stream in one script (XADD to the
 // dead-letter stream, XACK, XDEL). If Redis cannot be reached the job stays
 // pending and is tried again after MinIdle.
-func (r *run) deadLetter(msg *Message, reason string, cause error) {
+// attempts is the number of attempts made, recorded in the dead letter.
+func (r *run) deadLetter(msg *Message, reason string, cause error, attempts int) {
 	c := r.c
-	now := time.Now()
-	first := msg.FirstFailedAt
-	if first.IsZero() {
-		first = now
-	}
-	attempts := msg.Attempts()
-	if reason == ReasonMalformed {
-		attempts = max(msg.Deliveries, 1)
-	}
-	args := []any{c.q.group, c.cfg.Name, msg.ID, c.q.cfg.DeadLetterMaxLen,
-		dlQueue, c.q.name,
-		dlID, msg.ID,
-		dlReason, reason,
-		dlError, truncate(errString(cause), 4096),
-		dlAttempts, strconv.Itoa(attempts),
-		dlFirstFail, strconv.FormatInt(millis(first), 10),
-		dlFailed, strconv.FormatInt(millis(now), 10),
-	}
-	for k, v := range msg.fields {
-		if strings.HasPrefix(k, dlFieldsPref) {
-			continue // a requeued dead letter never carries these; a raw entry might
-		}
-		args = append(args, k, v)
-	}
+	args := append([]any{c.q.group, c.cfg.Name, msg.ID, c.q.cfg.DeadLetterMaxLen},
+		DeadLetterFields(msg, reason, cause, attempts, time.Now())...)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	id, err := scriptDeadLetter.Run(ctx, c.q.rdb, []string{c.q.stream, c.q.dead}, args...).Text()

@@ -2,7 +2,9 @@ package streamq
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,8 +38,11 @@ func (r *run) reapLoop(ctx context.Context) error {
 			for n < DefaultReclaimBatch && r.sem.TryAcquire(1) {
 				n++
 			}
-			next, started, err := r.reclaim(ctx, cursor, n)
+			next, started, alone, err := r.reclaim(ctx, cursor, n)
 			r.sem.Release(n - started)
+			if !r.runAlone(ctx, alone) {
+				return nil
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -62,20 +67,22 @@ func (r *run) reapLoop(ctx context.Context) error {
 
 // reclaim runs one XAUTOCLAIM for up to n entries from cursor, starts the
 // reclaimed jobs (the caller holds n slots, started of which are now owned by
-// job goroutines), and settles entries whose data was deleted.
-func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string, started int64, err error) {
+// job goroutines), and settles entries whose data was deleted. Jobs about to
+// make their last allowed attempt are registered but not started: they are
+// returned in alone for [run.runAlone].
+func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string, started int64, alone []claimedJob, err error) {
 	c := r.c
 	res, err := c.q.rdb.Do(ctx, "XAUTOCLAIM", c.q.stream, c.q.group, c.cfg.Name,
 		c.cfg.MinIdle.Milliseconds(), cursor, "COUNT", n).Slice()
 	if err != nil {
 		if isNoGroup(err) {
-			return "0-0", 0, nil // the read loop recreates the group
+			return "0-0", 0, nil, nil // the read loop recreates the group
 		}
-		return cursor, 0, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
+		return cursor, 0, nil, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
 	}
 	next, msgs, deleted, err := parseAutoClaim(res)
 	if err != nil {
-		return "0-0", 0, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
+		return "0-0", 0, nil, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
 	}
 	for _, m := range msgs {
 		if m.Values == nil { // Redis 6.2 reports deleted entries inline
@@ -106,12 +113,84 @@ func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string,
 		if d < 2 {
 			d = 2 // XAUTOCLAIM counted at least this delivery and the first one
 		}
-		c.log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", m.ID, "deliveries", d)
 		c.event(ctx, Event{Kind: EventReclaimed, ID: m.ID})
+		if r.lastAttempt(m.Values, d) {
+			c.log.InfoContext(ctx, "streamq: took over an abandoned job; its last attempt runs alone", "msg_id", m.ID, "deliveries", d)
+			alone = append(alone, claimedJob{j: r.register(m.ID), id: m.ID, values: m.Values, deliveries: d})
+			continue
+		}
+		c.log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", m.ID, "deliveries", d)
 		r.start(m.ID, m.Values, d)
 		started++
 	}
-	return next, started, nil
+	return next, started, alone, nil
+}
+
+// claimedJob is a reclaimed job waiting to run alone.
+type claimedJob struct {
+	j          *inflightJob
+	id         string
+	values     map[string]any
+	deliveries int
+}
+
+// lastAttempt reports whether a job taken over from another consumer is about
+// to make the last attempt MaxDeliveries allows. Its earlier deliveries ended
+// without a verdict, so a worker died (or hung) while running it; that worker
+// may have been killed by another job running beside it (a poison job that
+// crashes the process takes its neighbours down too, and the reaper hands
+// them over together). Such a last attempt runs alone, so that a job is only
+// dead-lettered for crashes if it crashed a worker on its own.
+func (r *run) lastAttempt(values map[string]any, deliveries int) bool {
+	if deliveries < 2 || r.c.cfg.Concurrency == 1 {
+		return false
+	}
+	attempt := 0
+	if a, ok := str(values[fieldAttempt]); ok {
+		n, err := strconv.Atoi(a)
+		if err != nil {
+			return false // malformed: dead-lettered without running
+		}
+		attempt = n
+	}
+	return attempt+deliveries == r.c.cfg.MaxDeliveries
+}
+
+// runAlone runs each job only once no other job of this consumer runs, and
+// reads nothing new while it runs: it takes every handler slot. The jobs'
+// claims stay fresh while they wait (they are registered in flight). It
+// reports false if ctx ended first; the jobs not yet started are then handed
+// back through the delayed set at once, without charging an attempt (they
+// did not run), so that their last attempt is not lost to the shutdown.
+func (r *run) runAlone(ctx context.Context, jobs []claimedJob) bool {
+	all := int64(r.c.cfg.Concurrency)
+	for i, cj := range jobs {
+		if err := r.sem.Acquire(ctx, all); err != nil {
+			for _, cj := range jobs[i:] {
+				r.handBack(cj)
+			}
+			return false
+		}
+		if errors.Is(context.Cause(cj.j.ctx), ErrClaimLost) {
+			r.sem.Release(all) // another consumer took it over meanwhile
+			r.unregister(cj.id, cj.j)
+			continue
+		}
+		r.launch(cj.j, cj.id, cj.values, cj.deliveries, all)
+	}
+	return true
+}
+
+// handBack returns a claimed job that did not run to the delayed set, due at
+// once and without charging an attempt. A job that cannot be decoded stays
+// pending; whoever reclaims it dead-letters it.
+func (r *run) handBack(cj claimedJob) {
+	defer r.unregister(cj.id, cj.j)
+	msg, err := DecodeMessage(r.c.q.name, cj.id, cj.values, cj.deliveries)
+	if err != nil {
+		return
+	}
+	r.retry(msg, ErrShutdown, 0, false)
 }
 
 // settleDeleted acknowledges pending entries whose data is gone, so they leave

@@ -30,29 +30,12 @@ func fastConsumer(cfg streamq.ConsumerConfig) *streamq.ConsumerConfig {
 	return &cfg
 }
 
-// cqSetup creates a queue with a unique name and a producer, and removes the
-// queue's keys when the test ends.
+// cqSetup creates a queue with a unique name and a producer on a new client,
+// and removes the queue's keys when the test ends.
 func cqSetup(t *testing.T, cfg *streamq.QueueConfig) (*redis.Client, *streamq.Queue, *streamq.Producer) {
 	t.Helper()
 	rdb := redistest.NewClient(t)
-	q, err := streamq.NewQueue(rdb, redistest.Name(t), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Setup(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p, err := streamq.NewProducer(q, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, _ := rdb.Keys(ctx, q.Key("*")).Result()
-		if len(keys) > 0 {
-			rdb.Del(ctx, keys...)
-		}
-	})
+	q, p := relQueue(t, rdb, cfg)
 	return rdb, q, p
 }
 
