@@ -1,0 +1,93 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+
+	"github.com/streamq/streamq"
+)
+
+// errClass is a low-cardinality classification of a job failure, reported as
+// the error.type attribute of spans and metrics and the error_type log key.
+type errClass uint8
+
+const (
+	classOther errClass = iota
+	classPanic
+	classTimeout
+	classShutdown
+	classClaimLost
+	classCanceled
+	classPermanent
+	classRetryAfter
+	classRateLimited
+	numClasses
+)
+
+// String returns the error.type value. "_OTHER" is the OpenTelemetry
+// semantic conventions' value for errors without a better name.
+func (c errClass) String() string {
+	switch c {
+	case classPanic:
+		return "panic"
+	case classTimeout:
+		return "timeout"
+	case classShutdown:
+		return "shutdown"
+	case classClaimLost:
+		return "claim_lost"
+	case classCanceled:
+		return "canceled"
+	case classPermanent:
+		return "permanent"
+	case classRetryAfter:
+		return "retry_after"
+	case classRateLimited:
+		return "rate_limited"
+	}
+	return "_OTHER"
+}
+
+// classify names the failure err of a handler that ran with ctx. A cancelled
+// context explains the failure better than the error the handler returned
+// (usually just context.Canceled).
+func classify(ctx context.Context, err error) errClass {
+	var pe *streamq.PanicError
+	if errors.As(err, &pe) {
+		return classPanic
+	}
+	if errors.Is(err, ErrRateLimited) {
+		return classRateLimited
+	}
+	if ctx.Err() != nil {
+		if c := causeClass(context.Cause(ctx)); c != classOther {
+			return c
+		}
+	}
+	if c := causeClass(err); c != classOther {
+		return c
+	}
+	var perm *streamq.PermanentError
+	if errors.As(err, &perm) {
+		return classPermanent
+	}
+	var ra *streamq.RetryAfterError
+	if errors.As(err, &ra) {
+		return classRetryAfter
+	}
+	return classOther
+}
+
+func causeClass(err error) errClass {
+	switch {
+	case errors.Is(err, streamq.ErrJobTimeout), errors.Is(err, context.DeadlineExceeded):
+		return classTimeout
+	case errors.Is(err, streamq.ErrShutdown):
+		return classShutdown
+	case errors.Is(err, streamq.ErrClaimLost):
+		return classClaimLost
+	case errors.Is(err, context.Canceled):
+		return classCanceled
+	}
+	return classOther
+}

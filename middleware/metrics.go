@@ -1,0 +1,383 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/streamq/streamq"
+)
+
+// Metric instrument names. The Prometheus exporter turns the dots into
+// underscores and adds unit and type suffixes, for example
+// streamq_jobs_processed_total and streamq_job_duration_seconds.
+const (
+	MetricProcessed    = "streamq.jobs.processed"     // counter: handler returned nil
+	MetricFailed       = "streamq.jobs.failed"        // counter: handler returned an error or panicked; attribute error.type
+	MetricRetried      = "streamq.jobs.retried"       // counter: failed job scheduled for a retry (OnEvent)
+	MetricDeadLettered = "streamq.jobs.dead_lettered" // counter: job moved to the dead-letter stream (OnEvent); attribute streamq.dead_letter.reason
+	MetricReclaimed    = "streamq.jobs.reclaimed"     // counter: job taken over from a dead consumer (OnEvent)
+	MetricDeleted      = "streamq.jobs.deleted"       // counter: pending entry found deleted from the stream, its job lost (OnEvent)
+	MetricClaimsLost   = "streamq.jobs.claims_lost"   // counter: running job taken over by another consumer (OnEvent)
+	MetricInFlight     = "streamq.jobs.in_flight"     // up-down counter: handlers running now
+	MetricDuration     = "streamq.job.duration"       // histogram, seconds: handler duration; attribute error.type on failures
+	MetricLatency      = "streamq.job.latency"        // histogram, seconds: enqueue to handler start, first attempts only
+	MetricQueueLength  = "streamq.queue.length"       // gauge: stream entries, including acknowledged history
+	MetricQueuePending = "streamq.queue.pending"      // gauge: delivered, not yet acknowledged
+	MetricQueueLag     = "streamq.queue.lag"          // gauge: not yet delivered to the group
+	MetricQueueDelayed = "streamq.queue.delayed"      // gauge: scheduled or waiting for a retry
+	MetricQueueDead    = "streamq.queue.dead_letters" // gauge: entries in the dead-letter stream
+)
+
+// AttrDeadLetterReason is the attribute of MetricDeadLettered holding the
+// dead-letter reason (streamq.ReasonMaxDeliveries, ReasonPermanent,
+// ReasonMalformed).
+const AttrDeadLetterReason = attribute.Key("streamq.dead_letter.reason")
+
+// DefaultStatsTimeout bounds reading one queue's statistics during a metric
+// collection when MetricsConfig.StatsTimeout is zero.
+const DefaultStatsTimeout = 2 * time.Second
+
+// maxStatsConcurrency bounds the goroutines reading queue statistics at once
+// during one collection.
+const maxStatsConcurrency = 8
+
+// MetricsConfig configures [NewMetrics]. The zero value is valid.
+type MetricsConfig struct {
+	// MeterProvider creates the instruments. Defaults to
+	// otel.GetMeterProvider() at the time NewMetrics is called (the global
+	// provider delegates to one set later with otel.SetMeterProvider).
+	MeterProvider metric.MeterProvider
+
+	// Queues are the queues whose state (length, pending, lag, delayed, dead
+	// letters, from [streamq.Queue.Stats]) is reported as observable gauges,
+	// read from Redis at every collection. Report each queue from one
+	// process only, or tell the series apart by resource attributes.
+	// Defaults to none.
+	Queues []*streamq.Queue
+
+	// StatsTimeout bounds reading one queue's statistics during a
+	// collection; a queue whose read fails is left out of that collection.
+	// Defaults to DefaultStatsTimeout.
+	StatsTimeout time.Duration
+}
+
+// Metrics records job metrics with the OpenTelemetry metrics API. Create it
+// with [NewMetrics], add [Metrics.Middleware] to ConsumerConfig.Middleware and
+// [Metrics.OnEvent] as ConsumerConfig.OnEvent, and [Metrics.Close] it when the
+// consumers have stopped. One Metrics may serve many consumers and queues;
+// it is safe for concurrent use.
+//
+// Instruments (see the Metric constants): the counters MetricProcessed,
+// MetricFailed, MetricRetried, MetricDeadLettered, MetricReclaimed,
+// MetricDeleted and MetricClaimsLost; the up-down counter MetricInFlight; the
+// histograms MetricDuration and MetricLatency in seconds; and, for
+// MetricsConfig.Queues, the gauges MetricQueueLength, MetricQueuePending,
+// MetricQueueLag, MetricQueueDelayed and MetricQueueDead. Every measurement
+// has the attribute messaging.destination.name with the queue name.
+//
+// MetricProcessed, MetricFailed and MetricInFlight are observable
+// instruments: jobs are counted in memory with atomic adds and the totals
+// are reported at each collection, so that the per-job cost is two
+// histogram records and a few atomic operations.
+type Metrics struct {
+	// Counted per job with atomics in queueState and reported by observeJobs,
+	// which keeps the per-job cost to two histogram records.
+	processed, failed metric.Int64ObservableCounter
+	inFlight          metric.Int64ObservableUpDownCounter
+
+	retried, dead, reclaimed, deleted, claimsLost metric.Int64Counter
+	duration, latency                             metric.Float64Histogram
+	length, pending, lag, delayed, deadLetters    metric.Int64ObservableGauge
+
+	queues       []*streamq.Queue
+	statsTimeout time.Duration
+
+	mu    sync.RWMutex
+	state map[string]*queueState // by queue name; one per queue seen
+
+	// closeMu guards regs and closed. It is not mu: the SDK may hold its own
+	// lock while running a callback that takes mu, and Unregister takes that
+	// lock, so Close must not hold mu while unregistering.
+	closeMu sync.Mutex
+	regs    []metric.Registration
+	closed  bool
+}
+
+// queueState holds the counters of one queue and its prebuilt measurement
+// options, so that recording a job allocates nothing.
+type queueState struct {
+	add     []metric.AddOption
+	record  []metric.RecordOption
+	observe metric.ObserveOption
+	failDur [numClasses][]metric.RecordOption
+	failObs [numClasses]metric.ObserveOption
+
+	processed, inFlight atomic.Int64
+	failed              [numClasses]atomic.Int64
+}
+
+func newQueueState(queue string) *queueState {
+	q := semconv.MessagingDestinationName(queue)
+	set := attribute.NewSet(q)
+	s := &queueState{
+		add:     []metric.AddOption{metric.WithAttributeSet(set)},
+		record:  []metric.RecordOption{metric.WithAttributeSet(set)},
+		observe: metric.WithAttributeSet(set),
+	}
+	for c := range numClasses {
+		fs := attribute.NewSet(q, semconv.ErrorTypeKey.String(c.String()))
+		s.failDur[c] = []metric.RecordOption{metric.WithAttributeSet(fs)}
+		s.failObs[c] = metric.WithAttributeSet(fs)
+	}
+	return s
+}
+
+// NewMetrics creates the instruments and registers the callbacks of the
+// observable ones (for the queue gauges only if MetricsConfig.Queues is not
+// empty). cfg may be nil. Call [Metrics.Close] to unregister them.
+func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
+	var c MetricsConfig
+	if cfg != nil {
+		c = *cfg
+		c.Queues = append([]*streamq.Queue(nil), cfg.Queues...)
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
+	switch {
+	case c.StatsTimeout == 0:
+		c.StatsTimeout = DefaultStatsTimeout
+	case c.StatsTimeout < 0:
+		return nil, &streamq.ConfigError{Field: "MetricsConfig.StatsTimeout", Reason: fmt.Sprintf("%s is negative: use a positive duration, or 0 for %s", c.StatsTimeout, DefaultStatsTimeout)}
+	}
+	for i, q := range c.Queues {
+		if q == nil {
+			return nil, &streamq.ConfigError{Field: fmt.Sprintf("MetricsConfig.Queues[%d]", i), Reason: "is nil: remove it"}
+		}
+	}
+	meter := c.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	m := &Metrics{queues: c.Queues, statsTimeout: c.StatsTimeout, state: make(map[string]*queueState)}
+
+	var errs []error
+	counter := func(name, desc string) metric.Int64Counter {
+		i, err := meter.Int64Counter(name, metric.WithUnit("{job}"), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		i, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	var err error
+	m.processed, err = meter.Int64ObservableCounter(MetricProcessed, metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs whose handler returned nil."))
+	errs = append(errs, err)
+	m.failed, err = meter.Int64ObservableCounter(MetricFailed, metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs whose handler returned an error or panicked."))
+	errs = append(errs, err)
+	m.inFlight, err = meter.Int64ObservableUpDownCounter(MetricInFlight, metric.WithUnit("{job}"),
+		metric.WithDescription("Jobs whose handler is running."))
+	errs = append(errs, err)
+	m.retried = counter(MetricRetried, "Failed jobs scheduled for a retry.")
+	m.dead = counter(MetricDeadLettered, "Jobs moved to the dead-letter stream.")
+	m.reclaimed = counter(MetricReclaimed, "Jobs taken over from consumers that stopped answering.")
+	m.deleted = counter(MetricDeleted, "Pending entries found deleted from the stream; their jobs are lost.")
+	m.claimsLost = counter(MetricClaimsLost, "Running jobs taken over by another consumer.")
+	m.duration, err = meter.Float64Histogram(MetricDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of one handler call."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30, 60, 300))
+	errs = append(errs, err)
+	m.latency, err = meter.Float64Histogram(MetricLatency, metric.WithUnit("s"),
+		metric.WithDescription("Time from enqueue to the start of the first attempt."),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
+	errs = append(errs, err)
+	m.length = gauge(MetricQueueLength, "{entry}", "Entries in the queue's stream, including acknowledged history.")
+	m.pending = gauge(MetricQueuePending, "{job}", "Jobs delivered to a consumer and not yet acknowledged.")
+	m.lag = gauge(MetricQueueLag, "{job}", "Jobs not yet delivered to the consumer group.")
+	m.delayed = gauge(MetricQueueDelayed, "{job}", "Jobs scheduled for later or waiting for a retry.")
+	m.deadLetters = gauge(MetricQueueDead, "{job}", "Jobs in the dead-letter stream.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("streamq: create metric instruments: %w", err)
+	}
+	reg, err := meter.RegisterCallback(m.observeJobs, m.processed, m.failed, m.inFlight)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: register job counters: %w", err)
+	}
+	m.regs = append(m.regs, reg)
+	if len(m.queues) > 0 {
+		reg, err := meter.RegisterCallback(m.observeQueues, m.length, m.pending, m.lag, m.delayed, m.deadLetters)
+		if err != nil {
+			_ = m.Close()
+			return nil, fmt.Errorf("streamq: register queue gauges: %w", err)
+		}
+		m.regs = append(m.regs, reg)
+	}
+	return m, nil
+}
+
+// Close unregisters the callbacks of the observable instruments: the meter
+// provider stops reading queue statistics from Redis, and processed, failed
+// and in-flight jobs are no longer reported. Call it after the consumers
+// using the Metrics have stopped. Close is idempotent.
+func (m *Metrics) Close() error {
+	m.closeMu.Lock()
+	defer m.closeMu.Unlock()
+	if m.closed {
+		return nil
+	}
+	m.closed = true
+	var errs []error
+	for _, r := range m.regs {
+		if err := r.Unregister(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("streamq: unregister metric callbacks: %w", err)
+	}
+	return nil
+}
+
+// Middleware returns the middleware that counts processed and failed jobs,
+// measures handler duration and enqueue-to-start latency, and tracks the jobs
+// in flight. A panic passing through counts as a failure (error.type panic)
+// and continues upwards.
+//
+// The latency is recorded on a job's first attempt only, from
+// Message.EnqueuedAt (the producer's clock) to the handler start (the
+// consumer's clock), so clock skew between machines shows in it; it
+// includes the delay of jobs scheduled with ProcessAt or ProcessIn.
+func (m *Metrics) Middleware() streamq.Middleware {
+	return func(next streamq.Handler) streamq.Handler {
+		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
+			q := m.queueState(msg.Queue)
+			start := time.Now()
+			if msg.Attempts() == 1 && !msg.EnqueuedAt.IsZero() {
+				m.latency.Record(ctx, max(start.Sub(msg.EnqueuedAt), 0).Seconds(), q.record...)
+			}
+			q.inFlight.Add(1)
+			defer func() {
+				q.inFlight.Add(-1)
+				if r := recover(); r != nil {
+					q.failed[classPanic].Add(1)
+					m.duration.Record(ctx, time.Since(start).Seconds(), q.failDur[classPanic]...)
+					panic(r)
+				}
+			}()
+			err = next.Handle(ctx, msg)
+			d := time.Since(start).Seconds()
+			if err != nil {
+				c := classify(ctx, err)
+				q.failed[c].Add(1)
+				m.duration.Record(ctx, d, q.failDur[c]...)
+				return err
+			}
+			q.processed.Add(1)
+			m.duration.Record(ctx, d, q.record...)
+			return nil
+		})
+	}
+}
+
+// OnEvent counts the consumer events that handler middleware cannot see:
+// retries, dead letters, reclaims, deleted entries and lost claims. Use it as
+// ConsumerConfig.OnEvent, or call it from your own OnEvent function.
+func (m *Metrics) OnEvent(ctx context.Context, e streamq.Event) {
+	a := m.queueState(e.Queue)
+	switch e.Kind {
+	case streamq.EventRetried:
+		m.retried.Add(ctx, 1, a.add...)
+	case streamq.EventDeadLettered:
+		m.dead.Add(ctx, 1, metric.WithAttributes(
+			semconv.MessagingDestinationName(e.Queue), AttrDeadLetterReason.String(e.Reason)))
+	case streamq.EventReclaimed:
+		m.reclaimed.Add(ctx, 1, a.add...)
+	case streamq.EventDeleted:
+		m.deleted.Add(ctx, 1, a.add...)
+	case streamq.EventClaimLost:
+		m.claimsLost.Add(ctx, 1, a.add...)
+	}
+}
+
+// queueState returns the state of queue, creating it on first use. One is
+// kept per queue name for the life of the Metrics (queue names come from the
+// consumers' queues, so they are few).
+func (m *Metrics) queueState(queue string) *queueState {
+	m.mu.RLock()
+	s, ok := m.state[queue]
+	m.mu.RUnlock()
+	if ok {
+		return s
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s, ok := m.state[queue]; ok {
+		return s
+	}
+	s = newQueueState(queue)
+	m.state[queue] = s
+	return s
+}
+
+// observeJobs is the callback of the job counters kept in queueState.
+func (m *Metrics) observeJobs(_ context.Context, o metric.Observer) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, s := range m.state {
+		o.ObserveInt64(m.processed, s.processed.Load(), s.observe)
+		o.ObserveInt64(m.inFlight, s.inFlight.Load(), s.observe)
+		for c := range numClasses {
+			// Classes that never occurred are left out rather than reported
+			// as zero, to keep the number of series down.
+			if n := s.failed[c].Load(); n > 0 {
+				o.ObserveInt64(m.failed, n, s.failObs[c])
+			}
+		}
+	}
+	return nil
+}
+
+// observeQueues is the callback of the queue gauges: it reads the statistics of
+// every queue, at most maxStatsConcurrency at once, each bounded by
+// StatsTimeout, and observes those that could be read.
+func (m *Metrics) observeQueues(ctx context.Context, o metric.Observer) error {
+	stats := make([]streamq.QueueStats, len(m.queues))
+	errs := make([]error, len(m.queues))
+	var g errgroup.Group
+	g.SetLimit(maxStatsConcurrency)
+	for i, q := range m.queues {
+		g.Go(func() error {
+			sctx, cancel := context.WithTimeout(ctx, m.statsTimeout)
+			defer cancel()
+			stats[i], errs[i] = q.Stats(sctx)
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines report through errs
+	for i, q := range m.queues {
+		if errs[i] != nil {
+			continue
+		}
+		s := stats[i]
+		opt := m.queueState(q.Name()).observe
+		o.ObserveInt64(m.length, s.Length, opt)
+		o.ObserveInt64(m.pending, s.Pending, opt)
+		if s.Lag >= 0 { // -1: Redis cannot tell
+			o.ObserveInt64(m.lag, s.Lag, opt)
+		}
+		o.ObserveInt64(m.delayed, s.Delayed, opt)
+		o.ObserveInt64(m.deadLetters, s.DeadLetters, opt)
+	}
+	return errors.Join(errs...)
+}
