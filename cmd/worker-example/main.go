@@ -2,7 +2,20 @@
 // jobs, runs a consumer that handles them (some fail once and are retried,
 // one is invalid and is dead-lettered), and prints a summary.
 //
+// Then it shows write-behind: it updates a Redis cache through a
+// writebehind.Writer (1,000 updates over 100 keys by default), persists the
+// changes in batches with a writebehind.Handler into the SQLite file
+// streamq-demo.db in the current directory (-db), or into PostgreSQL with
+// -dsn, and checks that the database holds what the cache holds. The demo's
+// table, streamq_demo, is dropped and created afresh on every run.
+//
 //	go run ./cmd/worker-example
+//	go run ./cmd/worker-example -dsn 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+//
+// While it runs, the consumer's OpenTelemetry metrics are served on a
+// Prometheus endpoint, http://127.0.0.1:9464/metrics (-metrics; -serve keeps
+// serving after the demo until Ctrl-C), and the demo prints what a scrape
+// returns.
 //
 // It connects to REDIS_URL (default redis://127.0.0.1:6379/0). When that
 // default is not reachable and a redis-server binary is installed, it starts
@@ -24,6 +37,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/middleware"
 )
 
 const defaultURL = "redis://127.0.0.1:6379/0"
@@ -33,6 +47,13 @@ func main() {
 	concurrency := flag.Int("concurrency", 16, "handler goroutines")
 	failEvery := flag.Int("fail-every", 25, "every n-th job fails once and is retried (0: none)")
 	verbose := flag.Bool("v", false, "log every retry and dead letter")
+	metricsAddr := flag.String("metrics", "127.0.0.1:9464", "serve Prometheus metrics on this address at /metrics (empty: off)")
+	serve := flag.Bool("serve", false, "after the demo, keep serving /metrics until interrupted")
+	var wb wbOptions
+	flag.StringVar(&wb.dsn, "dsn", "", "write-behind demo: PostgreSQL DSN (default: SQLite, see -db)")
+	flag.StringVar(&wb.dbPath, "db", "streamq-demo.db", "write-behind demo: SQLite file, when -dsn is not set")
+	flag.IntVar(&wb.updates, "updates", 1000, "write-behind demo: number of cache updates (0: skip the demo)")
+	flag.IntVar(&wb.keys, "keys", 100, "write-behind demo: number of distinct keys")
 	flag.Parse()
 
 	level := slog.LevelError
@@ -43,13 +64,22 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, log, *jobs, *concurrency, *failEvery); err != nil {
+	opts := demoOptions{jobs: *jobs, concurrency: *concurrency, failEvery: *failEvery, metricsAddr: *metricsAddr, serve: *serve, verbose: *verbose}
+	if err := run(ctx, log, opts, wb); err != nil {
 		fmt.Fprintln(os.Stderr, "worker-example:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, jobs, concurrency, failEvery int) error {
+// demoOptions are the job demo's flags.
+type demoOptions struct {
+	jobs, concurrency, failEvery int
+	metricsAddr                  string
+	serve, verbose               bool
+}
+
+func run(ctx context.Context, log *slog.Logger, o demoOptions, wb wbOptions) error {
+	jobs, concurrency, failEvery := o.jobs, o.concurrency, o.failEvery
 	rdb, cleanup, err := connect(ctx)
 	if err != nil {
 		return err
@@ -95,11 +125,30 @@ func run(ctx context.Context, log *slog.Logger, jobs, concurrency, failEvery int
 		}
 		return nil
 	})
-	consumer, err := streamq.NewConsumer(q, handler, &streamq.ConsumerConfig{
+	cfg := &streamq.ConsumerConfig{
 		Concurrency: concurrency,
 		Block:       100 * time.Millisecond,
 		Logger:      log,
-	})
+	}
+	var metrics *demoMetrics
+	if o.metricsAddr != "" {
+		if metrics, err = startMetrics(o.metricsAddr, q); err != nil {
+			fmt.Printf("running without metrics: %v\n", err)
+		}
+	}
+	if metrics != nil {
+		defer metrics.close()
+		fmt.Printf("serving metrics at %s\n", metrics.url)
+		// The recommended chain: Recover, Tracing (global provider: off
+		// unless you install one), Metrics, Logging of failures.
+		mwLog := slog.New(slog.DiscardHandler) // the summary below says what failed
+		if o.verbose {
+			mwLog = log
+		}
+		cfg.Middleware = middleware.Default(&middleware.DefaultConfig{Logger: mwLog, Metrics: metrics.metrics})
+		cfg.OnEvent = metrics.metrics.OnEvent
+	}
+	consumer, err := streamq.NewConsumer(q, handler, cfg)
 	if err != nil {
 		return err
 	}
@@ -143,6 +192,21 @@ wait:
 	}
 	for _, dl := range letters {
 		fmt.Printf("dead letter %s: reason %s, error %q\n", dl.OriginalID, dl.Reason, dl.Error)
+	}
+	if metrics != nil {
+		if err := metrics.printSummary(ctx); err != nil {
+			return err
+		}
+	}
+	if ctx.Err() != nil {
+		return nil // interrupted: skip the write-behind demo
+	}
+	if err := runWriteBehind(ctx, log, rdb, wb); err != nil {
+		return err
+	}
+	if metrics != nil && o.serve {
+		fmt.Printf("serving metrics at %s until interrupted (Ctrl-C)\n", metrics.url)
+		<-ctx.Done()
 	}
 	return nil
 }

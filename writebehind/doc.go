@@ -1,0 +1,65 @@
+// Package writebehind keeps a Redis cache and a database in step without
+// writing to the database on the request path (write-behind, also called
+// write-back).
+//
+// A [Writer] updates the cache and appends the change to a streamq queue in
+// one atomic Lua script ([Writer.Set], [Writer.Delete]). A [streamq.Consumer]
+// running a [Handler] reads the changes, collects them in batches, coalesces
+// them by key (newest version wins), writes each batch to a [Sink] in one
+// transaction, and acknowledges the changes only after the sink committed.
+// [SQLSink] is the Sink for SQLite ([OpenSQLite]) and PostgreSQL
+// ([OpenPostgres]).
+//
+//	w, _ := writebehind.NewWriter(q, nil)
+//	version, err := w.Set(ctx, "user:42", []byte(`{"name":"Ada"}`))
+//
+//	sink, _ := writebehind.NewSQLSink(db, nil)
+//	h, _ := writebehind.NewHandler(sink, nil) // batches of up to 500, 50 ms
+//	defer h.Close()
+//	c, _ := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Concurrency: 1000})
+//	err = c.Run(ctx)
+//
+// # Guarantees
+//
+//   - Cache and queue never disagree: a Set or Delete either updated the cache
+//     and queued the change, or did neither (a script is atomic in Redis, and
+//     a crash of the caller cannot split it). When the queue is at its cap
+//     ([streamq.ErrQueueFull]) nothing is changed.
+//   - Every queued change reaches the sink at least once, or ends in the
+//     queue's dead-letter stream with the reason: the streamq consumer
+//     retries failed batches with backoff, and takes over the changes of a
+//     crashed worker after MinIdle.
+//   - Replays are harmless. Every change carries a version from one counter
+//     per queue, strictly increasing per key; a sink applies a change only if
+//     it is newer than the stored row, and keeps deletions as tombstones. So
+//     duplicates, retries and changes applied out of order all end with the
+//     newest version of every key in the database: once the queue is drained,
+//     the database holds exactly what the cache holds (for keys whose cache
+//     entry did not expire), and deleted keys are absent from both.
+//
+// # Redis keys and wire format
+//
+// All keys share the queue's hash tag (see [streamq.Queue.Key]), so the
+// script runs on Redis Cluster:
+//
+//   - <prefix>:{<queue>}:cache:<key> is the cached value, a plain string,
+//     with the optional WriterConfig.TTL.
+//   - <prefix>:{<queue>}:wb:version is the version counter. It never expires;
+//     do not delete it while the sink holds rows written through the queue.
+//   - <prefix>:{<queue>}:stream is the queue's stream: each change is a job in
+//     wire format version 1 whose payload is the value (empty for a deletion)
+//     and whose headers hold [HeaderKey], [HeaderOp] ([OpSet] or [OpDelete])
+//     and [HeaderVersion]. Decode one with [FromMessage].
+//
+// # Tuning
+//
+// Give the changes a queue of their own (one queue per cache and table): the
+// Handler dead-letters any other job as malformed.
+//
+// A batch can hold only as many changes as the consumer runs handlers at
+// once: set streamq.ConsumerConfig.Concurrency to at least
+// HandlerConfig.MaxBatch, ideally twice as much so the next batch fills while
+// one is written. One Handler writes one batch at a time. Batching is what
+// makes write-behind cheap: a batch of 500 rows costs about one commit, where
+// 500 single-row transactions cost 500.
+package writebehind

@@ -1,0 +1,281 @@
+package writebehind
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+)
+
+// Headers of the stream entries a [Writer] appends (wire format version 1:
+// the payload is the value, these go into the JSON "headers" field).
+const (
+	// HeaderKey holds the cache key of the change.
+	HeaderKey = "wb-key"
+	// HeaderOp holds the operation: [OpSet] or [OpDelete].
+	HeaderOp = "wb-op"
+	// HeaderVersion holds the change's version, a positive decimal integer.
+	HeaderVersion = "wb-version"
+)
+
+// Values of [HeaderOp].
+const (
+	// OpSet stores the entry's payload as the key's value.
+	OpSet = "set"
+	// OpDelete deletes the key; the entry's payload is empty.
+	OpDelete = "del"
+)
+
+// Redis key parts of a [Writer], passed to [streamq.Queue.Key] so that they
+// share the queue's hash tag.
+const (
+	// CacheKeyPrefix starts the part of the cache key of every key:
+	// <prefix>:{<queue>}:cache:<key>.
+	CacheKeyPrefix = "cache:"
+	// VersionKeyPart names the per-queue version counter:
+	// <prefix>:{<queue>}:wb:version.
+	VersionKeyPart = "wb:version"
+)
+
+// WriterConfig configures a [Writer]. The zero value is valid: cache entries
+// that never expire and no enqueue hooks.
+type WriterConfig struct {
+	// TTL makes cache entries expire this long after their last Set. An
+	// expired entry is only gone from the cache: its row stays in the sink,
+	// and the version counter is not affected, so later changes still get
+	// newer versions. Must be 0 or at least 1 ms. Defaults to 0: cache
+	// entries never expire.
+	TTL time.Duration
+
+	// Hooks run for every change appended to the stream, in order, like
+	// streamq.ProducerConfig.Hooks (for example to propagate a trace
+	// context). Hooks cannot change the wb-* headers: the writer sets them
+	// again after the hooks ran. Defaults to none.
+	Hooks []streamq.EnqueueHook
+}
+
+// Writer updates a Redis cache and records every update in a [streamq.Queue],
+// for a consumer running a [Handler] to persist into a [Sink] later
+// (write-behind). Each Set or Delete is one Lua script that assigns the
+// change's version, appends the change to the queue's stream and updates the
+// cache key, so a crash can never leave the cache changed without the change
+// being queued, or the other way round.
+//
+// Versions come from one counter per queue (INCR on the key named by
+// [VersionKeyPart]), so they are strictly increasing per key, are never
+// reused, and survive cache expiry. Do not delete the counter while the sink
+// holds rows written through the queue: new changes would get lower versions
+// than the stored rows and be ignored by the sink.
+//
+// A Writer is safe for concurrent use.
+type Writer struct {
+	q       *streamq.Queue
+	p       *streamq.Producer
+	ttl     time.Duration
+	version string
+	hooks   bool // whether enqueue hooks run (they might touch the wb-* headers)
+}
+
+// NewWriter returns a writer whose cache and change stream belong to q. cfg
+// may be nil. It copies and validates cfg, and does not talk to Redis; the
+// stream is created by the first change, the consumer group by
+// [streamq.Queue.Setup] or the first [streamq.Consumer]. Create the group
+// before writing, or from the start of the stream (the default), so that no
+// change is skipped.
+func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
+	if q == nil {
+		return nil, &streamq.ConfigError{Field: "queue", Reason: "q is nil: create one with streamq.NewQueue"}
+	}
+	var c WriterConfig
+	if cfg != nil {
+		c = *cfg
+		c.Hooks = slices.Clone(cfg.Hooks)
+	}
+	if c.TTL < 0 || (c.TTL > 0 && c.TTL < time.Millisecond) {
+		return nil, &streamq.ConfigError{Field: "WriterConfig.TTL", Reason: fmt.Sprintf("%s: use 0 for cache entries that never expire, or at least 1ms", c.TTL)}
+	}
+	p, err := streamq.NewProducer(q, &streamq.ProducerConfig{Hooks: c.Hooks})
+	if err != nil {
+		// Only a nil hook can fail here; report it under this config's name.
+		var ce *streamq.ConfigError
+		if errors.As(err, &ce) {
+			return nil, &streamq.ConfigError{Field: strings.Replace(ce.Field, "ProducerConfig", "WriterConfig", 1), Reason: ce.Reason}
+		}
+		return nil, err
+	}
+	return &Writer{q: q, p: p, ttl: c.TTL, version: q.Key(VersionKeyPart), hooks: len(c.Hooks) > 0}, nil
+}
+
+// Queue returns the writer's queue.
+func (w *Writer) Queue() *streamq.Queue { return w.q }
+
+// CacheKey returns the Redis key that caches key's value,
+// <prefix>:{<queue>}:cache:<key>. It holds the value as a plain string.
+func (w *Writer) CacheKey(key string) string { return w.q.Key(CacheKeyPrefix + key) }
+
+// Set stores value as key's value in the cache and queues the change for the
+// sink, in one atomic step, and returns the change's version.
+//
+// key must be non-empty valid UTF-8 without NUL bytes and at most
+// [MaxKeyBytes] long, and value at most [MaxValueBytes] long, as a [Sink]
+// requires; otherwise Set returns a [*ChangeError] without touching Redis.
+// When the stream holds QueueConfig.MaxLen entries that the group has not
+// acknowledged (after trimming acknowledged history), Set returns an error
+// wrapping [streamq.ErrQueueFull] and changes nothing. On other errors (Redis
+// unreachable, ctx cancelled) the change may or may not have been applied;
+// calling Set again is safe: the retry gets a newer version.
+func (w *Writer) Set(ctx context.Context, key string, value []byte) (version int64, err error) {
+	if value == nil {
+		value = []byte{}
+	}
+	return w.write(ctx, OpSet, key, value)
+}
+
+// Delete removes key from the cache and queues the deletion for the sink, in
+// one atomic step, and returns the deletion's version. The sink keeps a
+// tombstone with that version, so an older change replayed later cannot bring
+// the key back. Deleting a key that is not cached still queues the deletion
+// (its row may be in the sink). Errors are as for [Writer.Set].
+func (w *Writer) Delete(ctx context.Context, key string) (version int64, err error) {
+	return w.write(ctx, OpDelete, key, nil)
+}
+
+// Get returns key's cached value. found is false when the key is not in the
+// cache: never set, deleted, or expired (see WriterConfig.TTL). The cache is
+// not filled from the sink; on a miss read the sink yourself if needed. key
+// is checked as in [Writer.Set].
+func (w *Writer) Get(ctx context.Context, key string) (value []byte, found bool, err error) {
+	if err := (Change{Key: key, Version: 1}).Validate(); err != nil {
+		return nil, false, err
+	}
+	value, err = w.q.Client().Get(ctx, w.CacheKey(key)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("streamq: write-behind get %q from %s: %w", key, w.CacheKey(key), err)
+	}
+	return value, true, nil
+}
+
+// write runs scriptWrite for one change. When the stream is at its cap it
+// trims acknowledged history once and tries again, then gives up with
+// streamq.ErrQueueFull.
+func (w *Writer) write(ctx context.Context, op, key string, value []byte) (int64, error) {
+	if err := (Change{Key: key, Value: value, Deleted: op == OpDelete, Version: 1}).Validate(); err != nil {
+		return 0, err
+	}
+	fields := w.p.EntryFields(ctx, value, map[string]string{HeaderKey: key, HeaderOp: op}, time.Now())
+	if w.hooks {
+		fields = ownHeaders(fields, key, op)
+	}
+	args := make([]any, 0, 3+len(fields))
+	args = append(args, max(w.q.MaxLen(), 0), op, w.ttl.Milliseconds())
+	args = append(args, fields...)
+	keys := []string{w.q.StreamKey(), w.CacheKey(key), w.version}
+	var (
+		version int64
+		err     error
+	)
+	for attempt := 0; ; attempt++ {
+		version, err = scriptWrite.Run(ctx, w.q.Client(), keys, args...).Int64()
+		if err == nil || !isQueueFull(err) || attempt > 0 {
+			break
+		}
+		if n, terr := w.q.Trim(ctx); terr != nil || n == 0 {
+			break
+		}
+	}
+	if err != nil {
+		if isQueueFull(err) {
+			err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
+		}
+		return 0, fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, w.q.StreamKey(), err)
+	}
+	return version, nil
+}
+
+// ownHeaders resets the wb-* headers of entry fields after enqueue hooks ran:
+// a hook cannot change the key or operation of a change, nor pre-empt the
+// version that scriptWrite adds.
+func ownHeaders(fields []any, key, op string) []any {
+	for i := 0; i+1 < len(fields); i += 2 {
+		if fields[i] != "headers" {
+			continue
+		}
+		var raw []byte
+		switch v := fields[i+1].(type) {
+		case []byte:
+			raw = v
+		case string:
+			raw = []byte(v)
+		}
+		h := map[string]string{}
+		_ = json.Unmarshal(raw, &h) // written by json.Marshal of a map[string]string
+		h[HeaderKey], h[HeaderOp] = key, op
+		delete(h, HeaderVersion)
+		b, _ := json.Marshal(h) // map[string]string always marshals
+		fields[i+1] = b
+	}
+	return fields
+}
+
+func isQueueFull(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "QUEUEFULL") }
+
+// scriptWrite applies one change to the cache and appends it to the stream.
+//
+// KEYS[1] the queue's stream
+// KEYS[2] the cache key, <prefix>:{<queue>}:cache:<key>
+// KEYS[3] the version counter, <prefix>:{<queue>}:wb:version
+// ARGV[1] stream cap (0 or less: none); reaching it refuses, never trims
+// ARGV[2] "set" or "del"
+// ARGV[3] cache TTL in ms for "set" (0: no expiry)
+// ARGV[4..] field/value arguments of the stream entry (wire format v1, from
+// Producer.EntryFields); the "headers" field must be a non-empty JSON object,
+// and "payload" is the value stored by "set"
+//
+// Returns the change's version. Errors with "QUEUEFULL ..." when the stream
+// holds cap entries, before writing anything. The writes are ordered so that a
+// command failing half way (which Redis does not roll back) can leave at most
+// an unused version number: INCR, then XADD, then SET or DEL, which cannot fail.
+//
+// The version goes into the headers as "wb-version": it is appended last to
+// the JSON object, so it wins over a hook that set the same header.
+var scriptWrite = redis.NewScript(`
+local cap = tonumber(ARGV[1])
+if cap > 0 then
+  local len = redis.call('XLEN', KEYS[1])
+  if len >= cap then
+    return redis.error_reply('QUEUEFULL stream length ' .. len .. ', cap ' .. cap)
+  end
+end
+local version = redis.call('INCR', KEYS[3])
+local fields = {}
+local value = ''
+for i = 4, #ARGV - 1, 2 do
+  local name, val = ARGV[i], ARGV[i + 1]
+  if name == 'headers' then
+    val = string.sub(val, 1, -2) .. ',"wb-version":"' .. version .. '"}'
+  elseif name == 'payload' then
+    value = val
+  end
+  fields[#fields + 1] = name
+  fields[#fields + 1] = val
+end
+redis.call('XADD', KEYS[1], '*', unpack(fields))
+if ARGV[2] == 'del' then
+  redis.call('DEL', KEYS[2])
+elseif tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
+else
+  redis.call('SET', KEYS[2], value)
+end
+return version
+`)
