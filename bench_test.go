@@ -1,0 +1,242 @@
+package streamq_test
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/redistest"
+)
+
+// Benchmarks against a real Redis: the one in REDIS_ADDR, else 127.0.0.1:6379,
+// else the server this package's TestMain started. Every benchmark uses its
+// own queue and deletes its keys; none flushes the database.
+//
+//	REDIS_ADDR=127.0.0.1:6379 go test -run '^$' -bench . -benchmem
+//
+// cmd/streamq-bench compares the same paths with raw go-redis baselines; see
+// docs/performance.md.
+
+// benchPayload is the payload of every benchmark job.
+var benchPayload = []byte("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" +
+	"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef") // 128 bytes
+
+// benchAddr picks the Redis for the benchmarks once.
+var benchAddr = sync.OnceValues(func() (string, error) {
+	var candidates []string
+	if a := os.Getenv("REDIS_ADDR"); a != "" {
+		candidates = append(candidates, a)
+	} else {
+		candidates = append(candidates, "127.0.0.1:6379")
+	}
+	candidates = append(candidates, redistest.Addr())
+	var lastErr error
+	for _, a := range candidates {
+		rdb := redis.NewClient(&redis.Options{Addr: a})
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		lastErr = rdb.Ping(ctx).Err()
+		cancel()
+		_ = rdb.Close()
+		if lastErr == nil {
+			return a, nil
+		}
+	}
+	return "", lastErr
+})
+
+// benchQueue returns a fresh queue on a fresh client (with hooks, if any),
+// whose keys are deleted when the caller calls the returned func.
+func benchQueue(b *testing.B, poolSize int, hooks ...redis.Hook) (*streamq.Queue, func()) {
+	b.Helper()
+	addr, err := benchAddr()
+	if err != nil {
+		b.Skipf("no Redis reachable for benchmarks (%v): set REDIS_ADDR=host:port to a Redis they may write to", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: max(poolSize, 20)})
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
+	q, err := streamq.NewQueue(rdb, redistest.Name(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := q.Setup(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return q, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = rdb.Unlink(ctx, q.StreamKey(), q.DeadLetterKey(), q.DelayedKey(), q.Key("delayed:jobs")).Err()
+		_ = rdb.Close()
+	}
+}
+
+func BenchmarkProducer_Enqueue(b *testing.B) {
+	b.Run("goroutines=1", func(b *testing.B) {
+		q, cleanup := benchQueue(b, 0)
+		defer cleanup()
+		p, err := streamq.NewProducer(q, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := p.Enqueue(ctx, benchPayload); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("goroutines=16", func(b *testing.B) {
+		q, cleanup := benchQueue(b, 20)
+		defer cleanup()
+		p, err := streamq.NewProducer(q, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.SetParallelism(max(16/runtime.GOMAXPROCS(0), 1)) // 16 goroutines
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := p.Enqueue(ctx, benchPayload); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkProducer_EnqueueBatch enqueues b.N jobs in batches; one op is one
+// job, so ns/op, B/op and allocs/op are per job.
+func BenchmarkProducer_EnqueueBatch(b *testing.B) {
+	for _, size := range []int{100, 1000} {
+		b.Run("batch="+strconv.Itoa(size), func(b *testing.B) {
+			q, cleanup := benchQueue(b, 0)
+			defer cleanup()
+			p, err := streamq.NewProducer(q, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			jobs := make([]streamq.Job, size)
+			for i := range jobs {
+				jobs[i].Payload = benchPayload
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i += size {
+				if _, err := p.EnqueueBatch(ctx, jobs[:min(size, b.N-i)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+		})
+	}
+}
+
+// BenchmarkConsumer_EndToEnd pre-enqueues b.N jobs, then times a Consumer with
+// a no-op handler until Redis has acknowledged all of them (counted by a
+// client hook on XACK replies). One op is one job.
+func BenchmarkConsumer_EndToEnd(b *testing.B) {
+	for _, c := range []int{1, 16, 64} {
+		b.Run("concurrency="+strconv.Itoa(c), func(b *testing.B) {
+			acks := &ackHook{target: int64(b.N), done: make(chan struct{})}
+			q, cleanup := benchQueue(b, c+10, acks)
+			defer cleanup()
+			acks.stream = q.StreamKey()
+			ctx := context.Background()
+			p, err := streamq.NewProducer(q, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			jobs := make([]streamq.Job, streamq.MaxBatchChunk)
+			for i := range jobs {
+				jobs[i].Payload = benchPayload
+			}
+			for i := 0; i < b.N; i += len(jobs) {
+				if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), b.N-i)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
+			cons, err := streamq.NewConsumer(q, noop, &streamq.ConsumerConfig{Name: "bench", Concurrency: c})
+			if err != nil {
+				b.Fatal(err)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			errc := make(chan error, 1)
+			b.ReportAllocs()
+			b.ResetTimer()
+			go func() { errc <- cons.Run(rctx) }()
+			timeout := time.NewTimer(5 * time.Minute)
+			defer timeout.Stop()
+			select {
+			case <-acks.done:
+			case err := <-errc:
+				b.Fatalf("consumer returned early: %v", err)
+			case <-timeout.C:
+				b.Fatalf("only %d of %d jobs acknowledged after 5 minutes", acks.acked.Load(), b.N)
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			cancel()
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// ackHook counts the entries acknowledged by XACK replies on one stream and
+// closes done when target is reached.
+type ackHook struct {
+	stream string
+	target int64
+	acked  atomic.Int64
+	once   sync.Once
+	done   chan struct{}
+}
+
+func (h *ackHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *ackHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.observe(cmd)
+		return err
+	}
+}
+
+func (h *ackHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			h.observe(c)
+		}
+		return err
+	}
+}
+
+func (h *ackHook) observe(cmd redis.Cmder) {
+	ic, ok := cmd.(*redis.IntCmd)
+	if !ok || ic.Err() != nil || cmd.Name() != "xack" {
+		return
+	}
+	if args := cmd.Args(); len(args) < 2 || args[1] != h.stream {
+		return
+	}
+	if h.acked.Add(ic.Val()) >= h.target {
+		h.once.Do(func() { close(h.done) })
+	}
+}
