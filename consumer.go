@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,6 +123,9 @@ const (
 	EventDeleted
 	// EventClaimLost: a running job was taken over by another consumer.
 	EventClaimLost
+	// EventPostponed: the handler returned a [Postpone] error and the job was
+	// moved to the delayed set without charging the attempt.
+	EventPostponed
 )
 
 func (k EventKind) String() string {
@@ -138,6 +140,8 @@ func (k EventKind) String() string {
 		return "deleted"
 	case EventClaimLost:
 		return "claim_lost"
+	case EventPostponed:
+		return "postponed"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
@@ -162,6 +166,7 @@ type ConsumerStats struct {
 	Reclaimed    int64 // taken over from other consumers by the reaper
 	Deleted      int64 // pending entries found deleted from the stream (see EventDeleted)
 	ClaimsLost   int64 // running jobs taken over by another consumer
+	Postponed    int64 // handed back by the handler with Postpone (not failures)
 }
 
 // Consumer reads jobs of one [Queue] with a consumer group and runs them with
@@ -174,7 +179,7 @@ type Consumer struct {
 	log     *slog.Logger
 	running atomic.Bool
 
-	processed, failed, retried, dead, reclaimed, deleted, claimsLost atomic.Int64
+	processed, failed, retried, dead, reclaimed, deleted, claimsLost, postponed atomic.Int64
 }
 
 // NewConsumer returns a consumer that runs h for every job of q. cfg may be
@@ -304,6 +309,7 @@ func (c *Consumer) Stats() ConsumerStats {
 		Reclaimed:    c.reclaimed.Load(),
 		Deleted:      c.deleted.Load(),
 		ClaimsLost:   c.claimsLost.Load(),
+		Postponed:    c.postponed.Load(),
 	}
 }
 
@@ -556,6 +562,7 @@ func (r *run) launch(j *inflightJob, id string, values map[string]any, deliverie
 func (r *run) process(jctx context.Context, id string, values map[string]any, deliveries int) {
 	c := r.c
 	msg, err := DecodeMessage(c.q.name, id, values, deliveries)
+	msg.Group = c.q.group
 	if err != nil {
 		r.deadLetter(msg, ReasonMalformed, err, max(msg.Deliveries, 1))
 		return
@@ -580,17 +587,18 @@ func (r *run) process(jctx context.Context, id string, values map[string]any, de
 		r.acks <- a
 		return
 	}
-	c.failed.Add(1)
 	cause := context.Cause(jctx)
 	switch {
 	case errors.Is(cause, ErrClaimLost):
 		// Another consumer owns the job now; settling it here would race.
+		c.failed.Add(1)
 		c.log.Info("streamq: job failed after its claim was lost; the new owner settles it", "msg_id", id, "error", err)
 	case errors.Is(cause, ErrShutdown):
 		// The handler stopped because of the shutdown: hand the job back at
 		// once without charging an attempt. Its handler has returned, so it
 		// cannot run twice.
-		r.retry(msg, err, 0, false)
+		c.failed.Add(1)
+		r.retry(msg, err, Verdict{Postponed: true}, EventRetried)
 	default:
 		r.fail(msg, err)
 	}
@@ -606,23 +614,31 @@ func (r *run) settle(id string) {
 	r.mu.Unlock()
 }
 
-// fail retries or dead-letters a failed attempt, as [Decide] says.
+// fail retries, postpones or dead-letters a failed attempt, as [Decide] says.
 func (r *run) fail(msg *Message, err error) {
 	v := Decide(msg, err, r.c.cfg.MaxDeliveries, r.c.cfg.Backoff)
+	if !v.Postponed {
+		r.c.failed.Add(1)
+	}
 	if v.DeadLetter {
 		r.deadLetter(msg, v.Reason, err, v.Attempts)
 		return
 	}
-	r.retry(msg, err, v.Delay, true)
+	kind := EventRetried
+	if v.Postponed {
+		kind = EventPostponed
+	}
+	r.retry(msg, err, v, kind)
 }
 
-// retry moves the job to the delayed set in one script; charge says whether
-// the attempt counts (see [RetryFields]). If it cannot (Redis unreachable),
-// the job stays pending and the reaper retries it later.
-func (r *run) retry(msg *Message, cause error, delay time.Duration, charge bool) {
+// retry moves the job to the delayed set in one script, due after v.Delay;
+// with v.Postponed the attempt is not charged (see [RetryFields]). kind is
+// the event to report: EventRetried or EventPostponed. If it cannot (Redis
+// unreachable), the job stays pending and the reaper retries it later.
+func (r *run) retry(msg *Message, cause error, v Verdict, kind EventKind) {
 	c := r.c
 	now := time.Now()
-	args := append([]any{c.q.group, c.cfg.Name, msg.ID, millis(now.Add(delay)), newToken()}, RetryFields(msg, cause, charge, now)...)
+	args := append([]any{c.q.group, c.cfg.Name, msg.ID, millis(now.Add(v.Delay)), newToken()}, RetryFields(msg, cause, !v.Postponed, now)...)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	moved, err := scriptRetry.Run(ctx, c.q.rdb, []string{c.q.stream, c.q.delayed, c.q.jobs}, args...).Int()
@@ -631,10 +647,14 @@ func (r *run) retry(msg *Message, cause error, delay time.Duration, charge bool)
 		c.log.Error("streamq: cannot schedule retry; the job stays pending and will be reclaimed", "msg_id", msg.ID, "error", err)
 	case moved == 0:
 		c.log.Info("streamq: job was taken over by another consumer before its retry; leaving it", "msg_id", msg.ID)
+	case kind == EventPostponed:
+		c.postponed.Add(1)
+		c.log.Debug("streamq: job postponed", "msg_id", msg.ID, "retry_in", v.Delay, "reason", cause)
+		c.event(ctx, Event{Kind: EventPostponed, ID: msg.ID, Message: msg, Err: cause, Delay: v.Delay})
 	default:
 		c.retried.Add(1)
-		c.log.Debug("streamq: job failed, retrying", "msg_id", msg.ID, "attempt", msg.Attempts(), "retry_in", delay, "error", cause)
-		c.event(ctx, Event{Kind: EventRetried, ID: msg.ID, Message: msg, Err: cause, Delay: delay})
+		c.log.Debug("streamq: job failed, retrying", "msg_id", msg.ID, "attempt", msg.Attempts(), "retry_in", v.Delay, "error", cause)
+		c.event(ctx, Event{Kind: EventRetried, ID: msg.ID, Message: msg, Err: cause, Delay: v.Delay})
 	}
 }
 
@@ -704,18 +724,31 @@ func (r *run) gatherAcks(batch []ackItem, want int, linger *time.Timer) ([]ackIt
 	return batch, true
 }
 
-// flushAcks acknowledges a batch in one XACK and releases the unique-key
-// locks of its jobs in the same round trip.
+// flushAcks acknowledges a batch in one XACK, or, when some of its jobs hold
+// unique-key locks, in one script that also releases the locks.
 func (r *run) flushAcks(batch []ackItem) {
 	c := r.c
 	ids := make([]string, len(batch))
 	var lockKeys []string
-	var tokens []any
 	for i, a := range batch {
 		ids[i] = a.id
 		if a.lockKey != "" {
 			lockKeys = append(lockKeys, a.lockKey)
-			tokens = append(tokens, a.keyToken)
+		}
+	}
+	var keys []string
+	var args []any
+	if len(lockKeys) > 0 {
+		keys = append([]string{c.q.stream}, lockKeys...)
+		args = make([]any, 0, 2+len(ids)+len(lockKeys))
+		args = append(args, c.q.group, len(ids))
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		for _, a := range batch {
+			if a.lockKey != "" {
+				args = append(args, a.keyToken)
+			}
 		}
 	}
 	var bo retryBackoff
@@ -725,13 +758,7 @@ func (r *run) flushAcks(batch []ackItem) {
 		if len(lockKeys) == 0 {
 			err = c.q.rdb.XAck(ctx, c.q.stream, c.q.group, ids...).Err()
 		} else {
-			pipe := c.q.rdb.Pipeline()
-			pipe.XAck(ctx, c.q.stream, c.q.group, ids...)
-			scriptUnlock.Run(ctx, pipe, lockKeys, tokens...)
-			_, err = pipe.Exec(ctx)
-			if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				err = scriptUnlock.Run(ctx, c.q.rdb, lockKeys, tokens...).Err()
-			}
+			err = scriptAck.Run(ctx, c.q.rdb, keys, args...).Err()
 		}
 		cancel()
 		if err == nil {

@@ -36,16 +36,20 @@ const (
 )
 
 // deadLetter moves a job to the dead-letter stream in one script (XADD to the
-// dead-letter stream, XACK, XDEL). If Redis cannot be reached the job stays
+// dead-letter stream, XACK, XDEL, release of its unique-key lock). If Redis cannot be reached the job stays
 // pending and is tried again after MinIdle.
 // attempts is the number of attempts made, recorded in the dead letter.
 func (r *run) deadLetter(msg *Message, reason string, cause error, attempts int) {
 	c := r.c
-	args := append([]any{c.q.group, c.cfg.Name, msg.ID, c.q.cfg.DeadLetterMaxLen},
+	keys := []string{c.q.stream, c.q.dead}
+	if msg.Key != "" {
+		keys = append(keys, c.q.uniqueKey(msg.Key))
+	}
+	args := append([]any{c.q.group, c.cfg.Name, msg.ID, c.q.cfg.DeadLetterMaxLen, msg.keyToken},
 		DeadLetterFields(msg, reason, cause, attempts, time.Now())...)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	id, err := scriptDeadLetter.Run(ctx, c.q.rdb, []string{c.q.stream, c.q.dead}, args...).Text()
+	id, err := scriptDeadLetter.Run(ctx, c.q.rdb, keys, args...).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
 		c.log.Info("streamq: job was taken over by another consumer before it could be dead-lettered; leaving it", "msg_id", msg.ID)
@@ -53,11 +57,6 @@ func (r *run) deadLetter(msg *Message, reason string, cause error, attempts int)
 		c.log.Error("streamq: cannot dead-letter job; it stays pending and will be retried", "msg_id", msg.ID, "reason", reason, "error", err)
 	default:
 		c.dead.Add(1)
-		if msg.Key != "" {
-			if err := scriptUnlock.Run(ctx, c.q.rdb, []string{c.q.uniqueKey(msg.Key)}, msg.keyToken).Err(); err != nil {
-				c.log.Warn("streamq: cannot release the unique key of a dead-lettered job; it expires with its TTL", "msg_id", msg.ID, "error", err)
-			}
-		}
 		c.log.Warn("streamq: job dead-lettered", "msg_id", msg.ID, "dead_letter_id", id, "reason", reason, "attempt", attempts, "error", cause)
 		c.event(ctx, Event{Kind: EventDeadLettered, ID: msg.ID, Message: msg, Err: cause, Reason: reason})
 	}

@@ -87,6 +87,28 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // The retry still counts towards MaxDeliveries.
 func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }
 
+// PostponeError asks for a job to run again later without counting the
+// attempt. Create it with [Postpone].
+type PostponeError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *PostponeError) Error() string {
+	return fmt.Sprintf("postponed for %s: %s", e.Delay, errString(e.Err))
+}
+
+// Unwrap returns the wrapped error.
+func (e *PostponeError) Unwrap() error { return e.Err }
+
+// Postpone hands the job back to run again after d without charging an
+// attempt: the job did not fail, it could not start yet (a rate limit, a
+// resource that is busy). It is not counted as failed, is not recorded as
+// the job's last error, and does not count towards MaxDeliveries, so a job
+// that is postponed forever never reaches the dead-letter stream: use it for
+// conditions that pass. reason says why (it may be nil).
+func Postpone(d time.Duration, reason error) error { return &PostponeError{Delay: d, Err: reason} }
+
 // PanicError is the failure recorded when a handler panics. The panic is
 // recovered at the library boundary so one bad job cannot crash the worker.
 type PanicError struct {

@@ -35,6 +35,9 @@ type Message struct {
 	ID string
 	// Queue is the queue name.
 	Queue string
+	// Group is the consumer group that delivered the job ("" when it was not
+	// delivered by a consumer group).
+	Group string
 	// Payload is the job's payload as enqueued.
 	Payload []byte
 	// Headers are the job's string headers (user headers and trace context).

@@ -41,14 +41,21 @@ type Verdict struct {
 	Attempts int
 	// Delay is how long the job waits before its retry.
 	Delay time.Duration
+	// Postponed is true when the handler asked for the job to be postponed
+	// ([Postpone]): it is retried after Delay and the attempt is not charged.
+	Postponed bool
 }
 
 // Decide applies the retry rules to an attempt of msg that failed with err:
 // a [Permanent] error, or a failure on attempt number maxDeliveries,
 // dead-letters the job; otherwise it is retried after backoff(attempt), or
-// after the delay of a [RetryAfter] error.
+// after the delay of a [RetryAfter] error. A [Postpone] error retries it
+// after its delay without charging the attempt.
 func Decide(msg *Message, err error, maxDeliveries int, backoff BackoffFunc) Verdict {
 	n := msg.Attempts()
+	if pe, ok := errors.AsType[*PostponeError](err); ok {
+		return Verdict{Attempts: n - 1, Delay: max(pe.Delay, 0), Postponed: true}
+	}
 	if _, ok := errors.AsType[*PermanentError](err); ok {
 		return Verdict{DeadLetter: true, Reason: ReasonPermanent, Attempts: n}
 	}

@@ -29,6 +29,8 @@ func TestDecide(t *testing.T) {
 		{"wrapped permanent too", 0, 1, errors.Join(boom, Permanent(boom)), Verdict{DeadLetter: true, Reason: ReasonPermanent, Attempts: 1}},
 		{"last attempt dead-letters", 2, 1, boom, Verdict{DeadLetter: true, Reason: ReasonMaxDeliveries, Attempts: 3}},
 		{"last attempt beats retry-after", 2, 1, RetryAfter(time.Second, boom), Verdict{DeadLetter: true, Reason: ReasonMaxDeliveries, Attempts: 3}},
+		{"postpone is not charged, even on the last attempt", 2, 1, Postpone(time.Second, boom), Verdict{Attempts: 2, Delay: time.Second, Postponed: true}},
+		{"postpone after a crash charges only the crash", 0, 2, Postpone(0, nil), Verdict{Attempts: 1, Postponed: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

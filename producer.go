@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // MaxBatchChunk is the number of jobs [Producer.EnqueueBatch] writes per Redis
@@ -290,10 +293,25 @@ func newToken() string {
 }
 
 // Cancel removes a delayed job (one enqueued with [ProcessAt] or [ProcessIn])
-// before it is due, given the ID Enqueue returned. It reports false when the
-// job was no longer waiting: it is already in the stream, ran, or never existed.
+// before it is due, given the ID Enqueue returned, and releases its [Unique]
+// key. It reports false when the job was no longer waiting: it is already in
+// the stream, ran, or never existed.
 func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
-	n, err := scriptCancel.Run(ctx, q.rdb, []string{q.delayed, q.jobs}, id).Int()
+	res, err := scriptDelayedKey.Run(ctx, q.rdb, []string{q.jobs}, id).StringSlice()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	if len(res) != 2 {
+		return false, fmt.Errorf("streamq: cancel %s: unexpected reply %q", id, res)
+	}
+	keys := []string{q.delayed, q.jobs}
+	if res[0] != "" {
+		keys = append(keys, q.uniqueKey(res[0]))
+	}
+	n, err := scriptCancel.Run(ctx, q.rdb, keys, id, res[1]).Int()
 	if err != nil {
 		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
 	}

@@ -190,7 +190,7 @@ func (r *run) handBack(cj claimedJob) {
 	if err != nil {
 		return
 	}
-	r.retry(msg, ErrShutdown, 0, false)
+	r.retry(msg, ErrShutdown, Verdict{Postponed: true}, EventRetried)
 }
 
 // settleDeleted acknowledges pending entries whose data is gone, so they leave

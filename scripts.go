@@ -59,6 +59,12 @@ local function no_room(stream, cap, n)
   return 'QUEUEFULL stream length ' .. len .. ' after trimming acknowledged history, cap ' .. cap .. ', batch of ' .. n
 end
 
+-- unlock deletes a unique-key lock if it still holds token: a job whose lock
+-- expired and was taken by a newer job must not release the newer lock.
+local function unlock(lock, token)
+  if redis.call('HGET', lock, 'token') == token then redis.call('DEL', lock) end
+end
+
 -- owned reports whether entry id is pending for consumer in group.
 local function owned(stream, group, consumer, id)
   return #redis.call('XPENDING', stream, group, id, id, 1, consumer) > 0
@@ -149,11 +155,14 @@ redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
 return 1
 `)
 
-// scriptDeadLetter moves a job from the stream to the dead-letter stream.
+// scriptDeadLetter moves a job from the stream to the dead-letter stream and
+// releases its unique-key lock.
 //
-// KEYS[1] stream, KEYS[2] dead-letter stream
+// KEYS[1] stream, KEYS[2] dead-letter stream, KEYS[3] (optional) the job's
+// unique-key lock
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] dead-letter cap
-// (0: none), ARGV[5..] field/value arguments of the dead letter.
+// (0: none), ARGV[5] the job's lock token ("" without a lock), ARGV[6..]
+// field/value arguments of the dead letter.
 // Returns the dead letter's entry ID, or false when the entry is no longer
 // pending for this consumer, in which case nothing changed.
 var scriptDeadLetter = redis.NewScript(luaLib + `
@@ -161,12 +170,13 @@ if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
 local id
 local cap = tonumber(ARGV[4])
 if cap > 0 then
-  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 5))
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 6))
 else
-  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
 end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
+if KEYS[3] then unlock(KEYS[3], ARGV[5]) end
 return id
 `)
 
@@ -220,15 +230,35 @@ end
 return lost
 `)
 
-// scriptCancel removes a job from the delayed set before it is due.
+// scriptDelayedKey reads the unique key of a delayed job.
 //
-// KEYS[1] delayed sorted set, KEYS[2] delayed job hash
+// KEYS[1] delayed job hash
 // ARGV[1] the job's delayed-set ID
+// Returns {unique key, lock token} ("" and "" for a job without one), or
+// false if the job is not in the delayed set.
+var scriptDelayedKey = redis.NewScript(`
+local data = redis.call('HGET', KEYS[1], ARGV[1])
+if not data then return false end
+local f = cmsgpack.unpack(data)
+local key, tok = '', ''
+for i = 1, #f - 1, 2 do
+  if f[i] == 'key' then key = f[i + 1] elseif f[i] == 'kt' then tok = f[i + 1] end
+end
+return {key, tok}
+`)
+
+// scriptCancel removes a job from the delayed set before it is due and
+// releases its unique-key lock.
+//
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] (optional)
+// the job's unique-key lock
+// ARGV[1] the job's delayed-set ID, ARGV[2] its lock token (with KEYS[3])
 // Returns 1 if the job was removed, 0 if it was not there (already moved
-// into the stream, or unknown).
-var scriptCancel = redis.NewScript(`
+// into the stream, or unknown); the lock is only released on 1.
+var scriptCancel = redis.NewScript(luaLib + `
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+if n == 1 and KEYS[3] then unlock(KEYS[3], ARGV[2]) end
 return n
 `)
 
@@ -260,19 +290,15 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return {1, id}
 `)
 
-// scriptUnlock releases unique-key locks held by finished jobs.
+// scriptAck acknowledges finished jobs and releases their unique-key locks.
 //
-// KEYS: lock keys; ARGV: the matching lock tokens (same order).
-// A lock is deleted only if it still holds the job's token, so a job whose
-// lock expired and was taken by a newer job does not release the newer lock.
-// Returns the number of locks released.
-var scriptUnlock = redis.NewScript(`
-local n = 0
-for i = 1, #KEYS do
-  if redis.call('HGET', KEYS[i], 'token') == ARGV[i] then
-    redis.call('DEL', KEYS[i])
-    n = n + 1
-  end
-end
-return n
+// KEYS[1] stream, KEYS[2..] unique-key locks of some of the jobs
+// ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3..2+n] entry IDs,
+// then one lock token per lock key, in the same order.
+// Returns the number of entries acknowledged.
+var scriptAck = redis.NewScript(luaLib + `
+local n = tonumber(ARGV[2])
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3, 2 + n))
+for i = 2, #KEYS do unlock(KEYS[i], ARGV[1 + n + i]) end
+return acked
 `)

@@ -828,6 +828,49 @@ func TestReliability_RetryAfterHonoured(t *testing.T) {
 	t.Logf("RetryAfter(%s): retried after %s", retryAfter, second.at.Sub(first.at).Round(time.Millisecond))
 }
 
+// TestReliability_PostponeIsNotAnAttempt: a job postponed more often than
+// MaxDeliveries allows attempts is neither charged nor dead-lettered, and
+// runs to completion once it stops postponing.
+func TestReliability_PostponeIsNotAnAttempt(t *testing.T) {
+	t.Parallel()
+	const postpones = 5
+	rdb := redistest.NewClient(t)
+	q, p := relQueue(t, rdb, nil)
+
+	var n atomic.Int64
+	last := make(chan *streamq.Message, 1)
+	events := &relEvents{}
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		if n.Add(1) <= postpones {
+			return streamq.Postpone(time.Millisecond, errors.New("rate limited"))
+		}
+		last <- m
+		return nil
+	}, streamq.ConsumerConfig{MaxDeliveries: 2, OnEvent: events.on})
+	run := relRun(t, c)
+	enqueueAll(t, p, []string{"throttled"})
+
+	var m *streamq.Message
+	select {
+	case m = <-last:
+	case <-time.After(relWait):
+		t.Fatalf("the job did not complete; ran %d times, stats %+v", n.Load(), c.Stats())
+	}
+	if m.Attempt != 0 || m.LastError != "" || !m.FirstFailedAt.IsZero() {
+		t.Errorf("after %d postpones: attempt=%d last error=%q first failed=%v; want an uncharged job", postpones, m.Attempt, m.LastError, m.FirstFailedAt)
+	}
+	redistest.WaitFor(t, relWait, "the job acknowledged", func() bool { return c.Stats().Processed == 1 })
+	relSettled(t, q, 0, relWait)
+	run.stop()
+	st := c.Stats()
+	if st.Postponed != postpones || st.Failed != 0 || st.Retried != 0 || st.DeadLettered != 0 {
+		t.Errorf("stats %+v, want %d postponed and no failure, retry or dead letter", st, postpones)
+	}
+	if ev := events.of(streamq.EventPostponed); len(ev) != postpones || ev[0].Delay != time.Millisecond {
+		t.Errorf("%d postpone events (%+v), want %d with delay 1ms", len(ev), ev, postpones)
+	}
+}
+
 func TestReliability_PanicRetriedNotAcked(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.NewClient(t)
