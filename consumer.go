@@ -386,8 +386,10 @@ type inflightJob struct {
 	settling bool
 }
 
-// ackItem is a finished job waiting to be acknowledged.
+// ackItem is a finished job waiting to be acknowledged. It stays registered
+// in flight until its XACK was sent, so the reaper cannot start it again.
 type ackItem struct {
+	job      *inflightJob
 	id       string
 	lockKey  string // unique-key lock to release, if any
 	keyToken string
@@ -552,24 +554,27 @@ func (r *run) launch(j *inflightJob, id string, values map[string]any, deliverie
 	go func() {
 		defer r.wg.Done()
 		defer r.sem.Release(weight)
-		defer r.unregister(id, j)
-		r.process(j.ctx, id, values, deliveries)
+		if !r.process(j, id, values, deliveries) {
+			r.unregister(id, j)
+		}
 	}()
 }
 
 // process runs the handler for one entry and settles the outcome: ack,
-// retry, or dead letter.
-func (r *run) process(jctx context.Context, id string, values map[string]any, deliveries int) {
+// retry, or dead letter. It reports true when the job went to the ack loop,
+// which unregisters it once acknowledged.
+func (r *run) process(j *inflightJob, id string, values map[string]any, deliveries int) bool {
 	c := r.c
+	jctx := j.ctx
 	msg, err := DecodeMessage(c.q.name, id, values, deliveries)
 	msg.Group = c.q.group
 	if err != nil {
 		r.deadLetter(msg, ReasonMalformed, err, max(msg.Deliveries, 1))
-		return
+		return false
 	}
 	if v, cause, over := Exhausted(msg, c.cfg.MaxDeliveries); over {
 		r.deadLetter(msg, v.Reason, cause, v.Attempts)
-		return
+		return false
 	}
 	if c.cfg.JobTimeout > 0 {
 		var cancel context.CancelFunc
@@ -580,12 +585,12 @@ func (r *run) process(jctx context.Context, id string, values map[string]any, de
 	r.settle(id)
 	if err == nil {
 		c.processed.Add(1)
-		a := ackItem{id: id}
+		a := ackItem{job: j, id: id}
 		if msg.Key != "" {
 			a.lockKey, a.keyToken = c.q.uniqueKey(msg.Key), msg.keyToken
 		}
 		r.acks <- a
-		return
+		return true
 	}
 	cause := context.Cause(jctx)
 	switch {
@@ -602,6 +607,7 @@ func (r *run) process(jctx context.Context, id string, values map[string]any, de
 	default:
 		r.fail(msg, err)
 	}
+	return false
 }
 
 // settle marks a job whose handler has returned, so the keep-alive loop stops
@@ -761,11 +767,13 @@ func (r *run) flushAcks(batch []ackItem) {
 			err = scriptAck.Run(ctx, c.q.rdb, keys, args...).Err()
 		}
 		cancel()
-		if err == nil {
-			return
-		}
-		if try == 3 {
-			c.log.Error("streamq: cannot acknowledge jobs; they stay pending and will run again", "count", len(ids), "error", err)
+		if err == nil || try == 3 {
+			if err != nil {
+				c.log.Error("streamq: cannot acknowledge jobs; they stay pending and will run again", "count", len(ids), "error", err)
+			}
+			for _, a := range batch {
+				r.unregister(a.id, a.job)
+			}
 			return
 		}
 		bo.sleep()
@@ -796,7 +804,9 @@ func (r *run) keepAliveLoop(ctx context.Context) {
 		if len(ids) == 2 {
 			continue
 		}
-		tctx, cancel := context.WithTimeout(ctx, max(c.cfg.MinIdle/4, opTimeout))
+		// A refresh that takes longer than MinIdle/2 is too late anyway; the
+		// next tick tries again.
+		tctx, cancel := context.WithTimeout(ctx, min(c.cfg.MinIdle/2, opTimeout))
 		lost, err := scriptTouch.Run(tctx, c.q.rdb, []string{c.q.stream}, ids...).StringSlice()
 		cancel()
 		if err != nil {

@@ -9,9 +9,10 @@ import (
 // Sentinel errors. Check them with [errors.Is].
 var (
 	// ErrQueueFull is returned by [Producer.Enqueue] and [Producer.EnqueueBatch] when
-	// the stream holds QueueConfig.MaxLen entries that some consumer group has not
-	// acknowledged yet. The refused jobs were not enqueued.
-	ErrQueueFull = errors.New("streamq: queue full: the stream holds MaxLen unacknowledged entries")
+	// a consumer group has QueueConfig.MaxLen jobs it has not acknowledged yet
+	// (pending or not yet delivered), or the stream has no group and holds
+	// MaxLen entries. The refused jobs were not enqueued.
+	ErrQueueFull = errors.New("streamq: queue full: MaxLen jobs are not acknowledged yet")
 
 	// ErrMalformed marks a stream entry that does not follow the wire format.
 	// Consumers dead-letter such entries with the reason instead of running them.

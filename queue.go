@@ -32,11 +32,13 @@ type QueueConfig struct {
 	KeyPrefix string
 
 	// MaxLen caps the stream at about this many entries (Redis "MAXLEN ~"
-	// semantics), but the cap never deletes an entry that the group has not
+	// semantics), but the cap never deletes an entry that a group has not
 	// acknowledged: when the stream is full, acknowledged history is trimmed
-	// (XTRIM MINID below the oldest unacknowledged entry), and if that frees
-	// no room, Enqueue returns [ErrQueueFull] instead of dropping a job.
-	// Defaults to DefaultMaxLen; -1 disables the cap (and history trimming).
+	// (XTRIM MINID below the oldest unacknowledged entry, and XDEL of
+	// acknowledged entries behind an older pending one, such as a long job),
+	// and when MaxLen jobs are unacknowledged, Enqueue returns [ErrQueueFull]
+	// instead of dropping one. Defaults to DefaultMaxLen; -1 disables the cap
+	// (and history trimming).
 	MaxLen int64
 
 	// DeadLetterMaxLen is the retention of the dead-letter stream. Defaults to 0,

@@ -210,24 +210,25 @@ func (r *run) settleDeleted(ctx context.Context, ids []string) {
 	}
 }
 
-// deliveryCounts reads Redis's delivery counters of reclaimed entries.
+// deliveryCounts reads Redis's delivery counters of reclaimed entries, in
+// one round trip and exactly (one XPENDING per entry inside a script).
 func (r *run) deliveryCounts(ctx context.Context, msgs []redis.XMessage) map[string]int {
 	c := r.c
-	p, err := c.q.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream:   c.q.stream,
-		Group:    c.q.group,
-		Start:    msgs[0].ID,
-		End:      msgs[len(msgs)-1].ID,
-		Count:    int64(len(msgs) + c.cfg.Concurrency + 16),
-		Consumer: c.cfg.Name,
-	}).Result()
-	counts := make(map[string]int, len(p))
+	args := make([]any, 0, 1+len(msgs))
+	args = append(args, c.q.group)
+	for _, m := range msgs {
+		args = append(args, m.ID)
+	}
+	res, err := scriptDeliveries.Run(ctx, c.q.rdb, []string{c.q.stream}, args...).Int64Slice()
+	counts := make(map[string]int, len(msgs))
 	if err != nil {
 		c.log.WarnContext(ctx, "streamq: cannot read delivery counts of reclaimed jobs", "error", err)
 		return counts
 	}
-	for _, e := range p {
-		counts[e.ID] = int(e.RetryCount)
+	for i, n := range res {
+		if i < len(msgs) && n > 0 {
+			counts[msgs[i].ID] = int(n)
+		}
 	}
 	return counts
 }

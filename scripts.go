@@ -19,44 +19,123 @@ local function id_lt(a, b)
   return aseq < bseq
 end
 
--- safe_trim deletes entries older than the oldest entry that some group has
--- not acknowledged (pending, or not yet delivered). It never trims a stream
--- without groups. Returns the number of entries deleted.
-local function safe_trim(stream, approx)
-  if redis.call('EXISTS', stream) == 0 then return 0 end
-  local groups = redis.call('XINFO', 'GROUPS', stream)
-  if #groups == 0 then return 0 end
-  local minid = nil
-  for _, g in ipairs(groups) do
-    local name, last
+-- group_states returns the state of every consumer group of stream: its
+-- name, last delivered ID, pending count, oldest pending ID (nil when none)
+-- and lag (entries not yet delivered; false when Redis cannot tell).
+local function group_states(stream)
+  local out = {}
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local s = {lag = false}
     for k = 1, #g, 2 do
-      if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+      local f = g[k]
+      if f == 'name' then s.name = g[k + 1]
+      elseif f == 'last-delivered-id' then s.last = g[k + 1]
+      elseif f == 'lag' then s.lag = g[k + 1]
+      end
     end
-    local cand = last
-    local p = redis.call('XPENDING', stream, name)
-    if p[1] > 0 then cand = p[2] end
+    local p = redis.call('XPENDING', stream, s.name)
+    s.pending = p[1]
+    if p[1] > 0 then s.oldest = p[2] end
+    out[#out + 1] = s
+  end
+  return out
+end
+
+-- trim_point returns the oldest entry some group has not acknowledged
+-- (pending, or the first not yet delivered): everything older is
+-- acknowledged history.
+local function trim_point(states)
+  local minid = nil
+  for _, s in ipairs(states) do
+    local cand = s.oldest or s.last
     if minid == nil or id_lt(cand, minid) then minid = cand end
   end
+  return minid
+end
+
+-- safe_trim deletes entries older than the oldest entry that some group has
+-- not acknowledged. It never trims a stream without groups. Returns the
+-- number of entries deleted.
+local function safe_trim(stream, approx)
+  if redis.call('EXISTS', stream) == 0 then return 0 end
+  local states = group_states(stream)
+  if #states == 0 then return 0 end
+  local minid = trim_point(states)
   if approx then
     return redis.call('XTRIM', stream, 'MINID', '~', minid)
   end
   return redis.call('XTRIM', stream, 'MINID', minid)
 end
 
--- no_room returns nil when n more entries fit under cap (after trimming
--- acknowledged history if needed), else the QUEUEFULL error text.
+-- unacked returns the most entries one group has not acknowledged (pending
+-- plus not yet delivered), or nil when Redis cannot tell.
+local function unacked(states)
+  local most = 0
+  for _, s in ipairs(states) do
+    if not s.lag then return nil end
+    local u = s.pending + tonumber(s.lag)
+    if u > most then most = u end
+  end
+  return most
+end
+
+-- acked reports whether every group has acknowledged entry id.
+local function acked(stream, states, id)
+  for _, s in ipairs(states) do
+    if id_lt(s.last, id) then return false end
+    if s.oldest and not id_lt(id, s.oldest) and
+       #redis.call('XPENDING', stream, s.name, id, id, 1) > 0 then
+      return false
+    end
+  end
+  return true
+end
+
+-- drop_acked deletes up to want acknowledged entries from the head of the
+-- stream, looking at no more than limit entries. It frees acknowledged
+-- history that MINID trimming cannot reach because an older entry is still
+-- pending (a long job). Returns the number deleted.
+local function drop_acked(stream, states, want, limit)
+  local dropped = 0
+  for _, e in ipairs(redis.call('XRANGE', stream, '-', '+', 'COUNT', limit)) do
+    if dropped >= want then break end
+    if acked(stream, states, e[1]) then
+      redis.call('XDEL', stream, e[1])
+      dropped = dropped + 1
+    end
+  end
+  return dropped
+end
+
+-- no_room returns nil when n more jobs fit under cap, else the QUEUEFULL
+-- error text. The cap counts the jobs some group has not acknowledged;
+-- acknowledged history is trimmed to make room (XTRIM MINID below the oldest
+-- unacknowledged entry, and XDEL of acknowledged entries behind an older
+-- pending one), never an unacknowledged entry.
 local function no_room(stream, cap, n)
   if cap <= 0 then return nil end
   local len = redis.call('XLEN', stream)
   if len + n <= cap then return nil end
-  safe_trim(stream, true)
+  local states = group_states(stream)
+  if #states == 0 then
+    return 'QUEUEFULL stream length ' .. len .. ' without consumer groups, cap ' .. cap .. ', batch of ' .. n
+  end
+  local minid = trim_point(states)
+  redis.call('XTRIM', stream, 'MINID', '~', minid)
   len = redis.call('XLEN', stream)
   if len + n > cap then
-    safe_trim(stream, false)
+    redis.call('XTRIM', stream, 'MINID', minid)
     len = redis.call('XLEN', stream)
   end
   if len + n <= cap then return nil end
-  return 'QUEUEFULL stream length ' .. len .. ' after trimming acknowledged history, cap ' .. cap .. ', batch of ' .. n
+  local u = unacked(states)
+  if u == nil then u = len end
+  if u + n > cap then
+    return 'QUEUEFULL ' .. u .. ' unacknowledged jobs, cap ' .. cap .. ', batch of ' .. n
+  end
+  local excess = len + n - cap
+  drop_acked(stream, states, excess, 2 * excess + 100)
+  return nil
 end
 
 -- unlock deletes a unique-key lock if it still holds token: a job whose lock
@@ -245,6 +324,20 @@ for i = 1, #f - 1, 2 do
   if f[i] == 'key' then key = f[i + 1] elseif f[i] == 'kt' then tok = f[i + 1] end
 end
 return {key, tok}
+`)
+
+// scriptDeliveries reads the delivery counters of pending entries.
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2..] entry IDs
+// Returns one delivery count per entry ID (0 for an entry that is not pending).
+var scriptDeliveries = redis.NewScript(`
+local out = {}
+for i = 2, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if #p > 0 then out[i - 1] = p[1][4] else out[i - 1] = 0 end
+end
+return out
 `)
 
 // scriptCancel removes a job from the delayed set before it is due and

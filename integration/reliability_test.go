@@ -686,6 +686,77 @@ func TestReliability_SafeTrimming(t *testing.T) {
 	t.Logf("with consumers: %d accepted, stream length peaked at %d (cap %d)", len(second), maxLen, capLen)
 }
 
+// TestReliability_CapWithLongRunningJob: one job that stays pending for a
+// long time must not make the queue refuse work once acknowledged history
+// behind it fills the cap. History that MINID trimming cannot reach is
+// deleted entry by entry, so the stream stays near its cap, and the long
+// job's entry survives.
+func TestReliability_CapWithLongRunningJob(t *testing.T) {
+	t.Parallel()
+	const (
+		capLen = 200
+		rounds = 10 // of capLen/2 jobs: 5x the cap behind the long job
+	)
+	rdb := redistest.NewClient(t)
+	q, p := relQueue(t, rdb, &streamq.QueueConfig{MaxLen: capLen})
+	ctx := context.Background()
+
+	release := make(chan struct{})
+	longStarted := make(chan string, 1)
+	cnt := newRelCounter()
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		if string(m.Payload) == "long" {
+			longStarted <- m.ID
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		cnt.add(m.Payload)
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 8, MinIdle: time.Minute})
+	run := relRun(t, c)
+	enqueueAll(t, p, []string{"long"})
+	var longID string
+	select {
+	case longID = <-longStarted:
+	case <-time.After(relWait):
+		t.Fatal("the long job did not start")
+	}
+
+	var want []string
+	maxLen := int64(0)
+	for round := range rounds {
+		payloads := numbers(round*capLen/2, capLen/2)
+		for _, pl := range payloads {
+			if _, err := p.Enqueue(ctx, []byte(pl)); err != nil {
+				t.Fatalf("round %d: Enqueue %s while one old job is pending: %v", round, pl, err)
+			}
+		}
+		want = append(want, payloads...)
+		redistest.WaitFor(t, relWait, fmt.Sprintf("round %d handled", round), func() bool {
+			return cnt.total.Load() >= int64(len(want))
+		})
+		n, err := rdb.XLen(ctx, q.StreamKey()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		maxLen = max(maxLen, n)
+	}
+	if maxLen > capLen+1 {
+		t.Errorf("stream grew to %d entries with cap %d", maxLen, capLen)
+	}
+	if e, err := rdb.XRange(ctx, q.StreamKey(), longID, longID).Result(); err != nil || len(e) != 1 {
+		t.Fatalf("the long job's entry %s: %v, %v; want it kept while pending", longID, e, err)
+	}
+	close(release)
+	relSettled(t, q, 0, relWait)
+	run.stop()
+	cnt.exactlyOnce(t, append(want, "long"))
+	t.Logf("%d jobs behind a pending one, cap %d: stream length peaked at %d", len(want), capLen, maxLen)
+}
+
 func TestReliability_ReaperCountsDeletedEntries(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.NewClient(t)
