@@ -28,6 +28,7 @@ const (
 	DefaultSchedulerInterval = 50 * time.Millisecond
 	DefaultSchedulerBatch    = 500
 	DefaultAckBatch          = 512
+	DefaultPruneIdle         = time.Hour
 	// ackLinger is how long the ack loop waits for more finished jobs before
 	// sending a small XACK batch; readGather is how long the read loop waits
 	// for half the handler slots to free up while a backlog exists.
@@ -77,6 +78,16 @@ type ConsumerConfig struct {
 	// Defaults to MinIdle/2; -1 disables the reaper (not recommended: jobs of
 	// crashed workers would then wait for another consumer's reaper).
 	ReclaimInterval time.Duration
+
+	// PruneIdle is how long a consumer of the group must have been idle, with
+	// no pending entries, before the reaper deletes it from the group
+	// (XGROUP DELCONSUMER, checked and done in one script, so a consumer that
+	// owns a job is never deleted and no job leaves the pending list). Names
+	// are unique per process, so without pruning every restart would leave a
+	// consumer behind forever. A pruned consumer that comes back is simply
+	// recreated by its next read. It must be more than twice Block. Defaults
+	// to DefaultPruneIdle; -1 disables pruning.
+	PruneIdle time.Duration
 
 	// MaxDeliveries is the number of attempts (retries plus redeliveries after
 	// crashes) after which a failing job is dead-lettered. Defaults to
@@ -255,6 +266,13 @@ func (c *ConsumerConfig) setDefaults() error {
 	case c.ReclaimInterval == -1:
 	case c.ReclaimInterval < 0:
 		return configErr("ConsumerConfig.ReclaimInterval", "%s is negative: use a positive duration, 0 for MinIdle/2, or -1 to disable the reaper", c.ReclaimInterval)
+	}
+	switch {
+	case c.PruneIdle == 0:
+		c.PruneIdle = DefaultPruneIdle
+	case c.PruneIdle == -1:
+	case c.PruneIdle <= 2*c.Block:
+		return configErr("ConsumerConfig.PruneIdle", "%s is not more than twice Block (%s): a live consumer waiting in XREADGROUP could look idle; use a longer duration, 0 for %s, or -1 to disable pruning", c.PruneIdle, c.Block, DefaultPruneIdle)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency

@@ -28,6 +28,7 @@ func TestNewConsumer_Validation(t *testing.T) {
 		field string
 	}{
 		{"negative concurrency", ConsumerConfig{Concurrency: -1}, "ConsumerConfig.Concurrency"},
+		{"prune idle within two blocks", ConsumerConfig{Block: time.Second, PruneIdle: 2 * time.Second}, "ConsumerConfig.PruneIdle"},
 		{"negative block", ConsumerConfig{Block: -time.Second}, "ConsumerConfig.Block"},
 		{"block below 1ms", ConsumerConfig{Block: time.Microsecond}, "ConsumerConfig.Block"},
 		{"negative shutdown", ConsumerConfig{ShutdownTimeout: -5}, "ConsumerConfig.ShutdownTimeout"},
@@ -76,7 +77,7 @@ func TestNewConsumer_Defaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c2.cfg.ReclaimInterval != DefaultMinIdle/2 || c2.cfg.JobTimeout != DefaultJobTimeout {
+	if c2.cfg.ReclaimInterval != DefaultMinIdle/2 || c2.cfg.JobTimeout != DefaultJobTimeout || c2.cfg.PruneIdle != DefaultPruneIdle {
 		t.Errorf("reclaim interval %s, job timeout %s", c2.cfg.ReclaimInterval, c2.cfg.JobTimeout)
 	}
 	if c.Name() == c2.Name() || !strings.Contains(c.Name(), "-") {

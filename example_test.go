@@ -54,12 +54,9 @@ func Example() {
 		}
 	}
 
-	var mu sync.Mutex
-	var sent []string
+	sent := make(chan string, 2)
 	handler := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
-		mu.Lock()
-		defer mu.Unlock()
-		sent = append(sent, msg.Headers["kind"]+" mail to "+string(msg.Payload))
+		sent <- msg.Headers["kind"] + " mail to " + string(msg.Payload)
 		return nil // nil acknowledges the job; an error retries it
 	})
 	consumer, err := streamq.NewConsumer(q, handler, &streamq.ConsumerConfig{Concurrency: 8})
@@ -69,16 +66,22 @@ func Example() {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- consumer.Run(runCtx) }()
-	for consumer.Stats().Processed < 2 { // a real service runs until SIGTERM
-		time.Sleep(10 * time.Millisecond)
+	go func() { done <- consumer.Run(runCtx) }() // a service runs it until SIGTERM
+	var mails []string
+	for range 2 {
+		select {
+		case m := <-sent:
+			mails = append(mails, m)
+		case <-time.After(10 * time.Second):
+			panic("the jobs were not handled within 10s")
+		}
 	}
-	stop()
+	stop() // Run lets running jobs finish, acknowledges them and returns
 	if err := <-done; err != nil {
 		panic(err)
 	}
-	slices.Sort(sent)
-	fmt.Println(strings.Join(sent, "\n"))
+	slices.Sort(mails)
+	fmt.Println(strings.Join(mails, "\n"))
 	// quickstart:end
 
 	cleanup(rdb, q)
@@ -124,6 +127,7 @@ func ExampleConsumer_Run() {
 
 	var mu sync.Mutex
 	tries := map[string]int{}
+	settled := make(chan struct{}, 3) // one per job that is done or dead
 	handler := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
 		mu.Lock()
 		tries[string(msg.Payload)]++
@@ -137,14 +141,26 @@ func ExampleConsumer_Run() {
 		case "invalid":
 			return streamq.Permanent(errors.New("card number has 3 digits"))
 		}
+		settled <- struct{}{}
 		return nil
 	})
-	consumer, _ := streamq.NewConsumer(q, handler, &streamq.ConsumerConfig{Block: 50 * time.Millisecond})
+	consumer, _ := streamq.NewConsumer(q, handler, &streamq.ConsumerConfig{
+		Block: 50 * time.Millisecond,
+		OnEvent: func(ctx context.Context, e streamq.Event) {
+			if e.Kind == streamq.EventDeadLettered {
+				settled <- struct{}{}
+			}
+		},
+	})
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- consumer.Run(runCtx) }()
-	for s := consumer.Stats(); s.Processed < 2 || s.DeadLettered < 1; s = consumer.Stats() {
-		time.Sleep(10 * time.Millisecond)
+	for range 3 {
+		select {
+		case <-settled:
+		case <-time.After(10 * time.Second):
+			panic("the jobs were not settled within 10s")
+		}
 	}
 	stop()
 	<-done

@@ -1,10 +1,14 @@
 package streamq
 
 import (
+	"bytes"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestJobFields_RoundTrip(t *testing.T) {
@@ -125,6 +129,51 @@ func FuzzDecodeMessage(f *testing.F) {
 			if string(again.Payload) != string(m.Payload) || again.Attempt != m.Attempt || again.Key != m.Key {
 				t.Fatalf("round trip changed the job: %+v -> %+v", m, again)
 			}
+		}
+	})
+}
+
+// FuzzDecodeFields decodes arbitrary field maps: any keys (known, unknown,
+// dead-letter fields), any bytes, as string or []byte values. The input is
+// split at NUL bytes into key, value, key, value, ... Decoding must never
+// panic, must report malformed input as ErrMalformed, and a job that decodes
+// must survive a retry and a dead letter unchanged.
+func FuzzDecodeFields(f *testing.F) {
+	f.Add([]byte("v\x001\x00payload\x00p\x00ff\x00123\x00err\x00boom\x00kt\x00tok\x00key\x00k"))
+	f.Add([]byte("v\x001\x00payload\x00\x00headers\x00{\"a\":\"\xff\"}\x00dl_reason\x00x\x00zzz\x00"))
+	f.Add([]byte("v\x001\x00payload\x00p\x00attempt\x00-1\x00enq\x00abc"))
+	f.Add([]byte("\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parts := bytes.Split(data, []byte{0})
+		values := map[string]any{}
+		for i := 0; i+1 < len(parts); i += 2 {
+			if i%4 == 0 {
+				values[string(parts[i])] = string(parts[i+1])
+			} else {
+				values[string(parts[i])] = parts[i+1]
+			}
+		}
+		m, err := DecodeMessage("q", "1-0", values, 1)
+		if m == nil {
+			t.Fatal("DecodeMessage returned a nil message")
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		now := time.UnixMilli(1_700_000_000_000)
+		again, err := DecodeMessage("q", "2-0", toValues(t, RetryFields(m, errors.New("e"), true, now)), 1)
+		if err != nil {
+			t.Fatalf("retried job does not decode: %v", err)
+		}
+		if !bytes.Equal(again.Payload, m.Payload) || again.Attempt != m.Attempt+1 || again.Key != m.Key || !reflect.DeepEqual(again.Headers, m.Headers) {
+			t.Fatalf("retry changed the job: %+v -> %+v", m, again)
+		}
+		dl := parseDeadLetter(redis.XMessage{ID: "3-0", Values: toValues(t, DeadLetterFields(m, ReasonPermanent, err, 1, now))})
+		if !bytes.Equal(dl.Payload, m.Payload) || dl.Reason != ReasonPermanent || dl.OriginalID != "1-0" {
+			t.Fatalf("dead letter lost the job: %+v from %+v", dl, m)
 		}
 	})
 }

@@ -66,7 +66,7 @@ func TestRetryFields_RoundTrip(t *testing.T) {
 	t.Parallel()
 	enq := time.UnixMilli(1_700_000_000_000)
 	orig := jobFields{payload: []byte("p"), headers: map[string]string{"h": "1"}, enqMillis: enq.UnixMilli(), key: "k", keyToken: "tok"}
-	msg, err := DecodeMessage("q", "1-1", fieldMap(orig.args()), 2)
+	msg, err := DecodeMessage("q", "1-1", toValues(t, orig.args()), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestRetryFields_RoundTrip(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			next, err := DecodeMessage("q", "2-1", fieldMap(RetryFields(msg, errors.New("boom"), tt.charged, now)), 1)
+			next, err := DecodeMessage("q", "2-1", toValues(t, RetryFields(msg, errors.New("boom"), tt.charged, now)), 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +109,7 @@ func TestDeadLetterFields_ParsedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg.FirstFailedAt = first
-	dl := parseDeadLetter(redis.XMessage{ID: "9-0", Values: fieldMap(DeadLetterFields(msg, ReasonPermanent, errors.New("nope"), 4, now))})
+	dl := parseDeadLetter(redis.XMessage{ID: "9-0", Values: toValues(t, DeadLetterFields(msg, ReasonPermanent, errors.New("nope"), 4, now))})
 	if dl.Queue != "q" || dl.OriginalID != "5-0" || dl.Reason != ReasonPermanent || dl.Error != "nope" || dl.Attempts != 4 ||
 		!dl.FirstFailedAt.Equal(first) || !dl.FailedAt.Equal(now) || string(dl.Payload) != "p" || dl.Headers["a"] != "b" {
 		t.Errorf("dead letter parsed back as %+v", dl)
@@ -120,22 +120,4 @@ func TestDeadLetterFields_ParsedBack(t *testing.T) {
 	if _, ok := dl.Fields["dl_reason"]; ok {
 		t.Errorf("a stale dl_ field of the entry was copied: %v", dl.Fields)
 	}
-}
-
-// fieldMap turns a flat field/value list into the map go-redis returns.
-func fieldMap(args []any) map[string]any {
-	m := make(map[string]any, len(args)/2)
-	for i := 0; i+1 < len(args); i += 2 {
-		var v string
-		switch x := args[i+1].(type) {
-		case string:
-			v = x
-		case []byte:
-			v = string(x)
-		default:
-			panic("unexpected field value type")
-		}
-		m[args[i].(string)] = v
-	}
-	return m
 }

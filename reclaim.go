@@ -62,6 +62,26 @@ func (r *run) reapLoop(ctx context.Context) error {
 				break
 			}
 		}
+		if c.cfg.PruneIdle > 0 {
+			r.prune(ctx)
+		}
+	}
+}
+
+// prune deletes consumers of the group that have been idle for PruneIdle
+// and own no pending entry (their processes are gone), in one script that
+// checks and deletes atomically. This consumer is never deleted.
+func (r *run) prune(ctx context.Context) {
+	c := r.c
+	gone, err := scriptPrune.Run(ctx, c.q.rdb, []string{c.q.stream}, c.q.group, c.cfg.PruneIdle.Milliseconds(), c.cfg.Name).StringSlice()
+	if err != nil {
+		if ctx.Err() == nil && !isNoGroup(err) {
+			c.log.WarnContext(ctx, "streamq: cannot prune departed consumers", "error", err)
+		}
+		return
+	}
+	if len(gone) > 0 {
+		c.log.InfoContext(ctx, "streamq: removed departed consumers from the group", "count", len(gone), "consumers", gone)
 	}
 }
 

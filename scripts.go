@@ -340,6 +340,34 @@ end
 return out
 `)
 
+// scriptPrune deletes departed consumers from a group: those idle for at
+// least a threshold that own no pending entry. Checking and deleting in one
+// script means a consumer that owns a job is never deleted (deleting it
+// would drop its entries from the pending list: jobs would vanish).
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] idle threshold (ms), ARGV[3] the calling
+// consumer's name, never deleted
+// Returns the names of the deleted consumers.
+var scriptPrune = redis.NewScript(`
+local gone = {}
+local idle = tonumber(ARGV[2])
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local name, pending, cidle
+  for k = 1, #c, 2 do
+    if c[k] == 'name' then name = c[k + 1]
+    elseif c[k] == 'pending' then pending = c[k + 1]
+    elseif c[k] == 'idle' then cidle = c[k + 1]
+    end
+  end
+  if name ~= ARGV[3] and pending == 0 and cidle >= idle then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    gone[#gone + 1] = name
+  end
+end
+return gone
+`)
+
 // scriptCancel removes a job from the delayed set before it is due and
 // releases its unique-key lock.
 //

@@ -41,13 +41,7 @@ func relQueue(t *testing.T, rdb *redis.Client, cfg *streamq.QueueConfig) (*strea
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx := context.Background()
-		keys, err := rdb.Keys(ctx, q.Key("*")).Result()
-		if err == nil && len(keys) > 0 {
-			_ = rdb.Del(ctx, keys...).Err()
-		}
-	})
+	redistest.DeleteKeysAtCleanup(t, rdb, q.Key("*"))
 	return q, p
 }
 
@@ -1070,4 +1064,111 @@ func TestReliability_GracefulShutdownWithJobsInFlight(t *testing.T) {
 			t.Errorf("a job cut short by the shutdown was charged: attempt %d on the second consumer, want 1", n)
 		}
 	}
+}
+
+// TestReliability_RedisRestartWithoutPersistence: Redis restarts empty (no
+// persistence), so the stream and the consumer group are gone. The running
+// consumer must notice NOGROUP, recreate the group and handle the jobs
+// enqueued after the restart, without Run returning an error.
+func TestReliability_RedisRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	q, p := relQueue(t, rdb, nil)
+	ctx := context.Background()
+
+	cnt := newRelCounter()
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		cnt.add(m.Payload)
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 4, MinIdle: time.Second})
+	run := relRun(t, c)
+	before := numbers(0, 50)
+	enqueueAll(t, p, before)
+	redistest.WaitFor(t, relWait, "the jobs before the restart handled", func() bool { return cnt.total.Load() == int64(len(before)) })
+
+	srv.Restart()
+	if n, err := rdb.Exists(ctx, q.StreamKey()).Result(); err != nil || n != 0 {
+		t.Fatalf("after a restart without persistence the stream exists=%d (%v); the test needs it gone", n, err)
+	}
+	// The producer may briefly see connection errors while the client
+	// reconnects; an error means the job was not enqueued, so retry it.
+	after := numbers(1000, 50)
+	for _, pl := range after {
+		redistest.WaitFor(t, relWait, "enqueue after the restart", func() bool {
+			_, err := p.Enqueue(ctx, []byte(pl))
+			return err == nil
+		})
+	}
+	redistest.WaitFor(t, relWait, "the jobs after the restart handled", func() bool {
+		return cnt.total.Load() == int64(len(before)+len(after))
+	})
+	relSettled(t, q, 0, relWait)
+	run.stop()
+	cnt.exactlyOnce(t, append(before, after...))
+}
+
+// TestReliability_PruneDepartedConsumers: consumers left behind by processes
+// that are gone are deleted from the group once idle for PruneIdle, but a
+// departed consumer that still owns a job is kept until the reaper has taken
+// the job over, and the job is handled exactly once.
+func TestReliability_PruneDepartedConsumers(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.NewClient(t)
+	q, p := relQueue(t, rdb, nil)
+	ctx := context.Background()
+
+	// "idle" never read anything; "holder" read one job and died with it.
+	if err := rdb.XGroupCreateConsumer(ctx, q.StreamKey(), q.Group(), "idle").Err(); err != nil {
+		t.Fatal(err)
+	}
+	enqueueAll(t, p, []string{"held"})
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: q.Group(), Consumer: "holder", Streams: []string{q.StreamKey(), ">"}, Count: 1,
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	consumers := func() map[string]int64 {
+		cs, err := rdb.XInfoConsumers(ctx, q.StreamKey(), q.Group()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int64{}
+		for _, c := range cs {
+			out[c.Name] = c.Pending
+		}
+		return out
+	}
+	cnt := newRelCounter()
+	handled := make(chan map[string]int64, 1)
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		cnt.add(m.Payload)
+		handled <- consumers() // while the job runs here, its entry is ours
+		return nil
+	}, streamq.ConsumerConfig{Name: "live", MinIdle: time.Second, ReclaimInterval: 100 * time.Millisecond, PruneIdle: 300 * time.Millisecond})
+	run := relRun(t, c)
+
+	var during map[string]int64
+	select {
+	case during = <-handled:
+	case <-time.After(relWait):
+		t.Fatal("the held job was not taken over")
+	}
+	if _, ok := during["live"]; !ok {
+		t.Errorf("consumers while the job ran: %v; want the live one", during)
+	}
+	redistest.WaitFor(t, relWait, "the departed consumers pruned", func() bool {
+		cs := consumers()
+		_, idle := cs["idle"]
+		_, holder := cs["holder"]
+		return !idle && !holder
+	})
+	relSettled(t, q, 0, relWait)
+	if cs := consumers(); len(cs) != 1 || cs["live"] != 0 {
+		t.Errorf("consumers after pruning: %v; want only the live one, owning nothing", cs)
+	}
+	run.stop()
+	cnt.exactlyOnce(t, []string{"held"})
 }

@@ -132,3 +132,147 @@ func TestUnique_ReleasedOnDeadLetterAndExpiry(t *testing.T) {
 		t.Errorf("cancel the delayed job: %v %v", ok, err)
 	}
 }
+
+// TestUnique_CancelReleasesKey checks that Queue.Cancel frees the unique key
+// of the delayed job it removes, and only that job's lock.
+func TestUnique_CancelReleasesKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("delayed unique job", func(t *testing.T) {
+		t.Parallel()
+		rdb, q, p := cqSetup(t, nil)
+		id, err := p.Enqueue(ctx, []byte("a"), streamq.Unique("k", time.Hour), streamq.ProcessIn(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dup, err := p.Enqueue(ctx, []byte("a"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != id {
+			t.Fatalf("enqueue while the delayed job waits: id %q err %v, want %q and ErrDuplicate", dup, err, id)
+		}
+		if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+			t.Fatalf("Cancel = %v, %v; want true", ok, err)
+		}
+		if n := rdb.Exists(ctx, q.Key("unique:k")).Val(); n != 0 {
+			t.Fatal("the lock is still there after Cancel")
+		}
+		next, err := p.Enqueue(ctx, []byte("b"), streamq.Unique("k", time.Hour))
+		if err != nil {
+			t.Fatalf("enqueue after Cancel: %v, want the key to be free", err)
+		}
+		if next == id {
+			t.Fatalf("new job got the cancelled job's ID %q", id)
+		}
+		// A second Cancel of the same ID finds nothing and leaves the new
+		// job's lock alone.
+		if ok, err := q.Cancel(ctx, id); err != nil || ok {
+			t.Fatalf("second Cancel = %v, %v; want false", ok, err)
+		}
+		if dup, err := p.Enqueue(ctx, []byte("c"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != next {
+			t.Fatalf("enqueue after the second Cancel: id %q err %v, want %q and ErrDuplicate", dup, err, next)
+		}
+	})
+
+	t.Run("job without unique key", func(t *testing.T) {
+		t.Parallel()
+		rdb, q, p := cqSetup(t, nil)
+		id, err := p.Enqueue(ctx, []byte("plain"), streamq.ProcessIn(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+			t.Fatalf("Cancel = %v, %v; want true", ok, err)
+		}
+		st, err := q.Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Delayed != 0 || st.Length != 0 {
+			t.Fatalf("stats %+v after Cancel: want nothing delayed and an empty stream", st)
+		}
+		if n := rdb.HLen(ctx, q.Key("delayed:jobs")).Val(); n != 0 {
+			t.Fatalf("%d delayed job bodies left after Cancel", n)
+		}
+	})
+
+	t.Run("lock taken by a newer job", func(t *testing.T) {
+		t.Parallel()
+		_, q, p := cqSetup(t, nil)
+		// The old job's lock expires while the job still waits; a newer job
+		// then takes the key with its own token.
+		old, err := p.Enqueue(ctx, []byte("old"), streamq.Unique("k", time.Millisecond), streamq.ProcessIn(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var newer string
+		redistest.WaitFor(t, 5*time.Second, "the old job's lock expired and a newer job took the key", func() bool {
+			newer, err = p.Enqueue(ctx, []byte("newer"), streamq.Unique("k", time.Hour), streamq.ProcessIn(time.Hour))
+			return err == nil
+		})
+		// Cancelling the old job removes it but must not release the newer
+		// job's lock.
+		if ok, err := q.Cancel(ctx, old); err != nil || !ok {
+			t.Fatalf("Cancel(old) = %v, %v; want true", ok, err)
+		}
+		if dup, err := p.Enqueue(ctx, []byte("third"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != newer {
+			t.Fatalf("enqueue after cancelling the old job: id %q err %v, want the newer job %q and ErrDuplicate", dup, err, newer)
+		}
+		if ok, err := q.Cancel(ctx, newer); err != nil || !ok {
+			t.Fatalf("Cancel(newer) = %v, %v; want true", ok, err)
+		}
+		if _, err := p.Enqueue(ctx, []byte("third"), streamq.Unique("k", time.Hour), streamq.ProcessIn(time.Hour)); err != nil {
+			t.Fatalf("enqueue after cancelling the newer job: %v, want the key to be free", err)
+		}
+	})
+
+	// Once the scheduler has moved a delayed unique job into the stream,
+	// the lock still names the job by its delayed-set ID; Cancel no longer
+	// accepts that ID and leaves the lock to the running job.
+	t.Run("job already moved into the stream", func(t *testing.T) {
+		t.Parallel()
+		_, q, p := cqSetup(t, nil)
+		started := make(chan string, 1)
+		release := make(chan struct{})
+		c, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
+			started <- m.ID
+			<-release
+			return nil
+		}), fastConsumer(streamq.ConsumerConfig{Concurrency: 1, SchedulerInterval: 10 * time.Millisecond}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := cqRun(t, c)
+		defer stop()
+		var once sync.Once
+		unblock := func() { once.Do(func() { close(release) }) }
+		defer unblock() // let the handler return before stop waits for it
+
+		id, err := p.Enqueue(ctx, []byte("soon"), streamq.Unique("k", time.Hour), streamq.ProcessIn(10*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var entry string
+		select {
+		case entry = <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the delayed job did not run within 10s")
+		}
+		if entry == id {
+			t.Fatalf("stream entry ID %q equals the delayed-set ID", entry)
+		}
+		dup, err := p.Enqueue(ctx, []byte("soon"), streamq.Unique("k", time.Hour))
+		if !errors.Is(err, streamq.ErrDuplicate) || dup != id {
+			t.Fatalf("enqueue while the job runs: id %q err %v, want the delayed-set ID %q and ErrDuplicate", dup, err, id)
+		}
+		if ok, err := q.Cancel(ctx, dup); err != nil || ok {
+			t.Fatalf("Cancel of a job already in the stream = %v, %v; want false", ok, err)
+		}
+		if _, err := p.Enqueue(ctx, []byte("soon"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) {
+			t.Fatalf("enqueue after the refused Cancel: %v, want ErrDuplicate (the running job keeps its lock)", err)
+		}
+		unblock()
+		redistest.WaitFor(t, 5*time.Second, "lock released when the job finished", func() bool {
+			_, err := p.Enqueue(ctx, []byte("again"), streamq.Unique("k", time.Hour), streamq.ProcessIn(time.Hour))
+			return err == nil
+		})
+	})
+}

@@ -162,7 +162,11 @@ type Scheduler struct {
 // is copied, defaulted and validated, never changed.
 //
 // Jobs are written by the scheduler's own script in the stream's wire format
-// (version 1); p's EnqueueHooks do not run for them.
+// (version 1), with the fields from [streamq.Producer.EntryFields], so p's
+// [streamq.EnqueueHook]s run for them as for any other job (a trace context
+// reaches periodic jobs too). The hooks run each time a scheduler tries a
+// tick, before it knows whether another scheduler enqueued that tick first,
+// so they may run for a job that is then not enqueued.
 func New(p *streamq.Producer, cfg *Config) (*Scheduler, error) {
 	if p == nil {
 		return nil, &streamq.ConfigError{Field: "producer", Reason: "p is nil: create one with streamq.NewProducer"}

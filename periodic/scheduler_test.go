@@ -479,6 +479,46 @@ func TestScheduler_RunFatal(t *testing.T) {
 	}
 }
 
+// TestScheduler_RunsProducerHooks: periodic jobs are written with
+// Producer.EntryFields, so the producer's EnqueueHooks run for them and the
+// headers they add (a trace context, say) reach the job.
+func TestScheduler_RunsProducerHooks(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	var calls int
+	p, err := streamq.NewProducer(e.q, &streamq.ProducerConfig{Hooks: []streamq.EnqueueHook{
+		func(_ context.Context, h map[string]string) {
+			calls++
+			h["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+			h["saw-name"] = h[HeaderName] // hooks see the periodic headers
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(p, &Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Register("beat", "* * * * * *", []byte("hello"), WithHeaders(map[string]string{"team": "ops"})))
+	tick := utc("2024-05-01T10:00:01Z")
+	if _, o, err := s.fire(ctx, s.scheds[0], tick, false); err != nil || o != enqueued {
+		t.Fatalf("fire = %v, %v; want enqueued", o, err)
+	}
+	js := e.jobs(t)
+	if len(js) != 1 {
+		t.Fatalf("%d jobs, want 1", len(js))
+	}
+	h := js[0].headers
+	if h["traceparent"] == "" || h["saw-name"] != "beat" || h["team"] != "ops" || !js[0].tick.Equal(tick) {
+		t.Fatalf("job headers %v: want the hook's traceparent, the user header and the periodic headers", h)
+	}
+	if calls != 1 {
+		t.Fatalf("hook ran %d times, want 1", calls)
+	}
+}
+
 func TestFromMessage(t *testing.T) {
 	t.Parallel()
 	tick := utc("2024-05-01T10:00:00Z")

@@ -252,9 +252,15 @@ func ping(ctx context.Context, rdb *redis.Client) error {
 	return rdb.Ping(ctx).Err()
 }
 
+// deleteQueue deletes the demo queue's keys (SCAN, not KEYS, which would
+// block a shared server).
 func deleteQueue(rdb *redis.Client, q *streamq.Queue) {
 	ctx := context.Background()
-	keys, _ := rdb.Keys(ctx, q.Key("*")).Result()
+	iter := rdb.Scan(ctx, 0, q.Key("*"), 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
 	if len(keys) > 0 {
 		rdb.Del(ctx, keys...)
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
+	"go.uber.org/goleak"
 )
 
 const (
@@ -102,7 +103,9 @@ var addr atomic.Pointer[string]
 // started with --save "" --appendonly no and killed when m.Run returns (and by
 // the kernel if the test binary dies, on Linux); otherwise a redis:7 container
 // through testcontainers-go. If none works, Run prints how to get one and
-// returns 1 without running the tests.
+// returns 1 without running the tests. When the tests pass, Run also fails
+// the binary if goroutines outlive them (goleak), so every package that uses
+// it checks for leaks.
 func Run(m *testing.M) int {
 	a, stop, err := defaultFinder().find()
 	if err != nil {
@@ -110,8 +113,15 @@ func Run(m *testing.M) int {
 		return 1
 	}
 	addr.Store(&a)
-	defer stop()
-	return m.Run()
+	code := m.Run()
+	stop()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "redistest: goroutines outlived the tests:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // Addr returns the address (host:port) found or started by [Run]. It panics
@@ -164,6 +174,34 @@ func sanitize(s string) string {
 		}
 	}
 	return string(out)
+}
+
+// DeleteKeysAtCleanup deletes every key matching pattern (for example
+// q.Key("*")) when the test ends, with a bounded SCAN, never KEYS or FLUSHDB,
+// so tests that share a server clean up only their own keys.
+func DeleteKeysAtCleanup(t testing.TB, rdb redis.UniversalClient, pattern string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var cursor uint64
+		for range 10_000 { // bound: 10,000 SCAN calls of 1,000 keys
+			keys, next, err := rdb.Scan(ctx, cursor, pattern, 1000).Result()
+			if err != nil {
+				t.Logf("redistest: cleaning up %s: %v", pattern, err)
+				return
+			}
+			if len(keys) > 0 {
+				if err := rdb.Del(ctx, keys...).Err(); err != nil {
+					t.Logf("redistest: cleaning up %s: %v", pattern, err)
+					return
+				}
+			}
+			if cursor = next; cursor == 0 {
+				return
+			}
+		}
+	})
 }
 
 // WaitFor calls cond every 5 ms until it returns true, or fails the test with

@@ -17,19 +17,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	code := Run(m)
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintf(os.Stderr, "goroutine leak after the tests: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(Run(m)) }
 
 // testTimeout bounds every wait in these tests.
 const testTimeout = 10 * time.Second
