@@ -250,13 +250,18 @@ func FromMessage(msg *streamq.Message) (Change, error) {
 		if ch.Value == nil {
 			ch.Value = []byte{}
 		}
+	case OpSetFields:
+		if _, reason := decodeFields(msg.Payload); reason != "" {
+			return Change{}, fmt.Errorf("%w: a %q change's payload must hold the hash's fields: %s", ErrMalformedChange, OpSetFields, reason)
+		}
+		ch.Value, ch.Hash = msg.Payload, true
 	case OpDelete:
 		if len(msg.Payload) > 0 {
 			return Change{}, fmt.Errorf("%w: a %q change has a %d-byte payload, want none", ErrMalformedChange, OpDelete, len(msg.Payload))
 		}
 		ch.Deleted = true
 	default:
-		return Change{}, fmt.Errorf("%w: header %q is %q, want %q or %q", ErrMalformedChange, HeaderOp, op, OpSet, OpDelete)
+		return Change{}, fmt.Errorf("%w: header %q is %q, want %q, %q or %q", ErrMalformedChange, HeaderOp, op, OpSet, OpSetFields, OpDelete)
 	}
 	if err := ch.Validate(); err != nil {
 		return Change{}, err

@@ -55,6 +55,14 @@ func setMsg(key string, version int64, value string) *streamq.Message {
 	}
 }
 
+// hsetMsg is a message as a Writer appends it for SetFields; fields is the
+// payload, normally from writebehind.EncodeFields.
+func hsetMsg(key string, version int64, fields string) *streamq.Message {
+	m := setMsg(key, version, fields)
+	m.Headers[writebehind.HeaderOp] = writebehind.OpSetFields
+	return m
+}
+
 // delMsg is a message as a Writer appends it for Delete.
 func delMsg(key string, version int64) *streamq.Message {
 	return &streamq.Message{
@@ -150,6 +158,12 @@ func TestFromMessage(t *testing.T) {
 		{name: "set", msg: setMsg("user:1", 7, "Ada"), want: writebehind.Change{Key: "user:1", Value: []byte("Ada"), Version: 7}},
 		{name: "set empty", msg: setMsg("user:1", 7, ""), want: writebehind.Change{Key: "user:1", Value: []byte{}, Version: 7}},
 		{name: "delete", msg: delMsg("user:1", 8), want: writebehind.Change{Key: "user:1", Deleted: true, Version: 8}},
+		{name: "hash", msg: hsetMsg("user:1", 9, `{"a":"1","b":"<2>"}`), want: writebehind.Change{Key: "user:1", Value: []byte(`{"a":"1","b":"<2>"}`), Hash: true, Version: 9}},
+		{name: "hash not canonical", msg: hsetMsg("user:1", 9, ` {"b":"2", "a":"1"}`), want: writebehind.Change{Key: "user:1", Value: []byte(` {"b":"2", "a":"1"}`), Hash: true, Version: 9}},
+		{name: "hash empty payload", msg: hsetMsg("k", 1, ""), wantErr: writebehind.ErrMalformedChange},
+		{name: "hash null", msg: hsetMsg("k", 1, "null"), wantErr: writebehind.ErrMalformedChange},
+		{name: "hash not JSON", msg: hsetMsg("k", 1, "Ada"), wantErr: writebehind.ErrMalformedChange},
+		{name: "hash number value", msg: hsetMsg("k", 1, `{"age":36}`), wantErr: writebehind.ErrMalformedChange},
 		{name: "extra headers", msg: withHeader(setMsg("k", 1, "v"), "traceparent", "00-abc"), want: writebehind.Change{Key: "k", Value: []byte("v"), Version: 1}},
 		{name: "nil message", msg: nil, wantErr: writebehind.ErrMalformedChange},
 		{name: "no key", msg: without(setMsg("k", 1, "v"), writebehind.HeaderKey), wantErr: writebehind.ErrMalformedChange},
@@ -178,7 +192,7 @@ func TestFromMessage(t *testing.T) {
 				t.Fatalf("FromMessage: %v", err)
 			}
 			if got.Key != tc.want.Key || string(got.Value) != string(tc.want.Value) || (got.Value == nil) != (tc.want.Value == nil) ||
-				got.Deleted != tc.want.Deleted || got.Version != tc.want.Version {
+				got.Deleted != tc.want.Deleted || got.Hash != tc.want.Hash || got.Version != tc.want.Version {
 				t.Fatalf("FromMessage = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -296,6 +310,52 @@ func TestHandler_Handle_Coalesce(t *testing.T) {
 	}
 	if s := h.Stats(); s.Changes != 8 || s.Rows != 3 || s.Batches != 1 {
 		t.Fatalf("stats %+v, want 8 changes in 3 rows, 1 batch", s)
+	}
+}
+
+// TestHandler_Handle_CoalesceHash coalesces hashes with the strings and
+// deletions of the same keys: the newest version wins, whatever its kind.
+func TestHandler_Handle_CoalesceHash(t *testing.T) {
+	t.Parallel()
+	sink := &recordingSink{}
+	h := newHandler(t, sink, &writebehind.HandlerConfig{MaxBatch: 9, MaxLatency: time.Hour})
+	msgs := []*streamq.Message{
+		hsetMsg("a", 5, `{"n":"a5"}`), setMsg("a", 4, "a4"), hsetMsg("a", 2, `{"n":"a2"}`),
+		setMsg("b", 7, "b7"), hsetMsg("b", 6, `{"n":"b6"}`),
+		hsetMsg("c", 3, `{"n":"c3"}`), delMsg("c", 8),
+		delMsg("d", 1), hsetMsg("d", 9, `{"n":"d9"}`),
+	}
+	var results []<-chan error
+	for _, m := range msgs {
+		results = append(results, handleAsync(t.Context(), h, m))
+	}
+	for _, ch := range results {
+		if err := result(t, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := sink.got()
+	if len(got) != 1 {
+		t.Fatalf("batches %v, want one", batchSizes(got))
+	}
+	rows := map[string]writebehind.Change{}
+	for _, ch := range got[0] {
+		rows[ch.Key] = ch
+	}
+	want := map[string]writebehind.Change{
+		"a": {Key: "a", Value: []byte(`{"n":"a5"}`), Hash: true, Version: 5},
+		"b": {Key: "b", Value: []byte("b7"), Version: 7},
+		"c": {Key: "c", Deleted: true, Version: 8},
+		"d": {Key: "d", Value: []byte(`{"n":"d9"}`), Hash: true, Version: 9},
+	}
+	if len(got[0]) != len(want) {
+		t.Fatalf("rows %+v, want %+v", got[0], want)
+	}
+	for k, w := range want {
+		r := rows[k]
+		if r.Version != w.Version || r.Deleted != w.Deleted || r.Hash != w.Hash || string(r.Value) != string(w.Value) {
+			t.Errorf("row %q = %+v, want %+v", k, r, w)
+		}
 	}
 }
 

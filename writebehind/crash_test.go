@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"io"
 	"math/rand/v2"
 	"os/exec"
@@ -191,21 +192,53 @@ func (w *crashWorker) stop() {
 }
 
 // TestWriteBehind_CrashWorker runs two worker processes that persist changes
-// into one SQLite file, SIGKILLs them alternately while their sink is
-// writing a batch and while updates keep coming, restarts them, and checks
-// that after the queue drained the database holds exactly what the cache
-// holds, with nothing dead-lettered.
+// (strings, hashes and deletions) into one database, SIGKILLs them
+// alternately while their sink is writing a batch and while updates keep
+// coming, restarts them, and checks that after the queue drained the
+// database holds exactly what the cache holds, with nothing dead-lettered.
+// It runs against an SQLite file, and against PostgreSQL when it is
+// reachable (see requirePostgres).
 func TestWriteBehind_CrashWorker(t *testing.T) {
 	t.Parallel()
 	bin := buildCrashWorker(t)
-	dbPath := filepath.Join(t.TempDir(), "crash.db")
-	table := tableFor(t)
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			crashWorkers(t, bin, d)
+		})
+	}
+}
+
+// crashWorkers is TestWriteBehind_CrashWorker for the database of dialect d.
+func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
+	var (
+		db    *sql.DB
+		table = tableFor(t)
+		dbArg []string
+	)
+	switch d {
+	case writebehind.DialectSQLite:
+		dbPath := filepath.Join(t.TempDir(), "crash.db")
+		dbArg = []string{"-db", dbPath}
+		var err error
+		if db, err = writebehind.OpenSQLite(dbPath); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+	case writebehind.DialectPostgres:
+		db = openDB(t, d, "") // skips, or fails with STREAMQ_REQUIRE_POSTGRES, when unreachable
+		dbArg = []string{"-dsn", postgresDSN()}
+	}
+	// Create the table before the workers start (each one's CreateSchema is
+	// then a no-op: concurrent CREATE TABLE IF NOT EXISTS can fail in
+	// PostgreSQL), and drop it after they were killed.
+	newSinkOn(t, db, d, table)
 	q := newQueue(t, nil)
 	w := newWriter(t, q, nil)
-	args := []string{
-		"-redis", redistest.Addr(), "-queue", q.Name(), "-db", dbPath, "-table", table,
+	args := append([]string{
+		"-redis", redistest.Addr(), "-queue", q.Name(), "-table", table,
 		"-min-idle", "300ms", "-max-batch", "500", "-concurrency", "1000",
-	}
+	}, dbArg...)
 	workers := []*crashWorker{
 		startCrashWorker(t, bin, "worker-0", args...),
 		startCrashWorker(t, bin, "worker-1", args...),
@@ -218,7 +251,7 @@ func TestWriteBehind_CrashWorker(t *testing.T) {
 	}
 	written := make(chan result, 1)
 	go func() {
-		e, err := runWorkload(w, crashMaxUpdates, 1000, 4, 10, stop)
+		e, err := runWorkloadMix(w, crashMaxUpdates, 1000, 4, 10, 30, stop)
 		written <- result{e, err}
 	}()
 	stopWrites := sync.OnceFunc(func() { close(stop) })
@@ -268,10 +301,5 @@ func TestWriteBehind_CrashWorker(t *testing.T) {
 	if n := deadLetters(t, q); n != 0 {
 		t.Errorf("%d dead letters, want 0", n)
 	}
-	db, err := writebehind.OpenSQLite(dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	checkConsistent(t, w, readRows(t, db, table), res.expect)
 }

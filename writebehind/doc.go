@@ -3,7 +3,8 @@
 // write-back).
 //
 // A [Writer] updates the cache and appends the change to a streamq queue in
-// one atomic Lua script ([Writer.Set], [Writer.Delete]). A [streamq.Consumer]
+// one atomic Lua script ([Writer.Set] for a string, [Writer.SetFields] for a
+// hash, [Writer.Delete]). A [streamq.Consumer]
 // running a [Handler] reads the changes, collects them in batches, coalesces
 // them by key (newest version wins), writes each batch to a [Sink] in one
 // transaction, and acknowledges the changes only after the sink committed.
@@ -12,6 +13,7 @@
 //
 //	w, _ := writebehind.NewWriter(q, nil)
 //	version, err := w.Set(ctx, "user:42", []byte(`{"name":"Ada"}`))
+//	version, err = w.SetFields(ctx, "user:43", map[string]string{"name": "Grace"})
 //
 //	sink, _ := writebehind.NewSQLSink(db, nil)
 //	h, _ := writebehind.NewHandler(sink, nil) // batches of up to 500, 50 ms
@@ -36,20 +38,39 @@
 //     newest version of every key in the database: once the queue is drained,
 //     the database holds exactly what the cache holds (for keys whose cache
 //     entry did not expire), and deleted keys are absent from both.
+//   - A sink that stays down loses nothing either: each change is retried
+//     until streamq.ConsumerConfig.MaxDeliveries attempts failed, then
+//     dead-lettered with reason [streamq.ReasonMaxDeliveries] and the sink's
+//     error, while the cache keeps the value. Dead letters keep the change's
+//     key, value and version, so once the sink works again
+//     [streamq.DeadLetters.RequeueAll] persists them, and a requeued change
+//     that a newer one overtook meanwhile is ignored.
 //
 // # Redis keys and wire format
 //
 // All keys share the queue's hash tag (see [streamq.Queue.Key]), so the
 // script runs on Redis Cluster:
 //
-//   - <prefix>:{<queue>}:cache:<key> is the cached value, a plain string,
-//     with the optional WriterConfig.TTL.
+//   - <prefix>:{<queue>}:cache:<key> is the cached value: a plain string
+//     (Set) or a hash (SetFields), with the optional WriterConfig.TTL.
 //   - <prefix>:{<queue>}:wb:version is the version counter. It never expires;
 //     do not delete it while the sink holds rows written through the queue.
 //   - <prefix>:{<queue>}:stream is the queue's stream: each change is a job in
-//     wire format version 1 whose payload is the value (empty for a deletion)
-//     and whose headers hold [HeaderKey], [HeaderOp] ([OpSet] or [OpDelete])
-//     and [HeaderVersion]. Decode one with [FromMessage].
+//     wire format version 1 whose payload is the value (empty for a
+//     deletion; for a hash, its fields as a canonical JSON object, see
+//     [EncodeFields]) and whose headers hold [HeaderKey], [HeaderOp]
+//     ([OpSet], [OpSetFields] or [OpDelete]) and [HeaderVersion]. Decode one
+//     with [FromMessage].
+//
+// # Hashes
+//
+// [Writer.SetFields] caches a key as a Redis hash: it replaces the whole
+// entry (DEL, HSET, PEXPIRE with the TTL) in the same script that queues the
+// change. The change's value is the fields' canonical JSON object (members
+// sorted by name, compact, no HTML escaping: {"age":"36","name":"Ada"}),
+// which [SQLSink] stores in its value column like a string value, so a hash
+// is versioned, coalesced, replayed and deleted exactly like a string. Read
+// the cache with [Writer.GetFields] and a stored row with [DecodeFields].
 //
 // # Tuning
 //

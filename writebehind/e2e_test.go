@@ -1,10 +1,15 @@
 package writebehind_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
 	"net"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,9 +129,11 @@ func TestWriteBehind_Replay(t *testing.T) {
 	}
 }
 
-// flakySink fails every Write while down is set.
+// flakySink fails every Write while down is set, with err (errSinkDown when
+// nil), without calling the sink it wraps.
 type flakySink struct {
 	sink     writebehind.Sink
+	err      error // set before the first Write
 	down     atomic.Bool
 	failures atomic.Int64
 }
@@ -136,6 +143,9 @@ var errSinkDown = errors.New("test: sink is down")
 func (s *flakySink) Write(ctx context.Context, changes []writebehind.Change) error {
 	if s.down.Load() {
 		s.failures.Add(1)
+		if s.err != nil {
+			return s.err
+		}
 		return errSinkDown
 	}
 	return s.sink.Write(ctx, changes)
@@ -231,4 +241,200 @@ func outage(t *testing.T, db *testSink, sink writebehind.Sink, down, up func()) 
 		t.Errorf("%d dead letters, want none (the outage was shorter than the retry budget)", n)
 	}
 	checkConsistent(t, w, db.rows(t), expect)
+}
+
+// TestWriteBehind_EndToEndHash writes hashes (Writer.SetFields) mixed with
+// strings and deletions of the same keys, so that keys switch between the
+// two types, persists them with a consumer, and checks that the database
+// ends up holding exactly what the cache holds: each hash as its canonical
+// JSON, each string as it is. With -short it writes 2,000 updates.
+func TestWriteBehind_EndToEndHash(t *testing.T) {
+	t.Parallel()
+	updates := 10_000
+	if testing.Short() {
+		updates = 2_000
+	}
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			sink := newSink(t, d, "")
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			h := newHandler(t, sink, nil)
+			runConsumer(t, q, h, consumerConfig(streamq.ConsumerConfig{}))
+
+			expect := hashWorkload(t, w, updates, 500, 8, 10, 70)
+			waitDrained(t, q)
+
+			var hashes, strs, deleted int
+			for _, e := range expect {
+				switch {
+				case e.deleted:
+					deleted++
+				case e.hash:
+					hashes++
+				default:
+					strs++
+				}
+			}
+			t.Logf("final state: %d hashes, %d strings, %d deleted; handler: %+v", hashes, strs, deleted, h.Stats())
+			if hashes == 0 || strs == 0 || deleted == 0 {
+				t.Fatalf("the workload ended with %d hashes, %d strings, %d deletions: want some of each", hashes, strs, deleted)
+			}
+			if s := h.Stats(); s.Rejected != 0 || s.WriteErrors != 0 || s.Changes < int64(updates) || s.Rows >= s.Changes {
+				t.Errorf("handler stats %+v: want %d changes committed, coalesced into fewer rows, none rejected", s, updates)
+			}
+			if n := deadLetters(t, q); n != 0 {
+				t.Errorf("%d dead letters, want 0", n)
+			}
+			rows := sink.rows(t)
+			checkConsistent(t, w, rows, expect)
+			// The stored hashes decode to the cached fields.
+			for k, e := range expect {
+				if !e.hash {
+					continue
+				}
+				stored, err := writebehind.DecodeFields(rows[k].value)
+				if err != nil {
+					t.Fatalf("key %q: %v", k, err)
+				}
+				cached, _, err := w.GetFields(context.Background(), k)
+				if err != nil || !maps.Equal(stored, cached) {
+					t.Fatalf("key %q: stored fields %v, cached %v (%v)", k, stored, cached, err)
+				}
+			}
+		})
+	}
+}
+
+// errDatabaseGone is the error of a sink that stays down.
+var errDatabaseGone = errors.New("test: database is gone (connection refused)")
+
+// TestWriteBehind_SinkDownDeadLetters makes the sink fail every write for
+// longer than the retry budget (MaxDeliveries 3, fast backoff): every change,
+// hashes and deletions included, ends in the dead-letter stream with reason
+// max_deliveries and the sink's error, nothing reaches the database, and the
+// cache keeps the values. Once the sink works again and newer changes of a
+// few keys were persisted, requeueing the dead letters makes the database
+// equal the cache: the requeued changes keep their versions, so those the
+// newer changes overtook are ignored.
+func TestWriteBehind_SinkDownDeadLetters(t *testing.T) {
+	t.Parallel()
+	const (
+		maxDeliveries = 3
+		changes       = 300
+	)
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := newSink(t, d, "")
+			sink := &flakySink{sink: db}
+			sink.down.Store(true)
+			sink.err = errDatabaseGone
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			h := newHandler(t, sink, &writebehind.HandlerConfig{MaxLatency: 10 * time.Millisecond})
+			c, _ := runConsumer(t, q, h, consumerConfig(streamq.ConsumerConfig{
+				MaxDeliveries:     maxDeliveries,
+				Backoff:           streamq.ExponentialBackoff(5*time.Millisecond, 20*time.Millisecond),
+				SchedulerInterval: 10 * time.Millisecond,
+				Logger:            slog.New(slog.DiscardHandler), // one warning per dead letter
+			}))
+
+			// Versions come from the queue's counter: 1 to changes.
+			expect := hashWorkload(t, w, changes, 60, 4, 10, 40)
+			redistest.WaitFor(t, time.Minute, fmt.Sprintf("%d dead letters", changes), func() bool {
+				n, err := q.DeadLetters().Len(ctx)
+				return err == nil && n >= changes
+			})
+			waitDrained(t, q)
+
+			dls := listDeadLetters(t, q)
+			if len(dls) != changes {
+				t.Fatalf("%d dead letters, want one per change: %d", len(dls), changes)
+			}
+			seen := make(map[int64]bool, changes)
+			for _, dl := range dls {
+				ch, err := writebehind.FromMessage(&streamq.Message{Payload: dl.Payload, Headers: dl.Headers})
+				if err != nil {
+					t.Fatalf("dead letter %s does not hold a change: %v", dl.ID, err)
+				}
+				if seen[ch.Version] || ch.Version < 1 || ch.Version > changes {
+					t.Fatalf("dead letter %s: version %d twice or out of 1..%d", dl.ID, ch.Version, changes)
+				}
+				seen[ch.Version] = true
+				if dl.Reason != streamq.ReasonMaxDeliveries || dl.Attempts != maxDeliveries {
+					t.Errorf("dead letter %s: reason %q after %d attempts, want %q after %d", dl.ID, dl.Reason, dl.Attempts, streamq.ReasonMaxDeliveries, maxDeliveries)
+				}
+				if !strings.Contains(dl.Error, errDatabaseGone.Error()) {
+					t.Errorf("dead letter %s: error %q does not carry the sink's error %q", dl.ID, dl.Error, errDatabaseGone)
+				}
+				if e := expect[ch.Key]; e.version == ch.Version && (e.deleted != ch.Deleted || e.hash != ch.Hash || !bytes.Equal(e.value, ch.Value)) {
+					t.Errorf("dead letter %s holds %+v, want the key's last change %+v", dl.ID, ch, e)
+				}
+			}
+			if len(dls) > 0 {
+				t.Logf("a dead letter: reason %s, attempts %d, error %q", dls[0].Reason, dls[0].Attempts, dls[0].Error)
+			}
+			hs, cs := h.Stats(), c.Stats()
+			if hs.Changes != 0 || hs.Batches != 0 || hs.WriteErrors < maxDeliveries || cs.DeadLettered != changes {
+				t.Errorf("handler %+v, consumer %+v: want no commits, at least %d failed writes, %d dead-lettered", hs, cs, maxDeliveries, changes)
+			}
+			if rows := db.rows(t); len(rows) != 0 {
+				t.Fatalf("the database holds %d rows although every write failed", len(rows))
+			}
+			checkCache(t, w, expect)
+
+			// The database is back. Newer changes of the first 10 keys are
+			// persisted before the dead letters are requeued.
+			sink.down.Store(false)
+			for k, e := range hashWorkload(t, w, 40, 10, 2, 10, 50) {
+				expect[k] = e
+			}
+			waitDrained(t, q)
+			missing := 0
+			rows := db.rows(t)
+			for k, e := range expect {
+				if r, ok := rows[k]; !ok || r.version != e.version {
+					missing++
+				}
+			}
+			if missing == 0 {
+				t.Fatal("the database already equals the cache before the requeue: the test proves nothing")
+			}
+			t.Logf("before the requeue the database misses the last change of %d of %d keys", missing, len(expect))
+			n, err := q.DeadLetters().RequeueAll(ctx)
+			if err != nil || n != changes {
+				t.Fatalf("RequeueAll = %d, %v; want %d", n, err, changes)
+			}
+			waitDrained(t, q)
+			if n := deadLetters(t, q); n != 0 {
+				t.Errorf("%d dead letters after the requeue, want 0", n)
+			}
+			checkConsistent(t, w, db.rows(t), expect)
+		})
+	}
+}
+
+// listDeadLetters returns every dead letter of q, paging through them.
+func listDeadLetters(t *testing.T, q *streamq.Queue) []streamq.DeadLetter {
+	t.Helper()
+	var (
+		all    []streamq.DeadLetter
+		cursor string
+	)
+	for range 1000 { // bounded: 1000 pages of 100
+		page, next, err := q.DeadLetters().List(context.Background(), cursor, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all
+		}
+		cursor = next
+	}
+	t.Fatal("more than 100,000 dead letters")
+	return nil
 }

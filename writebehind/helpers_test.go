@@ -5,10 +5,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -357,29 +359,23 @@ func waitDrained(t testing.TB, q *streamq.Queue) {
 
 // want is what a test expects of one key after its last change.
 type want struct {
-	value   []byte
+	value   []byte // for a hash, its fields as writebehind.EncodeFields encodes them
 	deleted bool
+	hash    bool // cached as a hash (SetFields), not a string
 	version int64
 }
 
-// checkConsistent asserts that the sink's rows, the cache and the expected
-// final state agree exactly: live keys have the expected value in the cache
-// and in the table, with the expected version; deleted keys are absent from
-// the cache and are tombstones (or absent) in the table; and the table holds
-// no live key the test did not write.
-func checkConsistent(t testing.TB, w *writebehind.Writer, rows map[string]dbRow, expect map[string]want) {
+// readCache returns the cached values of keys: strings as they are, hashes
+// as their canonical JSON (writebehind.EncodeFields), and which keys are
+// hashes. Keys not in the cache are absent.
+func readCache(t testing.TB, w *writebehind.Writer, keys []string) (cached, hashes map[string][]byte) {
 	t.Helper()
 	ctx := context.Background()
-	keys := make([]string, 0, len(expect))
-	for k := range expect {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	cacheKeys := make([]string, len(keys))
 	for i, k := range keys {
 		cacheKeys[i] = w.CacheKey(k)
 	}
-	cached := make(map[string][]byte, len(keys))
+	cached = make(map[string][]byte, len(keys))
 	for start := 0; start < len(cacheKeys); start += 500 {
 		end := min(start+500, len(cacheKeys))
 		vals, err := w.Queue().Client().MGet(ctx, cacheKeys[start:end]...).Result()
@@ -392,6 +388,56 @@ func checkConsistent(t testing.TB, w *writebehind.Writer, rows map[string]dbRow,
 			}
 		}
 	}
+	// MGET answers nil for hashes: find them with TYPE and read them with
+	// HGETALL, as their canonical JSON.
+	hashes = cachedHashes(t, w, keys)
+	for k, v := range hashes {
+		if _, dup := cached[k]; dup {
+			t.Fatalf("key %q is both a string and a hash", k)
+		}
+		cached[k] = v
+	}
+	return cached, hashes
+}
+
+// checkCache asserts that the cache holds exactly the expected final state:
+// live keys with their values (as strings or hashes), deleted keys absent.
+func checkCache(t testing.TB, w *writebehind.Writer, expect map[string]want) {
+	t.Helper()
+	keys := slices.Sorted(maps.Keys(expect))
+	cached, hashes := readCache(t, w, keys)
+	bad := 0
+	for _, k := range keys {
+		e := expect[k]
+		c, inCache := cached[k]
+		_, isHash := hashes[k]
+		switch {
+		case e.deleted && inCache:
+			t.Errorf("key %q: deleted at version %d but cached as %q", k, e.version, c)
+		case !e.deleted && (!inCache || !bytes.Equal(c, e.value) || isHash != e.hash):
+			t.Errorf("key %q: cache holds %q (present %v, hash %v), want %q (hash %v)", k, c, inCache, isHash, e.value, e.hash)
+		default:
+			continue
+		}
+		if bad++; bad >= 20 {
+			t.Fatalf("... stopping after %d mismatches", bad)
+		}
+	}
+}
+
+// checkConsistent asserts that the sink's rows, the cache and the expected
+// final state agree exactly: live keys have the expected value in the cache
+// and in the table, with the expected version; deleted keys are absent from
+// the cache and are tombstones (or absent) in the table; and the table holds
+// no live key the test did not write.
+func checkConsistent(t testing.TB, w *writebehind.Writer, rows map[string]dbRow, expect map[string]want) {
+	t.Helper()
+	keys := make([]string, 0, len(expect))
+	for k := range expect {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	cached, hashes := readCache(t, w, keys)
 	bad := 0
 	report := func(format string, args ...any) {
 		bad++
@@ -417,6 +463,9 @@ func checkConsistent(t testing.TB, w *writebehind.Writer, rows map[string]dbRow,
 			continue
 		}
 		live++
+		if _, isHash := hashes[k]; inCache && isHash != e.hash {
+			report("key %q: cached as a hash: %v, want %v", k, isHash, e.hash)
+		}
 		if !inCache || !bytes.Equal(c, e.value) {
 			report("key %q: cache holds %q (present %v), want %q", k, c, inCache, e.value)
 		}
@@ -437,11 +486,65 @@ func checkConsistent(t testing.TB, w *writebehind.Writer, rows map[string]dbRow,
 	}
 }
 
+// cachedHashes returns the cache entries of keys that are hashes, as their
+// canonical JSON (writebehind.EncodeFields). It pipelines TYPE and HGETALL.
+func cachedHashes(t testing.TB, w *writebehind.Writer, keys []string) map[string][]byte {
+	t.Helper()
+	ctx := context.Background()
+	rdb := w.Queue().Client()
+	out := make(map[string][]byte)
+	for start := 0; start < len(keys); start += 500 {
+		chunk := keys[start:min(start+500, len(keys))]
+		types := make([]*redis.StatusCmd, len(chunk))
+		if _, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range chunk {
+				types[i] = p.Type(ctx, w.CacheKey(k))
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("TYPE: %v", err)
+		}
+		for i, k := range chunk {
+			if types[i].Val() != "hash" {
+				continue
+			}
+			fields, found, err := w.GetFields(ctx, k)
+			if err != nil || !found {
+				t.Fatalf("GetFields(%q) = %v, %v, %v after TYPE said hash", k, fields, found, err)
+			}
+			out[k] = encodeFields(t, fields)
+		}
+	}
+	return out
+}
+
+// encodeFields is writebehind.EncodeFields for fields known to be valid.
+func encodeFields(t testing.TB, fields map[string]string) []byte {
+	t.Helper()
+	b, err := writebehind.EncodeFields(fields)
+	if err != nil {
+		t.Fatalf("EncodeFields(%v): %v", fields, err)
+	}
+	return b
+}
+
 // workload writes n random changes over nkeys keys with g goroutines (see
 // runWorkload) and fails the test on error. Call it from the test goroutine.
 func workload(t testing.TB, w *writebehind.Writer, n, nkeys, g, delPercent int, stop <-chan struct{}) map[string]want {
 	t.Helper()
 	expect, err := runWorkload(w, n, nkeys, g, delPercent, stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return expect
+}
+
+// hashWorkload is workload with hashPercent percent of the changes written
+// as hashes (Writer.SetFields), the others split between deletions
+// (delPercent) and strings (Writer.Set). Keys switch between the two types.
+func hashWorkload(t testing.TB, w *writebehind.Writer, n, nkeys, g, delPercent, hashPercent int) map[string]want {
+	t.Helper()
+	expect, err := runWorkloadMix(w, n, nkeys, g, delPercent, hashPercent, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,6 +557,24 @@ func workload(t testing.TB, w *writebehind.Writer, n, nkeys, g, delPercent int, 
 // returns the expected final state of the keys written. stop, when not nil,
 // ends the writes early once closed.
 func runWorkload(w *writebehind.Writer, n, nkeys, g, delPercent int, stop <-chan struct{}) (map[string]want, error) {
+	return runWorkloadMix(w, n, nkeys, g, delPercent, 0, stop)
+}
+
+// randomFields returns 1 to 6 fields with values that exercise the JSON
+// encoding: quotes, backslashes, HTML characters, control characters and
+// non-ASCII text.
+func randomFields(r *rand.Rand, key string, i int) map[string]string {
+	odd := []string{`"quoted"`, `back\slash`, "<b>&amp;</b>", "tab\tnew\nline\x01", "Grüße, 世界 🚀", ""}
+	fields := map[string]string{"id": key, "seq": strconv.Itoa(i)}
+	for range r.IntN(5) {
+		fields[fmt.Sprintf("f%d", r.IntN(8))] = odd[r.IntN(len(odd))] + strconv.FormatUint(r.Uint64()%1000, 10)
+	}
+	return fields
+}
+
+// runWorkloadMix is runWorkload with hashPercent percent of the changes
+// written with Writer.SetFields.
+func runWorkloadMix(w *writebehind.Writer, n, nkeys, g, delPercent, hashPercent int, stop <-chan struct{}) (map[string]want, error) {
 	ctx := context.Background()
 	results := make([]map[string]want, g)
 	errs := make(chan error, g)
@@ -478,13 +599,29 @@ func runWorkload(w *writebehind.Writer, n, nkeys, g, delPercent int, stop <-chan
 					k = gi % nkeys
 				}
 				key := fmt.Sprintf("key:%04d", k)
-				if r.IntN(100) < delPercent {
+				roll := r.IntN(100)
+				if roll < delPercent {
 					v, err := w.Delete(ctx, key)
 					if err != nil {
 						errs <- fmt.Errorf("Delete(%q): %w", key, err)
 						return
 					}
 					mine[key] = want{deleted: true, version: v}
+					continue
+				}
+				if roll < delPercent+hashPercent {
+					fields := randomFields(r, key, i)
+					v, err := w.SetFields(ctx, key, fields)
+					if err != nil {
+						errs <- fmt.Errorf("SetFields(%q): %w", key, err)
+						return
+					}
+					value, err := writebehind.EncodeFields(fields)
+					if err != nil {
+						errs <- fmt.Errorf("EncodeFields: %w", err)
+						return
+					}
+					mine[key] = want{value: value, hash: true, version: v}
 					continue
 				}
 				value := fmt.Appendf(nil, "%s=%d/%x", key, i, r.Uint64())

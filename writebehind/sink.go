@@ -1,7 +1,9 @@
 package writebehind
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,6 +16,7 @@ const (
 	// MaxKeyBytes is the longest accepted Change.Key, in bytes.
 	MaxKeyBytes = 1024
 	// MaxValueBytes is the largest accepted Change.Value, in bytes (16 MiB).
+	// For a hash it bounds the fields' JSON encoding (see [EncodeFields]).
 	MaxValueBytes = 16 << 20
 )
 
@@ -34,11 +37,21 @@ type Change struct {
 	Key string
 	// Value is the new value, at most MaxValueBytes long. It must be empty
 	// (normally nil) when Deleted is true. A nil Value of a change that is
-	// not Deleted is stored as an empty value.
+	// not Deleted is stored as an empty value. When Hash is true it is the
+	// hash's fields as a JSON object (see [EncodeFields]).
 	Value []byte
 	// Deleted marks a deletion. Sinks store deletions as tombstones that
 	// carry the version, so a replayed older change cannot bring the key back.
 	Deleted bool
+	// Hash marks a value that the cache holds as a Redis hash (written by
+	// [Writer.SetFields]) rather than a string. Value then holds the fields
+	// as a JSON object of strings, canonically encoded by [EncodeFields];
+	// decode it with [DecodeFields]. A sink may store it like any other value
+	// ([SQLSink] does) or map the fields to columns. Hash changes are
+	// versioned and coalesced with the key's other changes: a key may switch
+	// between a string and a hash, and the newest version wins. Deleted
+	// changes are never Hash.
+	Hash bool
 	// Version is the key's version after this change: strictly increasing
 	// per key, and greater than 0.
 	Version int64
@@ -69,8 +82,82 @@ func (c Change) invalidReason() string {
 		return fmt.Sprintf("value is %d bytes long: the limit is MaxValueBytes (%d)", len(c.Value), MaxValueBytes)
 	case c.Deleted && len(c.Value) > 0:
 		return "value is set on a deletion: a Deleted change must have a nil Value"
+	case c.Deleted && c.Hash:
+		return "Hash is set on a deletion: a deletion removes the key whatever its type, so leave Hash false"
+	case c.Hash:
+		if _, reason := decodeFields(c.Value); reason != "" {
+			return "Hash is set but " + reason
+		}
 	}
 	return ""
+}
+
+// EncodeFields returns the canonical JSON encoding of a hash's fields, the
+// Value of a [Change] with Hash set, as a [Writer] puts it in the stream and
+// [SQLSink] stores it: one compact JSON object of strings, members sorted by
+// field name (bytewise), strings escaped as [encoding/json] does but without
+// HTML escaping (so "<" stays "<"). For example {"age":"36","name":"Ada"}.
+// Equal fields always encode to equal bytes, so a stored value can be
+// compared with the cache byte for byte.
+//
+// Field names and values must be valid UTF-8 (JSON strings cannot hold other
+// bytes; encode binary data, for example as base64); otherwise EncodeFields
+// returns an error wrapping [ErrInvalidChange]. A nil or empty map encodes
+// as {}.
+func EncodeFields(fields map[string]string) ([]byte, error) {
+	for name, value := range fields {
+		if !utf8.ValidString(name) {
+			return nil, fmt.Errorf("%w: hash field name %q is not valid UTF-8: the fields are stored as JSON, so encode binary field names (for example as hex or base64)", ErrInvalidChange, name)
+		}
+		if !utf8.ValidString(value) {
+			return nil, fmt.Errorf("%w: value of hash field %q is not valid UTF-8: the fields are stored as JSON, so encode binary values (for example as base64)", ErrInvalidChange, name)
+		}
+	}
+	if fields == nil {
+		fields = map[string]string{}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// encoding/json writes map keys sorted; a map of strings always encodes.
+	if err := enc.Encode(fields); err != nil {
+		return nil, fmt.Errorf("streamq: write-behind encode hash fields: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// DecodeFields decodes the Value of a [Change] with Hash set (or a value
+// that [SQLSink] stored for one) back into the hash's fields. It accepts any
+// JSON object whose members are all strings, not only the canonical encoding
+// of [EncodeFields]; anything else is an error wrapping [ErrInvalidChange].
+func DecodeFields(value []byte) (map[string]string, error) {
+	fields, reason := decodeFields(value)
+	if reason != "" {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidChange, reason)
+	}
+	return fields, nil
+}
+
+// decodeFields decodes a JSON object of strings, or says what is wrong.
+func decodeFields(value []byte) (map[string]string, string) {
+	var fields map[string]string
+	// "null" would decode into a nil map without an error.
+	if t := bytes.TrimLeft(value, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		return nil, fmt.Sprintf("the value is not a JSON object (%s): a hash's fields are stored as a JSON object of strings, as writebehind.EncodeFields writes them", shortValue(value))
+	}
+	if err := json.Unmarshal(value, &fields); err != nil {
+		return nil, fmt.Sprintf("the value is not a JSON object of strings (%v): a hash's fields are stored as writebehind.EncodeFields writes them", err)
+	}
+	return fields, ""
+}
+
+// shortValue quotes the start of a value for an error message.
+func shortValue(v []byte) string {
+	const maxShown = 32
+	if len(v) > maxShown {
+		return fmt.Sprintf("%q...", v[:maxShown])
+	}
+	return fmt.Sprintf("%q", v)
 }
 
 // ChangeError reports a [Change] that a [Sink] refused. When Write returns a

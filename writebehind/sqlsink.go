@@ -105,7 +105,9 @@ type SQLSinkConfig struct {
 	// KeyColumn is the primary key column (text). Defaults to DefaultKeyColumn.
 	KeyColumn string
 	// ValueColumn holds the value (BLOB in SQLite, BYTEA in PostgreSQL); NULL
-	// for deleted keys. Defaults to DefaultValueColumn.
+	// for deleted keys. A hash (a Change with Hash set, from
+	// Writer.SetFields) is stored as its fields' canonical JSON object (see
+	// EncodeFields). Defaults to DefaultValueColumn.
 	ValueColumn string
 	// VersionColumn holds the row's version (BIGINT NOT NULL). Defaults to
 	// DefaultVersionColumn.
@@ -127,6 +129,14 @@ type SQLSinkConfig struct {
 // deleted = true and value = NULL, so that a replayed older change can not
 // bring the key back. A change is applied only if its version is newer than
 // the row's.
+//
+// Hashes ([Writer.SetFields]) are stored in the same value column as their
+// fields' canonical JSON object, as [EncodeFields] writes it (for example
+// {"age":"36","name":"Ada"}), and are versioned like strings. The table does
+// not record whether a value was a string or a hash: the application knows
+// which keys it writes with SetFields, and reads their rows back with
+// [DecodeFields] (in PostgreSQL, convert_from(value, 'UTF8')::jsonb turns
+// the value into JSON).
 //
 // An SQLSink is safe for concurrent use. The caller owns the *sql.DB and
 // closes it.

@@ -354,6 +354,9 @@ func TestSQLSink_Write_Validation(t *testing.T) {
 		{"deletion with value", Change{Key: "k", Value: []byte("v"), Deleted: true, Version: 1}, "Deleted change must have a nil Value"},
 		{"key not UTF-8", setChange("k\xff", "v", 1), "UTF-8"},
 		{"key with NUL", setChange("k\x00", "v", 1), "NUL"},
+		{"hash deletion", Change{Key: "k", Hash: true, Deleted: true, Version: 1}, "Hash is set on a deletion"},
+		{"hash not an object", Change{Key: "k", Value: []byte(`["a"]`), Hash: true, Version: 1}, "not a JSON object"},
+		{"hash with a number", Change{Key: "k", Value: []byte(`{"a":1}`), Hash: true, Version: 1}, "not a JSON object of strings"},
 	}
 	for _, tt := range tests {
 		if err := tt.change.Validate(); !errors.Is(err, ErrInvalidChange) || !strings.Contains(err.Error(), tt.reason) {
@@ -386,6 +389,48 @@ func TestSQLSink_Write_Validation(t *testing.T) {
 		got, _, _, _, err := s.Get(t.Context(), maxKey)
 		if err != nil || !bytes.Equal(got, maxValue) {
 			t.Fatalf("Get(max key): %d bytes, err %v; want the %d-byte value", len(got), err, len(maxValue))
+		}
+	})
+}
+
+// TestSQLSink_Write_Hash stores hashes as their canonical JSON, versioned
+// like strings, in a form the database's own JSON functions read.
+func TestSQLSink_Write_Hash(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		ada, err := EncodeFields(map[string]string{"name": "Ada", "born": "1815", "motto": "<math & \"poetry\">"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hash := func(key string, value []byte, version int64) Change {
+			return Change{Key: key, Value: value, Hash: true, Version: version}
+		}
+		mustWriteSink(t, s, hash("h", ada, 2), setChange("s", "plain", 3), hash("s", []byte(`{"n":"old"}`), 1))
+		wantSinkRow(t, s, "h", string(ada), 2, false)
+		wantSinkRow(t, s, "s", "plain", 3, false) // the older hash did not overwrite the string
+		mustWriteSink(t, s, hash("s", []byte(`{"n":"new"}`), 4), hash("h", []byte(`{"n":"replayed"}`), 2))
+		wantSinkRow(t, s, "s", `{"n":"new"}`, 4, false)
+		wantSinkRow(t, s, "h", string(ada), 2, false) // same version: a replay, ignored
+		mustWriteSink(t, s, delChange("h", 5))
+		wantSinkRow(t, s, "h", "", 5, true)
+		mustWriteSink(t, s, hash("h", ada, 3))
+		wantSinkRow(t, s, "h", "", 5, true) // the tombstone keeps the older hash out
+
+		got, _, _, _, err := s.Get(t.Context(), "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fields, err := DecodeFields(got); err != nil || fields["n"] != "new" {
+			t.Fatalf("DecodeFields(%s) = %v, %v", got, fields, err)
+		}
+		// The database can read the fields itself.
+		query := `SELECT json_extract(CAST("value" AS TEXT), '$.n') FROM ` + quoteIdent(s.table) + ` WHERE "key" = 's'`
+		if s.Dialect() == DialectPostgres {
+			query = `SELECT convert_from("value", 'UTF8')::jsonb ->> 'n' FROM ` + quoteIdent(s.table) + ` WHERE "key" = 's'`
+		}
+		var n string
+		if err := s.db.QueryRowContext(t.Context(), query).Scan(&n); err != nil || n != "new" {
+			t.Fatalf("%s = %q, %v; want \"new\"", query, n, err)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ import (
 const (
 	// HeaderKey holds the cache key of the change.
 	HeaderKey = "wb-key"
-	// HeaderOp holds the operation: [OpSet] or [OpDelete].
+	// HeaderOp holds the operation: [OpSet], [OpSetFields] or [OpDelete].
 	HeaderOp = "wb-op"
 	// HeaderVersion holds the change's version, a positive decimal integer.
 	HeaderVersion = "wb-version"
@@ -27,8 +28,13 @@ const (
 
 // Values of [HeaderOp].
 const (
-	// OpSet stores the entry's payload as the key's value.
+	// OpSet stores the entry's payload as the key's value. The cache holds
+	// it as a string.
 	OpSet = "set"
+	// OpSetFields stores the entry's payload, the fields of a hash encoded
+	// by [EncodeFields], as the key's value (a [Change] with Hash set). The
+	// cache holds it as a hash.
+	OpSetFields = "hset"
 	// OpDelete deletes the key; the entry's payload is empty.
 	OpDelete = "del"
 )
@@ -47,7 +53,8 @@ const (
 // WriterConfig configures a [Writer]. The zero value is valid: cache entries
 // that never expire and no enqueue hooks.
 type WriterConfig struct {
-	// TTL makes cache entries expire this long after their last Set. An
+	// TTL makes cache entries, strings and hashes alike, expire this long
+	// after their last Set or SetFields. An
 	// expired entry is only gone from the cache: its row stays in the sink,
 	// and the version counter is not affected, so later changes still get
 	// newer versions. Must be 0 or at least 1 ms. Defaults to 0: cache
@@ -67,6 +74,12 @@ type WriterConfig struct {
 // change's version, appends the change to the queue's stream and updates the
 // cache key, so a crash can never leave the cache changed without the change
 // being queued, or the other way round.
+//
+// A key is cached as a Redis string ([Writer.Set], read with [Writer.Get]) or
+// as a Redis hash ([Writer.SetFields], read with [Writer.GetFields]). Both
+// replace the whole cache entry, whatever its type was, and take a version
+// from the same counter, so a key may switch between the two: the sink ends
+// with the newest.
 //
 // Versions come from one counter per queue (INCR on the key named by
 // [VersionKeyPart]), so they are strictly increasing per key, are never
@@ -117,7 +130,8 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 func (w *Writer) Queue() *streamq.Queue { return w.q }
 
 // CacheKey returns the Redis key that caches key's value,
-// <prefix>:{<queue>}:cache:<key>. It holds the value as a plain string.
+// <prefix>:{<queue>}:cache:<key>. It holds the value as a plain string
+// (written by [Writer.Set]) or as a hash (written by [Writer.SetFields]).
 func (w *Writer) CacheKey(key string) string { return w.q.Key(CacheKeyPrefix + key) }
 
 // Set stores value as key's value in the cache and queues the change for the
@@ -135,7 +149,54 @@ func (w *Writer) Set(ctx context.Context, key string, value []byte) (version int
 	if value == nil {
 		value = []byte{}
 	}
-	return w.write(ctx, OpSet, key, value)
+	return w.write(ctx, OpSet, key, value, nil)
+}
+
+// SetFields replaces key's cache entry with a Redis hash holding exactly
+// fields (DEL, HSET, and PEXPIRE when WriterConfig.TTL is set) and queues the
+// change for the sink, in one atomic step, and returns the change's version.
+// Fields the entry had before and fields does not name are gone; to change
+// one field, read the hash with [Writer.GetFields], modify it and write it
+// back (the version orders concurrent writers: the sink keeps the newest
+// whole hash, as the cache does).
+//
+// The change carries the fields as one value, their canonical JSON encoding
+// (see [EncodeFields]; a [Change] with Hash set), which is what the sink
+// stores: [SQLSink] puts it in its value column. Versions, coalescing,
+// replays and deletes work exactly as for [Writer.Set].
+//
+// fields must not be empty (Redis cannot hold an empty hash; use
+// [Writer.Delete] to remove a key), field names and values must be valid
+// UTF-8, and their JSON encoding at most [MaxValueBytes] long; key is checked
+// as in Set. Otherwise SetFields returns a [*ChangeError] without touching
+// Redis. Other errors are as for Set.
+func (w *Writer) SetFields(ctx context.Context, key string, fields map[string]string) (version int64, err error) {
+	value, pairs, err := encodeHash(key, fields)
+	if err != nil {
+		return 0, err
+	}
+	return w.write(ctx, OpSetFields, key, value, pairs)
+}
+
+// encodeHash returns the canonical JSON of fields and the field/value
+// arguments of HSET, sorted by field name, or a *ChangeError.
+func encodeHash(key string, fields map[string]string) ([]byte, []any, error) {
+	if len(fields) == 0 {
+		return nil, nil, &ChangeError{Index: -1, Key: key, Reason: "the hash has no fields: Redis cannot cache an empty hash; use Delete to remove the key, or Set for an empty string value"}
+	}
+	value, err := EncodeFields(fields)
+	if err != nil {
+		return nil, nil, &ChangeError{Index: -1, Key: key, Reason: strings.TrimPrefix(err.Error(), ErrInvalidChange.Error()+": ")}
+	}
+	if len(value) > MaxValueBytes {
+		return nil, nil, &ChangeError{Index: -1, Key: key, Reason: fmt.Sprintf("the %d fields encode to %d bytes of JSON: the limit is MaxValueBytes (%d); store fewer or smaller fields", len(fields), len(value), MaxValueBytes)}
+	}
+	names := slices.Sorted(maps.Keys(fields))
+	pairs := make([]any, 0, 2*len(names))
+	for _, name := range names {
+		pairs = append(pairs, name, fields[name])
+	}
+	return value, pairs, nil
 }
 
 // Delete removes key from the cache and queues the deletion for the sink, in
@@ -144,13 +205,14 @@ func (w *Writer) Set(ctx context.Context, key string, value []byte) (version int
 // the key back. Deleting a key that is not cached still queues the deletion
 // (its row may be in the sink). Errors are as for [Writer.Set].
 func (w *Writer) Delete(ctx context.Context, key string) (version int64, err error) {
-	return w.write(ctx, OpDelete, key, nil)
+	return w.write(ctx, OpDelete, key, nil, nil)
 }
 
-// Get returns key's cached value. found is false when the key is not in the
-// cache: never set, deleted, or expired (see WriterConfig.TTL). The cache is
-// not filled from the sink; on a miss read the sink yourself if needed. key
-// is checked as in [Writer.Set].
+// Get returns key's cached value, written by [Writer.Set]. found is false
+// when the key is not in the cache: never set, deleted, or expired (see
+// WriterConfig.TTL). The cache is not filled from the sink; on a miss read
+// the sink yourself if needed. key is checked as in [Writer.Set]. A key
+// cached as a hash is an error that says to use [Writer.GetFields].
 func (w *Writer) Get(ctx context.Context, key string) (value []byte, found bool, err error) {
 	if err := (Change{Key: key, Version: 1}).Validate(); err != nil {
 		return nil, false, err
@@ -159,16 +221,45 @@ func (w *Writer) Get(ctx context.Context, key string) (value []byte, found bool,
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
+	if isWrongType(err) {
+		return nil, false, fmt.Errorf("streamq: write-behind get %q from %s: the key is cached as a hash (written by SetFields), read it with GetFields: %w", key, w.CacheKey(key), err)
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("streamq: write-behind get %q from %s: %w", key, w.CacheKey(key), err)
 	}
 	return value, true, nil
 }
 
-// write runs scriptWrite for one change. When the stream is at its cap it
-// trims acknowledged history once and tries again, then gives up with
+// GetFields returns the fields of key's cached hash, written by
+// [Writer.SetFields]. found is false when the key is not in the cache, as for
+// [Writer.Get]. A key cached as a string is an error that says to use
+// [Writer.Get].
+func (w *Writer) GetFields(ctx context.Context, key string) (fields map[string]string, found bool, err error) {
+	if err := (Change{Key: key, Version: 1}).Validate(); err != nil {
+		return nil, false, err
+	}
+	fields, err = w.q.Client().HGetAll(ctx, w.CacheKey(key)).Result()
+	if isWrongType(err) {
+		return nil, false, fmt.Errorf("streamq: write-behind get fields of %q from %s: the key is cached as a string (written by Set), read it with Get: %w", key, w.CacheKey(key), err)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("streamq: write-behind get fields of %q from %s: %w", key, w.CacheKey(key), err)
+	}
+	if len(fields) == 0 { // HGETALL of a missing key
+		return nil, false, nil
+	}
+	return fields, true, nil
+}
+
+func isWrongType(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") }
+
+// write runs scriptWrite for one change; hash holds the HSET field/value
+// arguments of an OpSetFields change. When the stream is at its cap it trims
+// acknowledged history once and tries again, then gives up with
 // streamq.ErrQueueFull.
-func (w *Writer) write(ctx context.Context, op, key string, value []byte) (int64, error) {
+func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash []any) (int64, error) {
+	// Hash stays false: the JSON of a hash was just encoded by encodeHash,
+	// so only the key and the size need checking here.
 	if err := (Change{Key: key, Value: value, Deleted: op == OpDelete, Version: 1}).Validate(); err != nil {
 		return 0, err
 	}
@@ -176,9 +267,10 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte) (int64
 	if w.hooks {
 		fields = ownHeaders(fields, key, op)
 	}
-	args := make([]any, 0, 3+len(fields))
-	args = append(args, max(w.q.MaxLen(), 0), op, w.ttl.Milliseconds())
+	args := make([]any, 0, 4+len(fields)+len(hash))
+	args = append(args, max(w.q.MaxLen(), 0), op, w.ttl.Milliseconds(), len(fields))
 	args = append(args, fields...)
+	args = append(args, hash...)
 	keys := []string{w.q.StreamKey(), w.CacheKey(key), w.version}
 	var (
 		version int64
@@ -235,16 +327,22 @@ func isQueueFull(err error) bool { return err != nil && strings.HasPrefix(err.Er
 // KEYS[2] the cache key, <prefix>:{<queue>}:cache:<key>
 // KEYS[3] the version counter, <prefix>:{<queue>}:wb:version
 // ARGV[1] stream cap (0 or less: none); reaching it refuses, never trims
-// ARGV[2] "set" or "del"
-// ARGV[3] cache TTL in ms for "set" (0: no expiry)
-// ARGV[4..] field/value arguments of the stream entry (wire format v1, from
-// Producer.EntryFields); the "headers" field must be a non-empty JSON object,
-// and "payload" is the value stored by "set"
+// ARGV[2] "set", "hset" or "del"
+// ARGV[3] cache TTL in ms for "set" and "hset" (0: no expiry)
+// ARGV[4] n, the number of stream entry arguments that follow
+// ARGV[5..4+n] field/value arguments of the stream entry (wire format v1,
+// from Producer.EntryFields); the "headers" field must be a non-empty JSON
+// object, and "payload" is the value stored by "set"
+// ARGV[5+n..] for "hset": the hash's field/value pairs (at least one)
 //
 // Returns the change's version. Errors with "QUEUEFULL ..." when the stream
 // holds cap entries, before writing anything. The writes are ordered so that a
 // command failing half way (which Redis does not roll back) can leave at most
-// an unused version number: INCR, then XADD, then SET or DEL, which cannot fail.
+// an unused version number: INCR, then XADD, then the cache writes, which
+// cannot fail: SET; DEL; or DEL, HSET and PEXPIRE of a key that DEL just
+// removed, so it cannot have the wrong type (and once a script has written,
+// Redis no longer refuses its writes for maxmemory). HSET gets at most 500
+// pairs per call, since Lua's unpack is limited to a few thousand values.
 //
 // The version goes into the headers as "wb-version": it is appended last to
 // the JSON object, so it wins over a hook that set the same header.
@@ -257,9 +355,10 @@ if cap > 0 then
   end
 end
 local version = redis.call('INCR', KEYS[3])
+local last = 4 + tonumber(ARGV[4])
 local fields = {}
 local value = ''
-for i = 4, #ARGV - 1, 2 do
+for i = 5, last - 1, 2 do
   local name, val = ARGV[i], ARGV[i + 1]
   if name == 'headers' then
     val = string.sub(val, 1, -2) .. ',"wb-version":"' .. version .. '"}'
@@ -270,9 +369,27 @@ for i = 4, #ARGV - 1, 2 do
   fields[#fields + 1] = val
 end
 redis.call('XADD', KEYS[1], '*', unpack(fields))
-if ARGV[2] == 'del' then
+local op, ttl = ARGV[2], tonumber(ARGV[3])
+if op == 'del' then
   redis.call('DEL', KEYS[2])
-elseif tonumber(ARGV[3]) > 0 then
+elseif op == 'hset' then
+  redis.call('DEL', KEYS[2])
+  local hargs = {}
+  for i = last + 1, #ARGV - 1, 2 do
+    hargs[#hargs + 1] = ARGV[i]
+    hargs[#hargs + 1] = ARGV[i + 1]
+    if #hargs >= 1000 then
+      redis.call('HSET', KEYS[2], unpack(hargs))
+      hargs = {}
+    end
+  end
+  if #hargs > 0 then
+    redis.call('HSET', KEYS[2], unpack(hargs))
+  end
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+elseif ttl > 0 then
   redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
 else
   redis.call('SET', KEYS[2], value)

@@ -1,9 +1,12 @@
 package writebehind_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -335,5 +338,364 @@ func TestWriter_Hooks(t *testing.T) {
 	}
 	if got.Key != "user:7" || got.Deleted || got.Version != v || string(got.Value) != "Grace" {
 		t.Fatalf("change %+v, want user:7 = Grace at version %d", got, v)
+	}
+}
+
+// lastChanges decodes the stream of q and returns the newest change of each
+// key, and the number of entries.
+func lastChanges(t *testing.T, q *streamq.Queue) (map[string]writebehind.Change, int) {
+	t.Helper()
+	entries, err := q.Client().XRange(t.Context(), q.StreamKey(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := make(map[string]writebehind.Change)
+	for _, e := range entries {
+		ch, err := writebehind.FromMessage(entryMessage(t, e))
+		if err != nil {
+			t.Fatalf("entry %s: %v", e.ID, err)
+		}
+		if ch.Version <= last[ch.Key].Version {
+			t.Fatalf("entry %s: version %d of %q after version %d: stream order and versions disagree", e.ID, ch.Version, ch.Key, last[ch.Key].Version)
+		}
+		last[ch.Key] = ch
+	}
+	return last, len(entries)
+}
+
+func TestWriter_SetFields(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	w := newWriter(t, q, nil)
+	rdb := q.Client()
+
+	ada := map[string]string{"name": "Ada", "born": "1815", "note": `<"math">`}
+	v1, err := w.SetFields(ctx, "user:1", ada)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := rdb.HGetAll(ctx, w.CacheKey("user:1")).Result(); err != nil || !maps.Equal(got, ada) {
+		t.Fatalf("HGETALL = %v, %v; want %v", got, err, ada)
+	}
+	if got, found, err := w.GetFields(ctx, "user:1"); err != nil || !found || !maps.Equal(got, ada) {
+		t.Fatalf("GetFields = %v, %v, %v; want %v", got, found, err, ada)
+	}
+
+	// SetFields replaces the whole hash: "note" and "born" are gone.
+	lovelace := map[string]string{"name": "Ada Lovelace"}
+	v2, err := w.SetFields(ctx, "user:1", lovelace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := w.GetFields(ctx, "user:1"); err != nil || !maps.Equal(got, lovelace) {
+		t.Fatalf("GetFields after a second SetFields = %v, %v; want exactly %v", got, err, lovelace)
+	}
+
+	// A key switches from hash to string and back; the type follows.
+	v3, err := w.Set(ctx, "user:1", []byte("plain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ, _ := rdb.Type(ctx, w.CacheKey("user:1")).Result(); typ != "string" {
+		t.Fatalf("TYPE after Set = %q, want string", typ)
+	}
+	if _, _, err := w.GetFields(ctx, "user:1"); err == nil || !strings.Contains(err.Error(), "read it with Get") {
+		t.Fatalf("GetFields of a string = %v, want an error that says to use Get", err)
+	}
+	v4, err := w.SetFields(ctx, "user:1", ada)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.Get(ctx, "user:1"); err == nil || !strings.Contains(err.Error(), "read it with GetFields") {
+		t.Fatalf("Get of a hash = %v, want an error that says to use GetFields", err)
+	}
+	v5, err := w.Delete(ctx, "user:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := rdb.Exists(ctx, w.CacheKey("user:1")).Result(); n != 0 {
+		t.Fatal("the hash is still cached after Delete")
+	}
+	if _, found, err := w.GetFields(ctx, "user:1"); err != nil || found {
+		t.Fatalf("GetFields after Delete: found %v, err %v; want a miss", found, err)
+	}
+	if !(0 < v1 && v1 < v2 && v2 < v3 && v3 < v4 && v4 < v5) {
+		t.Fatalf("versions %d %d %d %d %d: want strictly increasing", v1, v2, v3, v4, v5)
+	}
+
+	entries, err := rdb.XRange(ctx, q.StreamKey(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []writebehind.Change{
+		{Key: "user:1", Value: []byte(`{"born":"1815","name":"Ada","note":"<\"math\">"}`), Hash: true, Version: v1},
+		{Key: "user:1", Value: []byte(`{"name":"Ada Lovelace"}`), Hash: true, Version: v2},
+		{Key: "user:1", Value: []byte("plain"), Version: v3},
+		{Key: "user:1", Value: []byte(`{"born":"1815","name":"Ada","note":"<\"math\">"}`), Hash: true, Version: v4},
+		{Key: "user:1", Deleted: true, Version: v5},
+	}
+	if len(entries) != len(want) {
+		t.Fatalf("stream holds %d entries, want %d", len(entries), len(want))
+	}
+	for i, e := range entries {
+		m := entryMessage(t, e)
+		wantOp := map[bool]string{true: writebehind.OpSetFields, false: writebehind.OpSet}[want[i].Hash]
+		if want[i].Deleted {
+			wantOp = writebehind.OpDelete
+		}
+		if m.Headers[writebehind.HeaderOp] != wantOp {
+			t.Errorf("entry %d: header %s = %q, want %q", i, writebehind.HeaderOp, m.Headers[writebehind.HeaderOp], wantOp)
+		}
+		got, err := writebehind.FromMessage(m)
+		if err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		if got.Key != want[i].Key || string(got.Value) != string(want[i].Value) || got.Hash != want[i].Hash ||
+			got.Deleted != want[i].Deleted || got.Version != want[i].Version {
+			t.Errorf("entry %d = %+v (value %s), want %+v (value %s)", i, got, got.Value, want[i], want[i].Value)
+		}
+	}
+}
+
+// TestWriter_SetFields_TTL checks that a hash gets the writer's TTL, that
+// every SetFields sets it again, and that the counter outlives the entry.
+func TestWriter_SetFields_TTL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	rdb := q.Client()
+	long := newWriter(t, q, &writebehind.WriterConfig{TTL: time.Hour})
+	short := newWriter(t, q, &writebehind.WriterConfig{TTL: 20 * time.Millisecond})
+	never := newWriter(t, q, nil)
+
+	if _, err := long.SetFields(ctx, "k", map[string]string{"a": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := rdb.PTTL(ctx, long.CacheKey("k")).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("PTTL of a hash = %v, %v; want at most the configured hour", ttl, err)
+	}
+	// Without a TTL, SetFields replaces the entry, and its expiry with it.
+	if _, err := never.SetFields(ctx, "k", map[string]string{"a": "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := rdb.PTTL(ctx, never.CacheKey("k")).Result(); err != nil || ttl != -1 {
+		t.Fatalf("PTTL after SetFields without TTL = %v, %v; want -1 (no expiry)", ttl, err)
+	}
+	last, err := short.SetFields(ctx, "k", map[string]string{"a": "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 5*time.Second, "the cached hash expired", func() bool {
+		_, found, err := never.GetFields(ctx, "k")
+		return err == nil && !found
+	})
+	v, err := never.SetFields(ctx, "k", map[string]string{"a": "4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != last+1 {
+		t.Fatalf("version after expiry = %d, want %d", v, last+1)
+	}
+}
+
+// TestWriter_SetFields_Atomic checks that cache and stream agree: concurrent
+// writers switching keys between hashes, strings and deletions leave every
+// cache entry equal to the newest change of its key in the stream; and a
+// SetFields refused at the queue's cap changes neither.
+func TestWriter_SetFields_Atomic(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	w := newWriter(t, q, nil)
+	expect := hashWorkload(t, w, 2000, 50, 8, 15, 60)
+
+	last, n := lastChanges(t, q)
+	if n != 2000 {
+		t.Fatalf("stream holds %d entries, want 2000", n)
+	}
+	if len(last) != len(expect) {
+		t.Fatalf("stream has changes of %d keys, want %d", len(last), len(expect))
+	}
+	for k, e := range expect {
+		ch := last[k]
+		if ch.Version != e.version || ch.Deleted != e.deleted || ch.Hash != e.hash || !bytes.Equal(ch.Value, e.value) {
+			t.Errorf("key %q: newest change in the stream %+v, want %+v", k, ch, e)
+		}
+		var (
+			cached []byte
+			found  bool
+			err    error
+		)
+		if e.hash {
+			var fields map[string]string
+			fields, found, err = w.GetFields(ctx, k)
+			if found {
+				cached = encodeFields(t, fields)
+			}
+		} else {
+			cached, found, err = w.Get(ctx, k)
+		}
+		if err != nil {
+			t.Fatalf("read %q: %v", k, err)
+		}
+		if found == e.deleted || !bytes.Equal(cached, e.value) {
+			t.Errorf("key %q: cache %q (found %v), want the newest change in the stream %+v", k, cached, found, ch)
+		}
+	}
+
+	// At the cap nothing changes: not the cache, not the stream, not the counter.
+	full := newQueue(t, &streamq.QueueConfig{MaxLen: 1})
+	fw := newWriter(t, full, nil)
+	old := map[string]string{"v": "old"}
+	if _, err := fw.SetFields(ctx, "k", old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fw.SetFields(ctx, "k", map[string]string{"v": "new", "extra": "x"}); !errors.Is(err, streamq.ErrQueueFull) {
+		t.Fatalf("SetFields on a full queue = %v, want ErrQueueFull", err)
+	}
+	if got, _, err := fw.GetFields(ctx, "k"); err != nil || !maps.Equal(got, old) {
+		t.Fatalf("GetFields after a refused SetFields = %v, %v; want %v", got, err, old)
+	}
+	if n, _ := full.Client().XLen(ctx, full.StreamKey()).Result(); n != 1 {
+		t.Fatalf("XLEN = %d, want 1", n)
+	}
+	if v, _ := full.Client().Get(ctx, full.Key(writebehind.VersionKeyPart)).Int64(); v != 1 {
+		t.Fatalf("version counter = %d, want 1", v)
+	}
+}
+
+// TestWriter_SetFields_ManyFields writes a hash with more fields than one
+// HSET call of the script takes.
+func TestWriter_SetFields_ManyFields(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, &streamq.QueueConfig{})
+	w := newWriter(t, q, &writebehind.WriterConfig{TTL: time.Hour})
+	fields := make(map[string]string, 5000)
+	for i := range 5000 {
+		fields[fmt.Sprintf("field-%05d", i)] = strconv.Itoa(i * i)
+	}
+	if _, err := w.SetFields(ctx, "big", fields); err != nil {
+		t.Fatal(err)
+	}
+	got, found, err := w.GetFields(ctx, "big")
+	if err != nil || !found || !maps.Equal(got, fields) {
+		t.Fatalf("GetFields: %d fields, found %v, err %v; want the 5000 fields", len(got), found, err)
+	}
+	if ttl, _ := q.Client().PTTL(ctx, w.CacheKey("big")).Result(); ttl <= 0 {
+		t.Fatalf("PTTL = %v, want the TTL", ttl)
+	}
+	last, _ := lastChanges(t, q)
+	if !bytes.Equal(last["big"].Value, encodeFields(t, fields)) {
+		t.Fatal("the change in the stream does not hold the 5000 fields")
+	}
+}
+
+func TestWriter_SetFields_Limits(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t, nil)
+	w := newWriter(t, q, nil)
+	// Each field encodes to about 1 KiB: "fNNNNN":"xxx...",
+	huge := make(map[string]string)
+	for i := range writebehind.MaxValueBytes/1024 + 1 {
+		huge[fmt.Sprintf("f%06d", i)] = strings.Repeat("x", 1024)
+	}
+	for _, tc := range []struct {
+		name   string
+		key    string
+		fields map[string]string
+		reason string // part of the error message
+	}{
+		{name: "nil fields", key: "k", fields: nil, reason: "use Delete"},
+		{name: "no fields", key: "k", fields: map[string]string{}, reason: "no fields"},
+		{name: "field name not UTF-8", key: "k", fields: map[string]string{"a\xff": "v"}, reason: "field name"},
+		{name: "field value not UTF-8", key: "k", fields: map[string]string{"a": "v\xff"}, reason: "base64"},
+		{name: "too large", key: "k", fields: huge, reason: "MaxValueBytes"},
+		{name: "empty key", key: "", fields: map[string]string{"a": "v"}, reason: "key is empty"},
+		{name: "key too long", key: strings.Repeat("k", writebehind.MaxKeyBytes+1), fields: map[string]string{"a": "v"}, reason: "MaxKeyBytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := w.SetFields(t.Context(), tc.key, tc.fields)
+			var ce *writebehind.ChangeError
+			if !errors.As(err, &ce) || !errors.Is(err, writebehind.ErrInvalidChange) || !strings.Contains(err.Error(), tc.reason) {
+				t.Fatalf("SetFields error = %v, want a *ChangeError mentioning %q", err, tc.reason)
+			}
+			if len(err.Error()) > 400 {
+				t.Fatalf("error message is %d bytes long", len(err.Error()))
+			}
+			t.Log(err)
+		})
+	}
+	// Nothing reached Redis.
+	if n, err := q.Client().XLen(t.Context(), q.StreamKey()).Result(); err != nil || n != 0 {
+		t.Fatalf("XLEN = %d, %v; want 0", n, err)
+	}
+	if n, err := q.Client().Exists(t.Context(), q.Key(writebehind.VersionKeyPart), w.CacheKey("k")).Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS counter, cache = %d, %v; want neither", n, err)
+	}
+	if _, _, err := w.GetFields(t.Context(), strings.Repeat("k", writebehind.MaxKeyBytes+1)); !errors.Is(err, writebehind.ErrInvalidChange) {
+		t.Fatalf("GetFields with a key too long = %v, want ErrInvalidChange", err)
+	}
+}
+
+func TestEncodeFields(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		fields map[string]string
+		want   string
+	}{
+		{name: "nil", fields: nil, want: `{}`},
+		{name: "sorted", fields: map[string]string{"b": "2", "a": "1", "B": "3", "": "empty name"}, want: `{"":"empty name","B":"3","a":"1","b":"2"}`},
+		{name: "no HTML escaping", fields: map[string]string{"html": "<a href=\"x\">&</a>"}, want: `{"html":"<a href=\"x\">&</a>"}`},
+		{name: "control characters", fields: map[string]string{"c": "tab\tnl\nnul\x00"}, want: `{"c":"tab\tnl\nnul\u0000"}`},
+		{name: "non-ASCII", fields: map[string]string{"größe": "世界 🚀"}, want: `{"größe":"世界 🚀"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := writebehind.EncodeFields(tc.fields)
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("EncodeFields = %s, %v; want %s", got, err, tc.want)
+			}
+			back, err := writebehind.DecodeFields(got)
+			if err != nil || len(back) != len(tc.fields) || (len(back) > 0 && !maps.Equal(back, tc.fields)) {
+				t.Fatalf("DecodeFields(%s) = %v, %v; want %v", got, back, err, tc.fields)
+			}
+		})
+	}
+	if _, err := writebehind.EncodeFields(map[string]string{"k": "\xff"}); !errors.Is(err, writebehind.ErrInvalidChange) {
+		t.Fatalf("EncodeFields of invalid UTF-8 = %v, want ErrInvalidChange", err)
+	}
+}
+
+func TestDecodeFields(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		value string
+		ok    bool
+	}{
+		{name: "canonical", value: `{"a":"1"}`, ok: true},
+		{name: "not canonical", value: ` { "b" : "2", "a" : "1" } `, ok: true},
+		{name: "empty object", value: `{}`, ok: true},
+		{name: "empty", value: ``},
+		{name: "null", value: `null`},
+		{name: "array", value: `["a"]`},
+		{name: "string", value: `"a"`},
+		{name: "number value", value: `{"a":1}`},
+		{name: "nested", value: `{"a":{"b":"c"}}`},
+		{name: "broken", value: `{"a":"1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := writebehind.DecodeFields([]byte(tc.value))
+			if tc.ok != (err == nil) {
+				t.Fatalf("DecodeFields(%s) error = %v, want ok %v", tc.value, err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, writebehind.ErrInvalidChange) {
+				t.Fatalf("error %v does not wrap ErrInvalidChange", err)
+			}
+		})
 	}
 }

@@ -1,9 +1,10 @@
 // Command writebehind-crash-worker is a write-behind worker for crash tests:
 // it runs a streamq consumer with a writebehind.Handler that persists the
-// changes of one queue into an SQLite file, until it gets SIGINT or SIGTERM
-// (graceful stop) or is killed.
+// changes of one queue into an SQLite file (-db) or a PostgreSQL database
+// (-dsn), until it gets SIGINT or SIGTERM (graceful stop) or is killed.
 //
 //	writebehind-crash-worker -redis 127.0.0.1:6379 -queue users -db users.db
+//	writebehind-crash-worker -redis 127.0.0.1:6379 -queue users -dsn postgres://postgres@127.0.0.1:5432/test
 //
 // It prints one line per event on stdout, so a test can kill it at a chosen
 // moment: "ready <consumer name>" once the consumer runs, "write <rows>" just before each
@@ -14,6 +15,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,22 +35,23 @@ import (
 func main() {
 	addr := flag.String("redis", "127.0.0.1:6379", "Redis address, host:port")
 	queue := flag.String("queue", "", "queue name (required)")
-	dbPath := flag.String("db", "", "SQLite database file (required)")
+	dbPath := flag.String("db", "", "SQLite database file (this or -dsn is required)")
+	dsn := flag.String("dsn", "", "PostgreSQL DSN, instead of -db (for example postgres://user@host:5432/db?sslmode=disable)")
 	table := flag.String("table", writebehind.DefaultTable, "table of the sink")
 	maxBatch := flag.Int("max-batch", writebehind.DefaultMaxBatch, "changes per batch")
 	concurrency := flag.Int("concurrency", 2*writebehind.DefaultMaxBatch, "consumer concurrency")
 	minIdle := flag.Duration("min-idle", 300*time.Millisecond, "consumer MinIdle: how soon abandoned changes are taken over")
 	maxDeliveries := flag.Int("max-deliveries", 50, "consumer MaxDeliveries")
 	flag.Parse()
-	if *queue == "" || *dbPath == "" {
-		fmt.Fprintln(os.Stderr, "writebehind-crash-worker: -queue and -db are required")
+	if *queue == "" || (*dbPath == "") == (*dsn == "") {
+		fmt.Fprintln(os.Stderr, "writebehind-crash-worker: -queue is required, and exactly one of -db (SQLite) and -dsn (PostgreSQL)")
 		flag.Usage()
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := config{
-		addr: *addr, queue: *queue, dbPath: *dbPath, table: *table,
+		addr: *addr, queue: *queue, dbPath: *dbPath, dsn: *dsn, table: *table,
 		maxBatch: *maxBatch, concurrency: *concurrency, minIdle: *minIdle, maxDeliveries: *maxDeliveries,
 	}
 	if err := run(ctx, cfg); err != nil {
@@ -58,10 +61,10 @@ func main() {
 }
 
 type config struct {
-	addr, queue, dbPath, table string
-	maxBatch, concurrency      int
-	minIdle                    time.Duration
-	maxDeliveries              int
+	addr, queue, dbPath, dsn, table string
+	maxBatch, concurrency           int
+	minIdle                         time.Duration
+	maxDeliveries                   int
 }
 
 func run(ctx context.Context, cfg config) error {
@@ -74,7 +77,12 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	db, err := writebehind.OpenSQLite(cfg.dbPath)
+	var db *sql.DB
+	if cfg.dsn != "" {
+		db, err = writebehind.OpenPostgres(cfg.dsn)
+	} else {
+		db, err = writebehind.OpenSQLite(cfg.dbPath)
+	}
 	if err != nil {
 		return err
 	}
