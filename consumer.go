@@ -350,7 +350,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer c.running.Store(false)
 
 	r := newRun(c, ctx)
-	defer r.stopHandlers(nil)
 
 	ackDone := make(chan struct{})
 	go func() { defer close(ackDone); r.ackLoop() }()
@@ -382,11 +381,15 @@ type run struct {
 	sem *semaphore.Weighted
 	wg  sync.WaitGroup // handler goroutines
 
-	handlerCtx   context.Context // detached from Run's ctx; cancelled after the drain deadline
-	stopHandlers context.CancelCauseFunc
+	// jobBase is the parent of every job context: Run's context without its
+	// cancellation, so that running jobs can drain after a shutdown began.
+	// It has no Done channel, so job contexts do not register with a shared
+	// parent; drain cancels them one by one.
+	jobBase context.Context
 
 	mu       sync.Mutex
 	inflight map[string]*inflightJob
+	stopping bool // set by drain once the shutdown deadline passed
 
 	acks chan ackItem
 }
@@ -414,14 +417,12 @@ type ackItem struct {
 }
 
 func newRun(c *Consumer, ctx context.Context) *run {
-	hctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
 	return &run{
-		c:            c,
-		sem:          semaphore.NewWeighted(int64(c.cfg.Concurrency)),
-		handlerCtx:   hctx,
-		stopHandlers: stop,
-		inflight:     make(map[string]*inflightJob),
-		acks:         make(chan ackItem, 2*c.cfg.Concurrency),
+		c:        c,
+		sem:      semaphore.NewWeighted(int64(c.cfg.Concurrency)),
+		jobBase:  context.WithoutCancel(ctx),
+		inflight: make(map[string]*inflightJob),
+		acks:     make(chan ackItem, 2*c.cfg.Concurrency),
 	}
 }
 
@@ -437,10 +438,16 @@ func (r *run) drain() {
 	case <-t.C:
 	}
 	r.mu.Lock()
-	n := len(r.inflight)
+	r.stopping = true
+	n := 0
+	for _, j := range r.inflight {
+		if !j.settling {
+			n++
+			j.cancel(ErrShutdown)
+		}
+	}
 	r.mu.Unlock()
-	r.c.log.Warn("streamq: shutdown timeout, cancelling running jobs; they stay pending", "running", n, "timeout", r.c.cfg.ShutdownTimeout)
-	r.stopHandlers(ErrShutdown)
+	r.c.log.Warn("streamq: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", n, "timeout", r.c.cfg.ShutdownTimeout)
 	<-done
 }
 
@@ -549,10 +556,13 @@ func (r *run) start(id string, values map[string]any, deliveries int) {
 // register records an entry this run owns, so that the keep-alive loop keeps
 // its claim fresh and the reaper does not start it a second time.
 func (r *run) register(id string) *inflightJob {
-	ctx, cancel := context.WithCancelCause(r.handlerCtx)
+	ctx, cancel := context.WithCancelCause(r.jobBase)
 	j := &inflightJob{ctx: ctx, cancel: cancel}
 	r.mu.Lock()
 	r.inflight[id] = j
+	if r.stopping {
+		cancel(ErrShutdown)
+	}
 	r.mu.Unlock()
 	return j
 }
