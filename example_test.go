@@ -38,7 +38,7 @@ func Example() {
 	defer rdb.Close()
 	name := exampleQueueName("emails")
 
-	// quickstart:begin
+	// readme:quickstart:begin
 	ctx := context.Background()
 	q, err := streamq.NewQueue(rdb, name, nil)
 	if err != nil {
@@ -82,7 +82,7 @@ func Example() {
 	}
 	slices.Sort(mails)
 	fmt.Println(strings.Join(mails, "\n"))
-	// quickstart:end
+	// readme:quickstart:end
 
 	cleanup(rdb, q)
 	// Output:

@@ -139,6 +139,10 @@ func (q *Queue) Client() redis.UniversalClient { return q.rdb }
 // MaxLen returns the effective stream cap (-1 when there is none).
 func (q *Queue) MaxLen() int64 { return q.cfg.MaxLen }
 
+// DeadLetterMaxLen returns the cap of the dead-letter stream (0: none), for
+// adapters that dead-letter jobs themselves.
+func (q *Queue) DeadLetterMaxLen() int64 { return q.cfg.DeadLetterMaxLen }
+
 // Key returns the Redis key for part of this queue, "<prefix>:{<name>}:<part>".
 // Adapters use it so that their keys share the queue's hash tag.
 func (q *Queue) Key(part string) string {

@@ -1,0 +1,14 @@
+package priority_test
+
+import (
+	"testing"
+
+	"github.com/streamq/streamq/internal/readmetest"
+)
+
+// TestREADME_Example keeps the README's priority example identical to the
+// body of Example in example_test.go.
+func TestREADME_Example(t *testing.T) {
+	t.Parallel()
+	readmetest.Check(t, "../README.md", "example_test.go", "priority")
+}

@@ -1,0 +1,390 @@
+package priority
+
+import "github.com/redis/go-redis/v9"
+
+// All Lua scripts of the package live here. Every script touches only keys of
+// one queue (one hash tag), all declared in KEYS, so they run on Redis
+// Cluster. Each script is atomic, which is what makes every move of a job
+// (push -> ready set, stream -> ready set, ready set -> lease set, lease set
+// -> ready set, lease set -> delayed set -> ready set, lease set ->
+// dead-letter stream) lose nothing and duplicate nothing. Within a script a
+// job is always written to its new place before it is removed from the old
+// one, so that even a script aborted by an error half-way (Redis does not
+// roll scripts back) could at worst duplicate a job, never lose it.
+//
+// Members of the ready and delayed sets are "<seq>:<score>:<id>": seq is the
+// job's sequence number, zero-padded to 20 digits so that members of equal
+// score (equal priority) sort in push order for every int64 sequence number;
+// score is the job's score as an exact decimal integer, so a job can be put
+// back with its original score (priority) and member (place); id is the job
+// ID, the key of its fields in the job hash.
+//
+// Members of the lease set are "<member>|<token>", scored by the lease
+// deadline; the token, "<worker name>:<run>.<pop>:<n>", is unique to one pop, so
+// that a worker whose lease expired can never finish, extend or retry the
+// lease another worker holds now. Times are the server's (TIME), so clock
+// skew between workers cannot expire a lease early.
+
+// luaLib holds helpers prepended to the scripts.
+const luaLib = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- next_seq takes the next sequence number. It is read back with GET so that
+-- its exact decimal digits are used (Lua numbers are doubles, exact only up
+-- to 2^53) and zero-padded to 20 digits. Returns the padded and plain digits.
+local function next_seq(seqkey)
+  redis.call('INCR', seqkey)
+  local s = redis.call('GET', seqkey)
+  return string.rep('0', 20 - #s) .. s, s
+end
+
+local function member_id(m)
+  return string.match(m, '^%d+:%-?%d+:(.+)$')
+end
+
+-- member_score returns the member's score as the string it was pushed with.
+local function member_score(m)
+  return string.match(m, '^%d+:(%-?%d+):')
+end
+
+local function lease_member(lm)
+  return string.match(lm, '^(.*)|[^|]*$')
+end
+
+-- notify appends a wake-up entry for idle workers (see scriptPop).
+local function notify(key)
+  redis.call('XADD', key, 'MAXLEN', '~', 100, '*', 'w', '1')
+end
+
+-- last_notify returns the ID of the newest wake-up entry, or 0-0.
+local function last_notify(key)
+  local e = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)
+  if #e == 0 then return '0-0' end
+  return e[1][1]
+end
+
+-- finish removes n finished jobs whose lease members are args[from ..
+-- from+n-1] and whose job IDs follow them. A job whose lease is still held
+-- is removed with its data. A job whose lease expired meanwhile and that
+-- waits in the ready set again, or in the delayed set (another run failed),
+-- is removed too: it is done. A job that another worker holds now is left to
+-- that worker. Returns {finished, left to others}.
+local function finish(leases, ready, delayed, jobs, deliveries, args, from, n)
+  if n == 0 then return {0, 0} end
+  local lms = {unpack(args, from, from + n - 1)}
+  local scores = redis.call('ZMSCORE', leases, unpack(lms))
+  local held, ids, left = {}, {}, 0
+  for i = 1, n do
+    if scores[i] then
+      held[#held + 1] = lms[i]
+      ids[#ids + 1] = args[from + n + i - 1]
+    else
+      local m = lease_member(lms[i])
+      if m and (redis.call('ZREM', ready, m) == 1 or redis.call('ZREM', delayed, m) == 1) then
+        ids[#ids + 1] = args[from + n + i - 1]
+      else
+        left = left + 1
+      end
+    end
+  end
+  if #held > 0 then redis.call('ZREM', leases, unpack(held)) end
+  if #ids > 0 then
+    redis.call('HDEL', jobs, unpack(ids))
+    redis.call('HDEL', deliveries, unpack(ids))
+  end
+  return {#ids, left}
+end
+
+-- lease adds members taken from a ready set (the caller removes them from
+-- it) to the lease set and appends lease member, deliveries and data of each
+-- to out. A member whose job data is missing is not leased and counted in
+-- out[2]. A job's deliveries are 1 plus its delivery counter, which counts
+-- the leases of the job that expired (see scriptReap).
+local function lease(members, leases, jobs, deliveries, deadline, prefix, out)
+  if #members == 0 then return end
+  local ids = {}
+  for i, m in ipairs(members) do ids[i] = member_id(m) or '' end
+  local data = redis.call('HMGET', jobs, unpack(ids))
+  local counts = {}
+  if redis.call('HLEN', deliveries) > 0 then counts = redis.call('HMGET', deliveries, unpack(ids)) end
+  local z, gone = {}, {}
+  for i, m in ipairs(members) do
+    if data[i] then
+      local lm = m .. '|' .. prefix .. i
+      z[#z + 1] = deadline
+      z[#z + 1] = lm
+      out[#out + 1] = lm
+      out[#out + 1] = (tonumber(counts[i]) or 0) + 1
+      out[#out + 1] = data[i]
+    else
+      gone[#gone + 1] = ids[i]
+      out[2] = out[2] + 1
+    end
+  end
+  if #z > 0 then redis.call('ZADD', leases, unpack(z)) end
+  if #gone > 0 then redis.call('HDEL', deliveries, unpack(gone)) end
+end
+`
+
+// scriptPush adds jobs to the ready set.
+//
+// KEYS[1] ready set, KEYS[2] job hash, KEYS[3] sequence counter, KEYS[4]
+// notify stream
+// ARGV: for each job its score and its data (packed wire fields, see
+// packFields).
+// Returns the array of the new job IDs (their sequence numbers).
+var scriptPush = redis.NewScript(luaLib + `
+local ids, h, z = {}, {}, {}
+for i = 1, #ARGV, 2 do
+  local score = ARGV[i]
+  local padded, s = next_seq(KEYS[3])
+  h[#h + 1] = s
+  h[#h + 1] = ARGV[i + 1]
+  z[#z + 1] = score
+  z[#z + 1] = padded .. ':' .. score .. ':' .. s
+  ids[#ids + 1] = s
+end
+redis.call('HSET', KEYS[2], unpack(h))
+redis.call('ZADD', KEYS[1], unpack(z))
+notify(KEYS[4])
+return ids
+`)
+
+// scriptForward moves a stream entry into the ready set and acknowledges it.
+//
+// KEYS[1] stream, KEYS[2] ready set, KEYS[3] job hash, KEYS[4] sequence
+// counter, KEYS[5] notify stream
+// ARGV[1] group, ARGV[2] stream entry ID (becomes the job ID), ARGV[3] score,
+// ARGV[4] the job's data (packed wire fields, see packFields).
+// Returns 1 when forwarded, 0 when the entry is not pending in the group: it
+// was forwarded and acknowledged before (by an earlier attempt whose reply
+// was lost, or by another consumer that took it over), so forwarding it again
+// would double it. That makes the script idempotent.
+var scriptForward = redis.NewScript(luaLib + `
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then return 0 end
+local padded = next_seq(KEYS[4])
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[3], padded .. ':' .. ARGV[3] .. ':' .. ARGV[2])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+notify(KEYS[5])
+return 1
+`)
+
+// scriptPop leases up to n jobs, first in queue order (score, then member).
+//
+// KEYS[1] ready set, KEYS[2] lease set, KEYS[3] job hash, KEYS[4] delivery
+// counters, KEYS[5] notify stream
+// ARGV[1] lease (ms), ARGV[2] n, ARGV[3] token prefix
+// Returns {notify ID, missing, {}, lease member, deliveries, data, ...}: for
+// each leased job its lease member, its delivery count (this one included)
+// and its data (packed wire fields). missing counts members whose job data
+// was gone (they are dropped). When the ready set was empty, the notify ID is
+// the newest wake-up entry, from which the worker waits for the next one: a
+// push after this script appends a newer entry, so it is never missed.
+// Otherwise it is "".
+var scriptPop = redis.NewScript(luaLib + `
+local deadline = now_ms() + tonumber(ARGV[1])
+local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+local out = {'', 0, {}}
+if #members == 0 then
+  out[1] = last_notify(KEYS[5])
+  return out
+end
+lease(members, KEYS[2], KEYS[3], KEYS[4], deadline, ARGV[3], out)
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #members - 1)
+return out
+`)
+
+// scriptPopWeighted leases up to n jobs, choosing between priority bands by
+// smooth weighted round robin, in queue order within a band.
+//
+// KEYS as scriptPop.
+// ARGV[1] lease (ms), ARGV[2] n, ARGV[3] token prefix, ARGV[4] number of
+// bands b; then for each band, most urgent first: min score, max score,
+// weight, credit.
+// Returns as scriptPop, with the bands' new credits in the third element.
+// Only bands holding jobs take part in a choice: each gains its weight, the
+// one with the most credit (the more urgent on ties) is chosen and pays the
+// sum of the weights of the bands taking part; a band without jobs has its
+// credit reset to 0. With every band holding jobs, every run of
+// sum(weights) choices follows the weights exactly, interleaved.
+var scriptPopWeighted = redis.NewScript(luaLib + `
+local deadline = now_ms() + tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local nb = tonumber(ARGV[4])
+local lo, hi, w, credit, count, take = {}, {}, {}, {}, {}, {}
+local total = 0
+for b = 1, nb do
+  local k = 5 + (b - 1) * 4
+  lo[b], hi[b], w[b], credit[b] = ARGV[k], ARGV[k + 1], tonumber(ARGV[k + 2]), tonumber(ARGV[k + 3])
+  count[b] = redis.call('ZCOUNT', KEYS[1], lo[b], hi[b])
+  take[b] = 0
+  total = total + count[b]
+end
+local out = {'', 0, credit}
+if total == 0 then
+  for b = 1, nb do credit[b] = 0 end
+  out[1] = last_notify(KEYS[5])
+  return out
+end
+for i = 1, n do
+  local sum, best = 0, nil
+  for b = 1, nb do
+    if count[b] > 0 then
+      sum = sum + w[b]
+      credit[b] = credit[b] + w[b]
+      if best == nil or credit[b] > credit[best] then best = b end
+    else
+      credit[b] = 0
+    end
+  end
+  if best == nil then break end
+  credit[best] = credit[best] - sum
+  count[best] = count[best] - 1
+  take[best] = take[best] + 1
+end
+local members = {}
+for b = 1, nb do
+  if take[b] > 0 then
+    local ms = redis.call('ZRANGE', KEYS[1], lo[b], hi[b], 'BYSCORE', 'LIMIT', 0, take[b])
+    for _, m in ipairs(ms) do members[#members + 1] = m end
+  end
+end
+lease(members, KEYS[2], KEYS[3], KEYS[4], deadline, ARGV[3], out)
+if #members > 0 then redis.call('ZREM', KEYS[1], unpack(members)) end
+return out
+`)
+
+// scriptFinish removes finished jobs (see finish in luaLib).
+//
+// KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
+// hash, KEYS[5] delivery counters
+// ARGV: the lease members of n finished jobs, then their n job IDs.
+// Returns {finished, left to others}.
+var scriptFinish = redis.NewScript(luaLib + `
+local n = #ARGV / 2
+return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV, 1, n)
+`)
+
+// scriptKeepAlive extends the leases of running jobs.
+//
+// KEYS[1] lease set
+// ARGV[1] lease (ms), ARGV[2..] lease members of running jobs.
+// Returns the lease members that no longer exist (the lease expired and the
+// job was returned to the ready set): those jobs may run elsewhere now.
+var scriptKeepAlive = redis.NewScript(luaLib + `
+local deadline = now_ms() + tonumber(ARGV[1])
+local lost = {}
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], 'XX', deadline, ARGV[i])
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+`)
+
+// scriptReap returns expired leases and due retries to the ready set with
+// their original score and member, so a job keeps its priority and its place
+// among jobs of equal priority.
+//
+// KEYS[1] lease set, KEYS[2] delayed set, KEYS[3] ready set, KEYS[4] notify
+// stream, KEYS[5] delivery counters
+// ARGV[1] maximum number of jobs to move from each set
+// An expired lease counts as a delivery of its job (the run was cut short),
+// so the job's delivery counter is incremented.
+// Returns {IDs of the jobs whose lease expired, number of due retries
+// moved}. Any number of workers may run it concurrently: a job is moved
+// exactly once.
+var scriptReap = redis.NewScript(luaLib + `
+local now = now_ms()
+local limit = tonumber(ARGV[1])
+local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+local ids = {}
+for _, lm in ipairs(expired) do
+  local m = lease_member(lm)
+  local score = m and member_score(m)
+  if score then
+    redis.call('ZADD', KEYS[3], score, m)
+    local id = member_id(m)
+    redis.call('HINCRBY', KEYS[5], id, 1)
+    ids[#ids + 1] = id
+  end
+  redis.call('ZREM', KEYS[1], lm)
+end
+local due = redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+for _, m in ipairs(due) do
+  local score = member_score(m)
+  if score then redis.call('ZADD', KEYS[3], score, m) end
+  redis.call('ZREM', KEYS[2], m)
+end
+if #expired + #due > 0 then notify(KEYS[4]) end
+return {ids, #due}
+`)
+
+// scriptRetry moves a failed job from its lease to the delayed set (or, with
+// no delay, straight back to the ready set), with its new fields.
+//
+// KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
+// hash, KEYS[5] delivery counters, KEYS[6] notify stream
+// ARGV[1] lease member, ARGV[2] delay (ms), ARGV[3] the job's new data
+// (packed wire fields whose attempt field carries the deliveries of this
+// copy, so the delivery counter restarts).
+// Returns 1 when moved; 0 when the lease is no longer held and the job does
+// not wait in the ready set either (another worker holds it, or it was
+// settled), in which case nothing changed.
+var scriptRetry = redis.NewScript(luaLib + `
+local lm = ARGV[1]
+local m = lease_member(lm)
+local id = m and member_id(m)
+if not id then return 0 end
+local from
+if redis.call('ZSCORE', KEYS[1], lm) then from = 'lease'
+elseif redis.call('ZSCORE', KEYS[2], m) then from = 'ready'
+else return 0 end
+redis.call('HSET', KEYS[4], id, ARGV[3])
+redis.call('HDEL', KEYS[5], id)
+local delay = tonumber(ARGV[2])
+if delay > 0 then
+  redis.call('ZADD', KEYS[3], now_ms() + delay, m)
+  redis.call('ZREM', KEYS[2], m)
+else
+  redis.call('ZADD', KEYS[2], member_score(m), m)
+  notify(KEYS[6])
+end
+if from == 'lease' then redis.call('ZREM', KEYS[1], lm) end
+return 1
+`)
+
+// scriptDeadLetter moves a leased job to the queue's dead-letter stream.
+//
+// KEYS[1] lease set, KEYS[2] ready set, KEYS[3] job hash, KEYS[4] delivery
+// counters, KEYS[5] dead-letter stream
+// ARGV[1] lease member, ARGV[2] dead-letter cap (0: none), ARGV[3..]
+// field/value arguments of the dead letter.
+// Returns the dead letter's entry ID, or false when the lease is no longer
+// held and the job does not wait in the ready set either, in which case
+// nothing changed.
+var scriptDeadLetter = redis.NewScript(luaLib + `
+local lm = ARGV[1]
+local m = lease_member(lm)
+local id = m and member_id(m)
+if not id then return false end
+local held = redis.call('ZSCORE', KEYS[1], lm)
+if not held and not redis.call('ZSCORE', KEYS[2], m) then return false end
+local dl
+local cap = tonumber(ARGV[2])
+if cap > 0 then
+  dl = redis.call('XADD', KEYS[5], 'MAXLEN', '~', cap, '*', unpack(ARGV, 3))
+else
+  dl = redis.call('XADD', KEYS[5], '*', unpack(ARGV, 3))
+end
+if held then redis.call('ZREM', KEYS[1], lm) else redis.call('ZREM', KEYS[2], m) end
+redis.call('HDEL', KEYS[3], id)
+redis.call('HDEL', KEYS[4], id)
+return dl
+`)
