@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
+
+	"github.com/streamq/streamq/internal/pool"
 )
 
 // Consumer defaults. A zero ConsumerConfig field takes these values.
@@ -349,13 +349,25 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	r := newRun(c, ctx)
+	r := &run{
+		c: c,
+		pool: pool.New[entry](ctx, pool.Config{
+			Concurrency:     c.cfg.Concurrency,
+			ShutdownTimeout: c.cfg.ShutdownTimeout,
+			ShutdownCause:   ErrShutdown,
+			LostCause:       ErrClaimLost,
+		}),
+		acks: make(chan ackItem, 2*c.cfg.Concurrency),
+	}
 
 	ackDone := make(chan struct{})
-	go func() { defer close(ackDone); r.ackLoop() }()
+	go func() {
+		defer close(ackDone)
+		pool.Batch(r.acks, DefaultAckBatch, min(c.cfg.Concurrency, DefaultAckBatch), ackLinger, r.flushAcks)
+	}()
 	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
 	kaDone := make(chan struct{})
-	go func() { defer close(kaDone); r.keepAliveLoop(kaCtx) }()
+	go func() { defer close(kaDone); r.keepAlive(kaCtx) }()
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.readLoop(gctx) })
@@ -367,88 +379,36 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	err := g.Wait()
 
-	r.drain()
+	r.pool.Drain(func(running int) {
+		c.log.Warn("streamq: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", running, "timeout", c.cfg.ShutdownTimeout)
+	})
+	close(r.acks)
+	<-ackDone // claims of acknowledged jobs stay fresh until the XACK is sent
 	stopKA()
 	<-kaDone
-	close(r.acks)
-	<-ackDone
 	return err
 }
 
 // run is the state of one Run call.
 type run struct {
-	c   *Consumer
-	sem *semaphore.Weighted
-	wg  sync.WaitGroup // handler goroutines
-
-	// jobBase is the parent of every job context: Run's context without its
-	// cancellation, so that running jobs can drain after a shutdown began.
-	// It has no Done channel, so job contexts do not register with a shared
-	// parent; drain cancels them one by one.
-	jobBase context.Context
-
-	mu       sync.Mutex
-	inflight map[string]*inflightJob
-	stopping bool // set by drain once the shutdown deadline passed
-
+	c    *Consumer
+	pool *pool.Pool[entry] // jobs by stream entry ID
 	acks chan ackItem
 }
 
-// inflightJob is a job this run owns and has not yet settled: running, or
-// claimed by the reaper and waiting to run alone (see reclaim.go). Its claim
-// is kept fresh by the keep-alive loop either way.
-type inflightJob struct {
-	ctx    context.Context // the job's context, cancelled on claim loss or shutdown
-	cancel context.CancelCauseFunc
-	// settling is set (under run.mu) once the handler has returned: the job is
-	// being acked, retried or dead-lettered, so it must no longer have its
-	// claim refreshed (it may already have left the pending list), but the
-	// reaper must still not start it again.
-	settling bool
+// entry is a stream entry the run owns.
+type entry struct {
+	values     map[string]any
+	deliveries int
 }
 
 // ackItem is a finished job waiting to be acknowledged. It stays registered
-// in flight until its XACK was sent, so the reaper cannot start it again.
+// until its XACK was sent, so its claim stays fresh and the reaper cannot
+// start it again.
 type ackItem struct {
-	job      *inflightJob
-	id       string
+	job      *pool.Job[entry]
 	lockKey  string // unique-key lock to release, if any
 	keyToken string
-}
-
-func newRun(c *Consumer, ctx context.Context) *run {
-	return &run{
-		c:        c,
-		sem:      semaphore.NewWeighted(int64(c.cfg.Concurrency)),
-		jobBase:  context.WithoutCancel(ctx),
-		inflight: make(map[string]*inflightJob),
-		acks:     make(chan ackItem, 2*c.cfg.Concurrency),
-	}
-}
-
-// drain waits for running handlers, cancelling them after ShutdownTimeout.
-func (r *run) drain() {
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	t := time.NewTimer(r.c.cfg.ShutdownTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
-	}
-	r.mu.Lock()
-	r.stopping = true
-	n := 0
-	for _, j := range r.inflight {
-		if !j.settling {
-			n++
-			j.cancel(ErrShutdown)
-		}
-	}
-	r.mu.Unlock()
-	r.c.log.Warn("streamq: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", n, "timeout", r.c.cfg.ShutdownTimeout)
-	<-done
 }
 
 // readLoop reads new entries, never more than there are free handler slots.
@@ -457,29 +417,15 @@ func (r *run) readLoop(ctx context.Context) error {
 	if err := r.ensureGroup(ctx); err != nil {
 		return err
 	}
-	var bo retryBackoff
+	var bo pool.Backoff
 	full := false // the last read returned as many entries as it asked for
 	conc := int64(c.cfg.Concurrency)
 	for {
-		if err := r.sem.Acquire(ctx, 1); err != nil {
+		// While a backlog is likely, wait briefly for half the slots rather
+		// than read one or two entries at a time.
+		n, err := r.pool.Slots(ctx, conc, full, conc/2, readGather)
+		if err != nil {
 			return nil // ctx cancelled
-		}
-		n := int64(1)
-		for n < conc && r.sem.TryAcquire(1) {
-			n++
-		}
-		if want := conc / 2; full && n < want {
-			// A backlog is likely: rather than read one or two entries at a
-			// time, wait briefly for half the slots to free up. Never more
-			// than can be started at once is read.
-			wctx, cancel := context.WithTimeout(ctx, readGather)
-			if r.sem.Acquire(wctx, want-n) == nil {
-				n = want
-			}
-			cancel()
-			for n < conc && r.sem.TryAcquire(1) {
-				n++
-			}
 		}
 		streams, err := c.q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group:    c.q.group,
@@ -489,10 +435,10 @@ func (r *run) readLoop(ctx context.Context) error {
 			Block:    c.cfg.Block,
 		}).Result()
 		if err != nil {
-			r.sem.Release(n)
+			r.pool.Release(n)
 			full = false
 			if errors.Is(err, redis.Nil) {
-				bo.reset()
+				bo.Reset()
 				continue
 			}
 			if ctx.Err() != nil {
@@ -504,31 +450,31 @@ func (r *run) readLoop(ctx context.Context) error {
 				}
 				continue
 			}
-			if isFatal(err) {
+			if pool.Fatal(err) {
 				return fmt.Errorf("streamq: xreadgroup %s: %w", c.q.stream, err)
 			}
-			c.log.WarnContext(ctx, "streamq: read failed, retrying", "error", err, "retry_in", bo.peek())
-			if !bo.wait(ctx) {
+			c.log.WarnContext(ctx, "streamq: read failed, retrying", "error", err, "retry_in", bo.Peek())
+			if !bo.Wait(ctx) {
 				return nil
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		var started int64
 		for _, s := range streams {
 			for _, m := range s.Messages {
-				r.start(m.ID, m.Values, 1)
+				r.start(r.pool.Register(m.ID, entry{values: m.Values, deliveries: 1}), 1)
 				started++
 			}
 		}
-		r.sem.Release(n - started)
+		r.pool.Release(n - started)
 		full = started == n
 	}
 }
 
 // ensureGroup creates the group, retrying transient errors until ctx ends.
 func (r *run) ensureGroup(ctx context.Context) error {
-	var bo retryBackoff
+	var bo pool.Backoff
 	for {
 		err := r.c.q.Setup(ctx)
 		if err == nil {
@@ -537,64 +483,29 @@ func (r *run) ensureGroup(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if isFatal(errors.Unwrap(err)) {
+		if pool.Fatal(errors.Unwrap(err)) {
 			return err
 		}
-		r.c.log.WarnContext(ctx, "streamq: cannot create consumer group, retrying", "error", err, "retry_in", bo.peek())
-		if !bo.wait(ctx) {
+		r.c.log.WarnContext(ctx, "streamq: cannot create consumer group, retrying", "error", err, "retry_in", bo.Peek())
+		if !bo.Wait(ctx) {
 			return nil
 		}
 	}
 }
 
-// start runs one job in a new goroutine. The caller holds one semaphore slot
-// for it, which the goroutine releases.
-func (r *run) start(id string, values map[string]any, deliveries int) {
-	r.launch(r.register(id), id, values, deliveries, 1)
-}
-
-// register records an entry this run owns, so that the keep-alive loop keeps
-// its claim fresh and the reaper does not start it a second time.
-func (r *run) register(id string) *inflightJob {
-	ctx, cancel := context.WithCancelCause(r.jobBase)
-	j := &inflightJob{ctx: ctx, cancel: cancel}
-	r.mu.Lock()
-	r.inflight[id] = j
-	if r.stopping {
-		cancel(ErrShutdown)
-	}
-	r.mu.Unlock()
-	return j
-}
-
-// unregister forgets a registered entry and releases its context.
-func (r *run) unregister(id string, j *inflightJob) {
-	r.mu.Lock()
-	delete(r.inflight, id)
-	r.mu.Unlock()
-	j.cancel(nil)
-}
-
-// launch runs a registered job in a new goroutine. The caller holds weight
-// semaphore slots for it, which the goroutine releases when the job is settled.
-func (r *run) launch(j *inflightJob, id string, values map[string]any, deliveries int, weight int64) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		defer r.sem.Release(weight)
-		if !r.process(j, id, values, deliveries) {
-			r.unregister(id, j)
-		}
-	}()
+// start runs a registered job in a new goroutine. The caller holds weight
+// handler slots for it.
+func (r *run) start(j *pool.Job[entry], weight int64) {
+	r.pool.Launch(j, weight, r.process)
 }
 
 // process runs the handler for one entry and settles the outcome: ack,
 // retry, or dead letter. It reports true when the job went to the ack loop,
 // which unregisters it once acknowledged.
-func (r *run) process(j *inflightJob, id string, values map[string]any, deliveries int) bool {
+func (r *run) process(j *pool.Job[entry]) bool {
 	c := r.c
-	jctx := j.ctx
-	msg, err := DecodeMessage(c.q.name, id, values, deliveries)
+	jctx := j.Ctx
+	msg, err := DecodeMessage(c.q.name, j.Key, j.Val.values, j.Val.deliveries)
 	msg.Group = c.q.group
 	if err != nil {
 		r.deadLetter(msg, ReasonMalformed, err, max(msg.Deliveries, 1))
@@ -609,11 +520,11 @@ func (r *run) process(j *inflightJob, id string, values map[string]any, deliveri
 		jctx, cancel = context.WithTimeoutCause(jctx, c.cfg.JobTimeout, ErrJobTimeout)
 		defer cancel()
 	}
-	err = safeHandle(jctx, c.h, msg)
-	r.settle(id)
+	err = CallHandler(jctx, c.h, msg)
+	r.pool.Settle(j)
 	if err == nil {
 		c.processed.Add(1)
-		a := ackItem{job: j, id: id}
+		a := ackItem{job: j}
 		if msg.Key != "" {
 			a.lockKey, a.keyToken = c.q.uniqueKey(msg.Key), msg.keyToken
 		}
@@ -625,7 +536,7 @@ func (r *run) process(j *inflightJob, id string, values map[string]any, deliveri
 	case errors.Is(cause, ErrClaimLost):
 		// Another consumer owns the job now; settling it here would race.
 		c.failed.Add(1)
-		c.log.Info("streamq: job failed after its claim was lost; the new owner settles it", "msg_id", id, "error", err)
+		c.log.Info("streamq: job failed after its claim was lost; the new owner settles it", "msg_id", msg.ID, "error", err)
 	case errors.Is(cause, ErrShutdown):
 		// The handler stopped because of the shutdown: hand the job back at
 		// once without charging an attempt. Its handler has returned, so it
@@ -636,16 +547,6 @@ func (r *run) process(j *inflightJob, id string, values map[string]any, deliveri
 		r.fail(msg, err)
 	}
 	return false
-}
-
-// settle marks a job whose handler has returned, so the keep-alive loop stops
-// refreshing its claim while it is acked, retried or dead-lettered.
-func (r *run) settle(id string) {
-	r.mu.Lock()
-	if j := r.inflight[id]; j != nil {
-		j.settling = true
-	}
-	r.mu.Unlock()
 }
 
 // fail retries, postpones or dead-letters a failed attempt, as [Decide] says.
@@ -699,73 +600,15 @@ func (c *Consumer) event(ctx context.Context, e Event) {
 	}
 }
 
-// ackLoop acknowledges finished jobs in batches until the acks channel is
-// closed.
-func (r *run) ackLoop() {
-	batch := make([]ackItem, 0, DefaultAckBatch)
-	want := min(r.c.cfg.Concurrency, DefaultAckBatch)
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	for a := range r.acks {
-		var open bool
-		batch, open = r.gatherAcks(append(batch[:0], a), want, linger)
-		r.flushAcks(batch)
-		if !open {
-			return
-		}
-	}
-}
-
-// gatherAcks adds queued acks to batch. While the batch is smaller than want
-// (the number of handlers that may finish soon) it lingers up to ackLinger
-// for more, which under load turns many small XACKs into a few large ones.
-// Handlers never wait for it: they only send on the channel, which is drained
-// while lingering. It reports false when the channel was closed.
-func (r *run) gatherAcks(batch []ackItem, want int, linger *time.Timer) ([]ackItem, bool) {
-	lingering, expired := false, false
-	defer func() {
-		if lingering {
-			linger.Stop()
-		}
-	}()
-	for len(batch) < DefaultAckBatch {
-		if len(batch) >= want || expired {
-			select {
-			case a, ok := <-r.acks:
-				if !ok {
-					return batch, false
-				}
-				batch = append(batch, a)
-				continue
-			default:
-				return batch, true
-			}
-		}
-		if !lingering {
-			linger.Reset(ackLinger)
-			lingering = true
-		}
-		select {
-		case a, ok := <-r.acks:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, a)
-		case <-linger.C:
-			lingering, expired = false, true
-		}
-	}
-	return batch, true
-}
-
 // flushAcks acknowledges a batch in one XACK, or, when some of its jobs hold
-// unique-key locks, in one script that also releases the locks.
+// unique-key locks, in one script that also releases the locks. It tries
+// three times; jobs it cannot acknowledge stay pending and run again later.
 func (r *run) flushAcks(batch []ackItem) {
 	c := r.c
 	ids := make([]string, len(batch))
 	var lockKeys []string
 	for i, a := range batch {
-		ids[i] = a.id
+		ids[i] = a.job.Key
 		if a.lockKey != "" {
 			lockKeys = append(lockKeys, a.lockKey)
 		}
@@ -785,7 +628,7 @@ func (r *run) flushAcks(batch []ackItem) {
 			}
 		}
 	}
-	var bo retryBackoff
+	var bo pool.Backoff
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		var err error
@@ -800,60 +643,34 @@ func (r *run) flushAcks(batch []ackItem) {
 				c.log.Error("streamq: cannot acknowledge jobs; they stay pending and will run again", "count", len(ids), "error", err)
 			}
 			for _, a := range batch {
-				r.unregister(a.id, a.job)
+				r.pool.Unregister(a.job)
 			}
 			return
 		}
-		bo.sleep()
+		time.Sleep(bo.Next())
 	}
 }
 
-// keepAliveLoop refreshes the claims of running jobs every MinIdle/4 so the
-// reaper of another consumer does not take them over.
-func (r *run) keepAliveLoop(ctx context.Context) {
+// keepAlive refreshes the claims of the jobs this run owns every MinIdle/4,
+// so that the reaper of another consumer does not take them over, and
+// cancels running jobs whose claim was lost.
+func (r *run) keepAlive(ctx context.Context) {
 	c := r.c
-	t := time.NewTicker(max(c.cfg.MinIdle/4, 5*time.Millisecond))
-	defer t.Stop()
-	ids := make([]any, 0, c.cfg.Concurrency+2)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ids = append(ids[:0], c.q.group, c.cfg.Name)
-		r.mu.Lock()
-		for id, j := range r.inflight {
-			if !j.settling {
-				ids = append(ids, id)
+	// A refresh that takes longer than MinIdle/2 is too late anyway; the
+	// next tick tries again.
+	r.pool.KeepAlive(ctx, max(c.cfg.MinIdle/4, 5*time.Millisecond), min(c.cfg.MinIdle/2, opTimeout),
+		func(ctx context.Context, ids []string) ([]string, error) {
+			args := make([]any, 0, 2+len(ids))
+			args = append(args, c.q.group, c.cfg.Name)
+			for _, id := range ids {
+				args = append(args, id)
 			}
-		}
-		r.mu.Unlock()
-		if len(ids) == 2 {
-			continue
-		}
-		// A refresh that takes longer than MinIdle/2 is too late anyway; the
-		// next tick tries again.
-		tctx, cancel := context.WithTimeout(ctx, min(c.cfg.MinIdle/2, opTimeout))
-		lost, err := scriptTouch.Run(tctx, c.q.rdb, []string{c.q.stream}, ids...).StringSlice()
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("streamq: cannot refresh claims of running jobs", "error", err)
-			}
-			continue
-		}
-		for _, id := range lost {
-			r.mu.Lock()
-			j := r.inflight[id]
-			lostRunning := j != nil && !j.settling
-			r.mu.Unlock()
-			if lostRunning {
-				c.claimsLost.Add(1)
-				c.log.Warn("streamq: running job was taken over by another consumer; cancelling it here", "msg_id", id)
-				c.event(ctx, Event{Kind: EventClaimLost, ID: id})
-				j.cancel(ErrClaimLost)
-			}
-		}
-	}
+			return scriptTouch.Run(ctx, c.q.rdb, []string{c.q.stream}, args...).StringSlice()
+		},
+		func(j *pool.Job[entry]) {
+			c.claimsLost.Add(1)
+			c.log.Warn("streamq: running job was taken over by another consumer; cancelling it here", "msg_id", j.Key)
+			c.event(ctx, Event{Kind: EventClaimLost, ID: j.Key})
+		},
+		func(err error) { c.log.Warn("streamq: cannot refresh claims of running jobs", "error", err) })
 }

@@ -110,7 +110,7 @@ func TestChain_Order(t *testing.T) {
 
 func TestSafeHandle_RecoversPanics(t *testing.T) {
 	t.Parallel()
-	err := safeHandle(context.Background(), HandlerFunc(func(context.Context, *Message) error {
+	err := CallHandler(context.Background(), HandlerFunc(func(context.Context, *Message) error {
 		panic(errors.New("kaput"))
 	}), &Message{})
 	var pe *PanicError
@@ -205,42 +205,31 @@ func TestParseAutoClaim(t *testing.T) {
 	}
 }
 
-func TestRun_LastAttempt(t *testing.T) {
+func TestLastAttemptAfterCrash(t *testing.T) {
 	t.Parallel()
-	q, err := NewQueue(offlineClient(t), "q", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
-		name        string
-		concurrency int
-		attempt     string // "" for no attempt field
-		deliveries  int
-		want        bool
+		name       string
+		attempt    string // "" for no attempt field
+		deliveries int
+		want       bool
 	}{
-		{"first delivery", 8, "", 1, false},
-		{"taken over, attempts left", 8, "", 2, false},
-		{"taken over, last attempt", 8, "", 3, true},
-		{"retried then taken over, last attempt", 8, "1", 2, true},
-		{"over the limit: dead-lettered, not run", 8, "", 4, false},
-		{"fresh read at the last attempt", 8, "2", 1, false},
-		{"concurrency 1 always runs alone", 1, "", 3, false},
-		{"malformed attempt field", 8, "x", 3, false},
+		{"first delivery", "", 1, false},
+		{"taken over, attempts left", "", 2, false},
+		{"taken over, last attempt", "", 3, true},
+		{"retried then taken over, last attempt", "1", 2, true},
+		{"over the limit: dead-lettered, not run", "", 4, false},
+		{"fresh read at the last attempt", "2", 1, false},
+		{"malformed attempt field", "x", 3, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c, err := NewConsumer(q, noop, &ConsumerConfig{Concurrency: tt.concurrency, MaxDeliveries: 3})
-			if err != nil {
-				t.Fatal(err)
-			}
-			values := map[string]any{"v": "1", "payload": "x"}
+			fields := map[string]any{"v": "1", "payload": "x"}
 			if tt.attempt != "" {
-				values["attempt"] = tt.attempt
+				fields["attempt"] = tt.attempt
 			}
-			r := &run{c: c}
-			if got := r.lastAttempt(values, tt.deliveries); got != tt.want {
-				t.Errorf("lastAttempt(attempt=%q, deliveries=%d) = %v, want %v", tt.attempt, tt.deliveries, got, tt.want)
+			if got := LastAttemptAfterCrash(fields, tt.deliveries, 3); got != tt.want {
+				t.Errorf("LastAttemptAfterCrash(attempt=%q, deliveries=%d, 3) = %v, want %v", tt.attempt, tt.deliveries, got, tt.want)
 			}
 		})
 	}

@@ -36,8 +36,10 @@ func Chain(h Handler, mws ...Middleware) Handler {
 	return h
 }
 
-// safeHandle runs h and turns a panic into a *PanicError.
-func safeHandle(ctx context.Context, h Handler, msg *Message) (err error) {
+// CallHandler calls h.Handle and turns a panic into a [*PanicError] with the
+// stack, so that one bad job cannot crash the worker. Consumers call every
+// handler through it; adapters that run handlers themselves should too.
+func CallHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}

@@ -85,6 +85,29 @@ func Exhausted(msg *Message, maxDeliveries int) (Verdict, error, bool) {
 	return Verdict{DeadLetter: true, Reason: ReasonMaxDeliveries, Attempts: made}, cause, true
 }
 
+// LastAttemptAfterCrash reports whether a job whose earlier runs were cut
+// short (it was taken over from a worker that died, hung or was cut off:
+// deliveries > 1) is about to make the last attempt maxDeliveries allows.
+// fields are the job's raw wire fields. Such an attempt must run alone: the
+// worker that died may have been killed by another job running beside it (a
+// poison job that crashes the process takes its neighbours down too, and
+// they are taken over together), and a job should only be dead-lettered for
+// crashes if it crashed a worker on its own.
+func LastAttemptAfterCrash(fields map[string]any, deliveries, maxDeliveries int) bool {
+	if deliveries < 2 {
+		return false
+	}
+	attempt := 0
+	if a, ok := str(fields[fieldAttempt]); ok {
+		n, err := strconv.Atoi(a)
+		if err != nil {
+			return false // malformed: dead-lettered without running
+		}
+		attempt = n
+	}
+	return attempt+deliveries == maxDeliveries
+}
+
 // RetryFields returns the wire fields of msg for its next attempt, as a flat
 // field/value list. If charged, the attempt that failed with cause counts
 // towards MaxDeliveries and is recorded as the last error; otherwise (the

@@ -227,19 +227,5 @@ func isNoSuchKey(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "no such key")
 }
 
-// isFatal reports Redis errors that retrying cannot fix.
-func isFatal(err error) bool {
-	if err == nil {
-		return false
-	}
-	s := err.Error()
-	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // millis converts a time to Unix milliseconds.
 func millis(t time.Time) int64 { return t.UnixMilli() }

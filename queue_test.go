@@ -88,21 +88,3 @@ func TestNewQueue_DefaultsAndKeys(t *testing.T) {
 		t.Errorf("custom config not applied: %d %q", q2.MaxLen(), q2.StreamKey())
 	}
 }
-
-func TestIsFatal(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{errors.New("WRONGTYPE Operation against a key"), true},
-		{errors.New("NOPERM this user has no permissions"), true},
-		{errors.New("dial tcp: connection refused"), false},
-		{errors.New("LOADING Redis is loading"), false},
-		{nil, false},
-	} {
-		if got := isFatal(tc.err); got != tc.want {
-			t.Errorf("isFatal(%v) = %v, want %v", tc.err, got, tc.want)
-		}
-	}
-}

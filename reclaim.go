@@ -2,12 +2,12 @@ package streamq
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/pool"
 )
 
 // DefaultReclaimBatch is the most entries one XAUTOCLAIM call takes over.
@@ -21,7 +21,7 @@ func (r *run) reapLoop(ctx context.Context) error {
 	c := r.c
 	t := time.NewTicker(c.cfg.ReclaimInterval)
 	defer t.Stop()
-	var bo retryBackoff
+	var bo pool.Backoff
 	cursor := "0-0"
 	for {
 		select {
@@ -31,32 +31,29 @@ func (r *run) reapLoop(ctx context.Context) error {
 		}
 		// One pass over the pending list, bounded in calls.
 		for range 1000 {
-			if err := r.sem.Acquire(ctx, 1); err != nil {
+			n, err := r.pool.Slots(ctx, DefaultReclaimBatch, false, 0, 0)
+			if err != nil {
 				return nil
 			}
-			n := int64(1)
-			for n < DefaultReclaimBatch && r.sem.TryAcquire(1) {
-				n++
-			}
 			next, started, alone, err := r.reclaim(ctx, cursor, n)
-			r.sem.Release(n - started)
-			if !r.runAlone(ctx, alone) {
+			r.pool.Release(n - started)
+			if !r.pool.RunAlone(ctx, alone, r.process, r.handBack) {
 				return nil
 			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				if isFatal(err) {
+				if pool.Fatal(err) {
 					return err
 				}
 				c.log.WarnContext(ctx, "streamq: reclaim failed, retrying", "error", err)
-				if !bo.wait(ctx) {
+				if !bo.Wait(ctx) {
 					return nil
 				}
 				break
 			}
-			bo.reset()
+			bo.Reset()
 			cursor = next
 			if cursor == "0-0" {
 				break
@@ -88,9 +85,9 @@ func (r *run) prune(ctx context.Context) {
 // reclaim runs one XAUTOCLAIM for up to n entries from cursor, starts the
 // reclaimed jobs (the caller holds n slots, started of which are now owned by
 // job goroutines), and settles entries whose data was deleted. Jobs about to
-// make their last allowed attempt are registered but not started: they are
-// returned in alone for [run.runAlone].
-func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string, started int64, alone []claimedJob, err error) {
+// make their last allowed attempt after crashes (see [LastAttemptAfterCrash])
+// are registered but not started: they are returned in alone, to run alone.
+func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string, started int64, alone []*pool.Job[entry], err error) {
 	c := r.c
 	res, err := c.q.rdb.Do(ctx, "XAUTOCLAIM", c.q.stream, c.q.group, c.cfg.Name,
 		c.cfg.MinIdle.Milliseconds(), cursor, "COUNT", n).Slice()
@@ -120,10 +117,7 @@ func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string,
 		if m.Values == nil {
 			continue
 		}
-		r.mu.Lock()
-		_, running := r.inflight[m.ID]
-		r.mu.Unlock()
-		if running {
+		if r.pool.Owns(m.ID) {
 			// Our own job whose claim went stale (for example Redis was
 			// unreachable for MinIdle); it is still running here.
 			continue
@@ -134,79 +128,25 @@ func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string,
 			d = 2 // XAUTOCLAIM counted at least this delivery and the first one
 		}
 		c.event(ctx, Event{Kind: EventReclaimed, ID: m.ID})
-		if r.lastAttempt(m.Values, d) {
+		j := r.pool.Register(m.ID, entry{values: m.Values, deliveries: d})
+		if c.cfg.Concurrency > 1 && LastAttemptAfterCrash(m.Values, d, c.cfg.MaxDeliveries) {
 			c.log.InfoContext(ctx, "streamq: took over an abandoned job; its last attempt runs alone", "msg_id", m.ID, "deliveries", d)
-			alone = append(alone, claimedJob{j: r.register(m.ID), id: m.ID, values: m.Values, deliveries: d})
+			alone = append(alone, j)
 			continue
 		}
 		c.log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", m.ID, "deliveries", d)
-		r.start(m.ID, m.Values, d)
+		r.start(j, 1)
 		started++
 	}
 	return next, started, alone, nil
 }
 
-// claimedJob is a reclaimed job waiting to run alone.
-type claimedJob struct {
-	j          *inflightJob
-	id         string
-	values     map[string]any
-	deliveries int
-}
-
-// lastAttempt reports whether a job taken over from another consumer is about
-// to make the last attempt MaxDeliveries allows. Its earlier deliveries ended
-// without a verdict, so a worker died (or hung) while running it; that worker
-// may have been killed by another job running beside it (a poison job that
-// crashes the process takes its neighbours down too, and the reaper hands
-// them over together). Such a last attempt runs alone, so that a job is only
-// dead-lettered for crashes if it crashed a worker on its own.
-func (r *run) lastAttempt(values map[string]any, deliveries int) bool {
-	if deliveries < 2 || r.c.cfg.Concurrency == 1 {
-		return false
-	}
-	attempt := 0
-	if a, ok := str(values[fieldAttempt]); ok {
-		n, err := strconv.Atoi(a)
-		if err != nil {
-			return false // malformed: dead-lettered without running
-		}
-		attempt = n
-	}
-	return attempt+deliveries == r.c.cfg.MaxDeliveries
-}
-
-// runAlone runs each job only once no other job of this consumer runs, and
-// reads nothing new while it runs: it takes every handler slot. The jobs'
-// claims stay fresh while they wait (they are registered in flight). It
-// reports false if ctx ended first; the jobs not yet started are then handed
-// back through the delayed set at once, without charging an attempt (they
-// did not run), so that their last attempt is not lost to the shutdown.
-func (r *run) runAlone(ctx context.Context, jobs []claimedJob) bool {
-	all := int64(r.c.cfg.Concurrency)
-	for i, cj := range jobs {
-		if err := r.sem.Acquire(ctx, all); err != nil {
-			for _, cj := range jobs[i:] {
-				r.handBack(cj)
-			}
-			return false
-		}
-		if errors.Is(context.Cause(cj.j.ctx), ErrClaimLost) {
-			r.sem.Release(all) // another consumer took it over meanwhile
-			r.unregister(cj.id, cj.j)
-			continue
-		}
-		r.launch(cj.j, cj.id, cj.values, cj.deliveries, all)
-	}
-	return true
-}
-
 // handBack returns a claimed job that did not run to the delayed set, due at
 // once and without charging an attempt. A job that cannot be decoded stays
 // pending; whoever reclaims it dead-letters it.
-func (r *run) handBack(cj claimedJob) {
-	defer r.unregister(cj.id, cj.j)
-	msg, err := DecodeMessage(r.c.q.name, cj.id, cj.values, cj.deliveries)
+func (r *run) handBack(j *pool.Job[entry]) {
+	defer r.pool.Unregister(j)
+	msg, err := DecodeMessage(r.c.q.name, j.Key, j.Val.values, j.Val.deliveries)
 	if err != nil {
 		return
 	}

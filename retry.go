@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"time"
+
+	"github.com/streamq/streamq/internal/pool"
 )
 
 // BackoffFunc returns the delay before retry number attempt (1 for the first
@@ -48,37 +50,6 @@ func expDelay(base, ceil time.Duration, attempt int) time.Duration {
 	return min(d, ceil)
 }
 
-// retryBackoff paces retries of failing Redis calls in the consumer's loops:
-// 50 ms doubling to 5 s, with jitter.
-type retryBackoff struct{ n int }
-
-func (b *retryBackoff) reset() { b.n = 0 }
-
-func (b *retryBackoff) peek() time.Duration {
-	return expDelay(50*time.Millisecond, 5*time.Second, b.n+1)
-}
-
-func (b *retryBackoff) next() time.Duration {
-	d := b.peek()
-	b.n++
-	return d/2 + rand.N(d/2+1)
-}
-
-// wait sleeps for the next delay; it returns false if ctx ended first.
-func (b *retryBackoff) wait(ctx context.Context) bool {
-	t := time.NewTimer(b.next())
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
-// sleep waits for the next delay; for short bookkeeping retries only.
-func (b *retryBackoff) sleep() { time.Sleep(b.next()) }
-
 // promoteLoop moves due delayed jobs into the stream every SchedulerInterval.
 // Any number of consumers may run it; the script moves each job exactly once.
 func (r *run) promoteLoop(ctx context.Context) error {
@@ -92,7 +63,7 @@ func (r *run) promoteLoop(ctx context.Context) error {
 	}
 	t := time.NewTicker(c.cfg.SchedulerInterval)
 	defer t.Stop()
-	var bo retryBackoff
+	var bo pool.Backoff
 	for {
 		select {
 		case <-ctx.Done():
@@ -106,16 +77,16 @@ func (r *run) promoteLoop(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				if isFatal(err) {
+				if pool.Fatal(err) {
 					return err
 				}
 				c.log.WarnContext(ctx, "streamq: cannot move due jobs, retrying", "error", err)
-				if !bo.wait(ctx) {
+				if !bo.Wait(ctx) {
 					return nil
 				}
 				break
 			}
-			bo.reset()
+			bo.Reset()
 			if n < DefaultSchedulerBatch {
 				break
 			}

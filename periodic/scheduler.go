@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/pool"
 )
 
 // Headers set on every periodic job. Register refuses user headers with
@@ -397,7 +397,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}()
 
 	sts := s.start(scheds, s.cfg.Now())
-	var bo backoff
+	var bo pool.Backoff
 	for {
 		now := s.cfg.Now()
 		wake, failed, err := s.step(ctx, scheds, sts, now)
@@ -408,9 +408,9 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			return err
 		}
 		if failed {
-			wake = minTime(wake, now.Add(bo.next()))
+			wake = minTime(wake, now.Add(bo.Next()))
 		} else {
-			bo.reset()
+			bo.Reset()
 		}
 		t := time.NewTimer(wake.Sub(s.cfg.Now()))
 		select {
@@ -528,7 +528,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 		if strings.HasPrefix(err.Error(), "QUEUEFULL") {
 			err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
 		}
-		fatal := isFatal(err)
+		fatal := pool.Fatal(err)
 		err = fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)
 		if fatal {
 			return "", 0, &fatalError{err}
@@ -581,17 +581,6 @@ func tickKeyTTL(t ticker, tick time.Time) time.Duration {
 	return 2*gap + time.Minute
 }
 
-// isFatal reports Redis errors that retrying cannot fix.
-func isFatal(err error) bool {
-	s := err.Error()
-	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // fatalError marks an error that makes Run return instead of retrying.
 type fatalError struct{ err error }
 
@@ -601,18 +590,6 @@ func (e *fatalError) Unwrap() error { return e.err }
 func asFatal(err error) bool {
 	var f *fatalError
 	return errors.As(err, &f)
-}
-
-// backoff paces retries after Redis errors: 50 ms doubling to 5 s, jittered.
-type backoff struct{ n int }
-
-func (b *backoff) reset() { b.n = 0 }
-
-func (b *backoff) next() time.Duration {
-	d := 50 * time.Millisecond << min(b.n, 7) // 6.4 s at most, capped below
-	d = min(d, 5*time.Second)
-	b.n++
-	return d/2 + rand.N(d/2+1)
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -6,81 +6,21 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/pool"
 )
-
-// finishLoop removes finished jobs in batches until the finishes channel is
-// closed. A finished job stays registered, so its lease is kept fresh, until
-// it is removed.
-func (r *run) finishLoop() {
-	batch := make([]*job, 0, DefaultFinishBatch)
-	want := min(r.w.cfg.Concurrency, DefaultFinishBatch)
-	linger := time.NewTimer(time.Hour)
-	linger.Stop()
-	for j := range r.finishes {
-		var open bool
-		batch, open = r.gatherFinishes(append(batch[:0], j), want, linger)
-		r.flushFinishes(batch)
-		if !open {
-			return
-		}
-	}
-}
-
-// gatherFinishes adds queued finished jobs to batch. While the batch is
-// smaller than want (the number of handlers that may finish soon) it lingers
-// up to finishLinger for more, which under load turns many small scripts
-// into a few large ones. Handlers never wait for it: they only send on the
-// channel, which is drained while lingering. It reports false when the
-// channel was closed.
-func (r *run) gatherFinishes(batch []*job, want int, linger *time.Timer) ([]*job, bool) {
-	lingering, expired := false, false
-	defer func() {
-		if lingering {
-			linger.Stop()
-		}
-	}()
-	for len(batch) < DefaultFinishBatch {
-		if len(batch) >= want || expired {
-			select {
-			case j, ok := <-r.finishes:
-				if !ok {
-					return batch, false
-				}
-				batch = append(batch, j)
-				continue
-			default:
-				return batch, true
-			}
-		}
-		if !lingering {
-			linger.Reset(finishLinger)
-			lingering = true
-		}
-		select {
-		case j, ok := <-r.finishes:
-			if !ok {
-				return batch, false
-			}
-			batch = append(batch, j)
-		case <-linger.C:
-			lingering, expired = false, true
-		}
-	}
-	return batch, true
-}
 
 // flushFinishes removes a batch of finished jobs in one script, trying up to
 // three times. Jobs it cannot remove keep their lease until it expires and
 // then run again (a duplicate, never a loss).
-func (r *run) flushFinishes(batch []*job) {
+func (r *run) flushFinishes(batch []*pool.Job[item]) {
 	w := r.w
 	pq := w.pq
 	args := make([]any, 2*len(batch))
 	for i, j := range batch {
-		args[i], args[len(batch)+i] = j.lease, j.id
+		args[i], args[len(batch)+i] = j.Key, j.Val.id
 	}
 	keys := []string{pq.keys.leases, pq.keys.ready, pq.keys.delayed, pq.keys.jobs, pq.keys.deliveries}
-	var bo backoff
+	var bo pool.Backoff
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		res, err := scriptFinish.Run(ctx, pq.q.Client(), keys, args...).Int64Slice()
@@ -98,68 +38,42 @@ func (r *run) flushFinishes(batch []*job) {
 			r.finished(batch, 0)
 			return
 		}
-		t := time.NewTimer(bo.next())
-		<-t.C
+		time.Sleep(bo.Next())
 	}
 }
 
 // finished unregisters finished jobs once they were removed (or could not
 // be): their leases are no longer extended.
-func (r *run) finished(batch []*job, left int64) {
+func (r *run) finished(batch []*pool.Job[item], left int64) {
 	for _, j := range batch {
-		r.unregister(j)
+		r.pool.Unregister(j)
 	}
 	if left > 0 {
 		r.w.log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
 	}
 }
 
-// keepAliveLoop extends the leases of the jobs this run holds every Lease/4,
+// keepAlive extends the leases of the jobs this run holds every Lease/4,
 // and cancels running jobs whose lease was lost.
-func (r *run) keepAliveLoop(ctx context.Context) {
+func (r *run) keepAlive(ctx context.Context) {
 	w := r.w
 	pq := w.pq
 	every := max(w.cfg.Lease/4, 5*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	args := make([]any, 0, w.cfg.Concurrency+1)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		args = append(args[:0], w.cfg.Lease.Milliseconds())
-		r.mu.Lock()
-		for lm := range r.inflight {
-			args = append(args, lm)
-		}
-		r.mu.Unlock()
-		if len(args) == 1 {
-			continue
-		}
-		tctx, cancel := context.WithTimeout(ctx, max(every, opTimeout))
-		lost, err := scriptKeepAlive.Run(tctx, pq.q.Client(), []string{pq.keys.leases}, args...).StringSlice()
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("priority: cannot extend the leases of running jobs", "error", err)
+	r.pool.KeepAlive(ctx, every, min(w.cfg.Lease/2, opTimeout),
+		func(ctx context.Context, leases []string) ([]string, error) {
+			args := make([]any, 0, 1+len(leases))
+			args = append(args, w.cfg.Lease.Milliseconds())
+			for _, lm := range leases {
+				args = append(args, lm)
 			}
-			continue
-		}
-		for _, lm := range lost {
-			r.mu.Lock()
-			j := r.inflight[lm]
-			lostRunning := j != nil && !j.settling
-			r.mu.Unlock()
-			if lostRunning {
-				w.claimsLost.Add(1)
-				w.log.Warn("priority: lease of a running job expired; it may run elsewhere, cancelling it here", "job_id", j.id)
-				w.event(ctx, streamq.Event{Kind: streamq.EventClaimLost, ID: j.id})
-				j.cancel(streamq.ErrClaimLost)
-			}
-		}
-	}
+			return scriptKeepAlive.Run(ctx, pq.q.Client(), []string{pq.keys.leases}, args...).StringSlice()
+		},
+		func(j *pool.Job[item]) {
+			w.claimsLost.Add(1)
+			w.log.Warn("priority: lease of a running job expired; it may run elsewhere, cancelling it here", "job_id", j.Val.id)
+			w.event(ctx, streamq.Event{Kind: streamq.EventClaimLost, ID: j.Val.id})
+		},
+		func(err error) { w.log.Warn("priority: cannot extend the leases of running jobs", "error", err) })
 }
 
 // reapLoop returns expired leases and due retries to the ready set every
@@ -179,7 +93,7 @@ func (r *run) reapLoop(ctx context.Context) error {
 	}
 	t := time.NewTicker(w.cfg.ReapInterval)
 	defer t.Stop()
-	var bo backoff
+	var bo pool.Backoff
 	keys := []string{pq.keys.leases, pq.keys.delayed, pq.keys.ready, pq.keys.notify, pq.keys.deliveries}
 	for {
 		// Bounded: at most 100 batches per tick, then let other loops breathe.
@@ -189,16 +103,16 @@ func (r *run) reapLoop(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				if isFatal(err) {
+				if pool.Fatal(err) {
 					return err
 				}
 				w.log.WarnContext(ctx, "priority: cannot reap expired leases and due retries, retrying", "error", err)
-				if !bo.wait(ctx) {
+				if !bo.Wait(ctx) {
 					return nil
 				}
 				break
 			}
-			bo.reset()
+			bo.Reset()
 			var ids []any
 			var due int64
 			if len(res) == 2 {

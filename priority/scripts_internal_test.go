@@ -63,9 +63,7 @@ func testRun(t testing.TB, pq *Queue, cfg WorkerConfig) *run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := newRun(w, context.Background())
-	t.Cleanup(func() { r.stopHandlers(nil) })
-	return r
+	return newRun(w, context.Background())
 }
 
 // popAll pops every ready job in order and returns the payloads.
@@ -223,7 +221,7 @@ func TestLease_ExpiryReturnsJobInPlace(t *testing.T) {
 func TestFinish_Cases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	finish := func(pq *Queue, j *job) []int64 {
+	finish := func(pq *Queue, j leased) []int64 {
 		t.Helper()
 		res, err := scriptFinish.Run(ctx, pq.q.Client(), []string{pq.keys.leases, pq.keys.ready, pq.keys.delayed, pq.keys.jobs, pq.keys.deliveries}, j.lease, j.id).Int64Slice()
 		if err != nil {

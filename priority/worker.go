@@ -9,18 +9,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/pool"
 )
 
 // Worker defaults. A zero WorkerConfig field takes these values.
@@ -119,7 +117,7 @@ type WorkerConfig struct {
 
 	// OnEvent, if set, is called synchronously for events that handler
 	// middleware cannot see: [streamq.EventRetried],
-	// [streamq.EventDeadLettered], [streamq.EventReclaimed] (an expired lease
+	// [streamq.EventPostponed], [streamq.EventDeadLettered], [streamq.EventReclaimed] (an expired lease
 	// returned to the ready set by this worker's reaper) and
 	// [streamq.EventClaimLost]. Event.ID is the job ID. It must be quick and
 	// safe for concurrent use. Defaults to nil.
@@ -134,6 +132,7 @@ type WorkerStats struct {
 	Processed    int64 // handler returned nil; the job is finished
 	Failed       int64 // handler returned an error or panicked
 	Retried      int64 // moved to the delayed set (or straight back) for a retry
+	Postponed    int64 // handed back by the handler with streamq.Postpone (not failures)
 	DeadLettered int64 // moved to the queue's dead-letter stream
 	Expired      int64 // expired leases this worker's reaper returned to the ready set
 	ClaimsLost   int64 // running jobs whose lease expired, so they may run elsewhere
@@ -152,7 +151,7 @@ type Worker struct {
 	log     *slog.Logger
 	running atomic.Bool
 
-	processed, failed, retried, dead, expired, claimsLost, missing atomic.Int64
+	processed, failed, retried, postponed, dead, expired, claimsLost, missing atomic.Int64
 }
 
 // NewWorker returns a worker that runs h for the jobs of pq. cfg may be nil.
@@ -300,6 +299,7 @@ func (w *Worker) Stats() WorkerStats {
 		Processed:    w.processed.Load(),
 		Failed:       w.failed.Load(),
 		Retried:      w.retried.Load(),
+		Postponed:    w.postponed.Load(),
 		DeadLettered: w.dead.Load(),
 		Expired:      w.expired.Load(),
 		ClaimsLost:   w.claimsLost.Load(),
@@ -328,13 +328,15 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.running.Store(false)
 
 	r := newRun(w, ctx)
-	defer r.stopHandlers(nil)
 
 	finDone := make(chan struct{})
-	go func() { defer close(finDone); r.finishLoop() }()
+	go func() {
+		defer close(finDone)
+		pool.Batch(r.finishes, DefaultFinishBatch, min(w.cfg.Concurrency, DefaultFinishBatch), finishLinger, r.flushFinishes)
+	}()
 	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
 	kaDone := make(chan struct{})
-	go func() { defer close(kaDone); r.keepAliveLoop(kaCtx) }()
+	go func() { defer close(kaDone); r.keepAlive(kaCtx) }()
 
 	g, gctx := errgroup.WithContext(ctx)
 	// A cancelled Run must not wait out a blocked XREAD: wake it.
@@ -349,7 +351,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		<-wakeDone
 	}
 
-	r.drain()
+	r.pool.Drain(func(running int) {
+		w.log.Warn("priority: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", running, "timeout", w.cfg.ShutdownTimeout)
+	})
 	close(r.finishes)
 	<-finDone // leases of finished jobs stay fresh until they are removed
 	stopKA()
@@ -359,17 +363,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // run is the state of one Run call.
 type run struct {
-	w   *Worker
-	sem *semaphore.Weighted
-	wg  sync.WaitGroup // job goroutines
-
-	handlerCtx   context.Context // detached from Run's ctx; cancelled after the drain deadline
-	stopHandlers context.CancelCauseFunc
-
-	mu       sync.Mutex
-	inflight map[string]*job // by lease member: every job whose lease this run holds
-
-	finishes chan *job   // finished jobs, for the finish loop
+	w        *Worker
+	pool     *pool.Pool[item] // jobs by lease member: every job whose lease this run holds
+	finishes chan *pool.Job[item]
 	waiting  atomic.Bool // the pop loop waits for a wake-up
 
 	// Owned by the pop loop.
@@ -378,120 +374,81 @@ type run struct {
 	credits []int64
 }
 
-// job is a leased job.
-type job struct {
-	lease      string // lease member
+func newRun(w *Worker, ctx context.Context) *run {
+	return &run{
+		w: w,
+		pool: pool.New[item](ctx, pool.Config{
+			Concurrency:     w.cfg.Concurrency,
+			ShutdownTimeout: w.cfg.ShutdownTimeout,
+			ShutdownCause:   streamq.ErrShutdown,
+			LostCause:       streamq.ErrClaimLost,
+		}),
+		finishes: make(chan *pool.Job[item], 2*w.cfg.Concurrency),
+		runID:    randHex(3),
+		credits:  make([]int64, len(w.bands)),
+	}
+}
+
+// item is a leased job.
+type item struct {
 	id         string
 	prio       int    // from the member's score
 	data       string // packed fields, decoded by fields
 	deliveries int
-
-	ctx    context.Context // the job's context, cancelled on claim loss or shutdown
-	cancel context.CancelCauseFunc
-	// settling is set (under run.mu) once the job's handler has returned (or
-	// will not run): it is being finished, retried or dead-lettered, so a
-	// lost lease is no longer a lost claim.
-	settling bool
-}
-
-func newRun(w *Worker, ctx context.Context) *run {
-	hctx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
-	return &run{
-		w:            w,
-		sem:          semaphore.NewWeighted(int64(w.cfg.Concurrency)),
-		handlerCtx:   hctx,
-		stopHandlers: stop,
-		inflight:     make(map[string]*job),
-		finishes:     make(chan *job, 2*w.cfg.Concurrency),
-		runID:        randHex(3),
-		credits:      make([]int64, len(w.bands)),
-	}
-}
-
-// drain waits for running handlers, cancelling them after ShutdownTimeout.
-func (r *run) drain() {
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	t := time.NewTimer(r.w.cfg.ShutdownTimeout)
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
-	}
-	r.mu.Lock()
-	n := len(r.inflight)
-	r.mu.Unlock()
-	r.w.log.Warn("priority: shutdown timeout, cancelling running jobs", "running", n, "timeout", r.w.cfg.ShutdownTimeout)
-	r.stopHandlers(streamq.ErrShutdown)
-	<-done
 }
 
 // popLoop leases jobs, never more than there are free handler slots, and
 // waits for a wake-up when there are none.
 func (r *run) popLoop(ctx context.Context) error {
 	w := r.w
-	var bo backoff
+	var bo pool.Backoff
 	full := false // the last pop leased as many jobs as it asked for
 	most := int64(min(w.cfg.Concurrency, MaxPopBatch))
 	for {
-		if err := r.sem.Acquire(ctx, 1); err != nil {
+		// While a backlog is likely, wait briefly for three quarters of the
+		// slots rather than pop one or two jobs at a time.
+		n, err := r.pool.Slots(ctx, most, full, most*3/4, popGather)
+		if err != nil {
 			return nil // ctx cancelled
 		}
-		n := int64(1)
-		for n < most && r.sem.TryAcquire(1) {
-			n++
-		}
-		if want := most * 3 / 4; full && n < want {
-			// A backlog is likely: rather than pop one or two jobs at a
-			// time, wait briefly for three quarters of the slots to free
-			// up. Never more than can be started at once is leased.
-			wctx, cancel := context.WithTimeout(ctx, popGather)
-			if r.sem.Acquire(wctx, want-n) == nil {
-				n = want
-			}
-			cancel()
-			for n < most && r.sem.TryAcquire(1) {
-				n++
-			}
-		}
 		if ctx.Err() != nil {
-			r.sem.Release(n)
+			r.pool.Release(n)
 			return nil
 		}
 		res, err := r.pop(ctx, n)
 		if err != nil {
-			r.sem.Release(n)
+			r.pool.Release(n)
 			full = false
 			if ctx.Err() != nil {
 				return nil
 			}
-			if isFatal(err) {
+			if pool.Fatal(err) {
 				return err
 			}
-			w.log.WarnContext(ctx, "priority: pop failed, retrying", "error", err, "retry_in", bo.peek())
-			if !bo.wait(ctx) {
+			w.log.WarnContext(ctx, "priority: pop failed, retrying", "error", err, "retry_in", bo.Peek())
+			if !bo.Wait(ctx) {
 				return nil
 			}
 			continue
 		}
-		bo.reset()
+		bo.Reset()
 		if res.missing > 0 {
 			w.missing.Add(res.missing)
 			w.log.ErrorContext(ctx, "priority: jobs in the ready set had no data (deleted by someone else); they are lost", "count", res.missing)
 		}
-		var alone []*job
-		for _, j := range res.jobs {
-			r.register(j)
-			if r.lastAttempt(j) {
+		var alone []*pool.Job[item]
+		for _, it := range res.jobs {
+			j := r.pool.Register(it.lease, it.item)
+			if w.cfg.Concurrency > 1 && streamq.LastAttemptAfterCrash(j.Val.fields(), j.Val.deliveries, w.cfg.MaxDeliveries) {
+				w.log.Info("priority: job whose earlier runs were cut short makes its last attempt alone", "job_id", j.Val.id, "deliveries", j.Val.deliveries)
 				alone = append(alone, j)
 				continue
 			}
-			r.launch(j, 1) // owns one of the n slots
+			r.pool.Launch(j, 1, r.process) // owns one of the n slots
 		}
-		r.sem.Release(n - int64(len(res.jobs)-len(alone)))
+		r.pool.Release(n - int64(len(res.jobs)-len(alone)))
 		full = int64(len(res.jobs)) == n
-		if !r.runAlone(ctx, alone) {
+		if !r.pool.RunAlone(ctx, alone, r.process, r.handBack) {
 			return nil
 		}
 		if len(res.jobs) == 0 && res.missing == 0 {
@@ -504,10 +461,10 @@ func (r *run) popLoop(ctx context.Context) error {
 
 // fields decodes the job's data. Data that cannot be decoded is returned
 // under "data", so that the job is dead-lettered as malformed with it.
-func (j *job) fields() map[string]any {
-	f, err := unpackFields(j.data)
+func (it item) fields() map[string]any {
+	f, err := unpackFields(it.data)
 	if err != nil {
-		return map[string]any{"data": j.data}
+		return map[string]any{"data": it.data}
 	}
 	return f
 }
@@ -516,7 +473,13 @@ func (j *job) fields() map[string]any {
 type popResult struct {
 	notify  string // newest wake-up entry, when the ready set was empty
 	missing int64
-	jobs    []*job
+	jobs    []leased
+}
+
+// leased is a job one pop leased.
+type leased struct {
+	lease string // lease member
+	item
 }
 
 // pop leases up to n jobs. The script runs to completion even if ctx is
@@ -574,7 +537,7 @@ func (r *run) parsePop(res []any) (popResult, error) {
 		if !r.w.pq.cfg.LowerFirst {
 			p = int(-score)
 		}
-		out.jobs = append(out.jobs, &job{lease: lm, id: id, prio: p, data: data, deliveries: int(d)})
+		out.jobs = append(out.jobs, leased{lease: lm, item: item{id: id, prio: p, data: data, deliveries: int(d)}})
 	}
 	return out, nil
 }
@@ -596,7 +559,7 @@ func parseLease(lm string) (id string, score int64) {
 // waitForWork blocks until a wake-up entry newer than from arrives, Block
 // passes, or ctx is cancelled (Run wakes the read then). It reports false
 // when ctx ended.
-func (r *run) waitForWork(ctx context.Context, from string, bo *backoff) bool {
+func (r *run) waitForWork(ctx context.Context, from string, bo *pool.Backoff) bool {
 	w := r.w
 	r.waiting.Store(true)
 	defer r.waiting.Store(false)
@@ -611,14 +574,14 @@ func (r *run) waitForWork(ctx context.Context, from string, bo *backoff) bool {
 		Block:   w.cfg.Block,
 	}).Err()
 	if err == nil || errors.Is(err, redis.Nil) {
-		bo.reset()
+		bo.Reset()
 		return ctx.Err() == nil
 	}
 	if ctx.Err() != nil {
 		return false
 	}
-	w.log.WarnContext(ctx, "priority: waiting for work failed, retrying", "error", err, "retry_in", bo.peek())
-	return bo.wait(ctx)
+	w.log.WarnContext(ctx, "priority: waiting for work failed, retrying", "error", err, "retry_in", bo.Peek())
+	return bo.Wait(ctx)
 }
 
 // wakeIfWaiting ends the pop loop's blocked XREAD by appending a wake-up
@@ -638,192 +601,113 @@ func (r *run) wakeIfWaiting() {
 	}
 }
 
-// launch runs a registered job in a new goroutine. The caller holds weight
-// semaphore slots for it, which the goroutine releases.
-func (r *run) launch(j *job, weight int64) {
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		defer r.sem.Release(weight)
-		r.process(j)
-	}()
-}
-
-// runAlone runs each job only once no other job of this worker runs, and
-// pops nothing new while it runs: it takes every handler slot, and the pop
-// loop waits for it. The jobs' leases stay fresh while they wait (they are
-// registered). It reports false if ctx ended first; the jobs not yet started
-// are then handed back at once, without charging an attempt (they did not
-// run), so that their last attempt is not lost to the shutdown.
-func (r *run) runAlone(ctx context.Context, jobs []*job) bool {
-	all := int64(r.w.cfg.Concurrency)
-	for i, j := range jobs {
-		r.w.log.Info("priority: job whose earlier runs were cut short makes its last attempt alone", "job_id", j.id, "deliveries", j.deliveries)
-		if err := r.sem.Acquire(ctx, all); err != nil {
-			for _, j := range jobs[i:] {
-				r.handBack(j)
-			}
-			return false
-		}
-		if errors.Is(context.Cause(j.ctx), streamq.ErrClaimLost) {
-			r.sem.Release(all) // its lease expired while it waited
-			r.unregister(j)
-			continue
-		}
-		r.launch(j, all)
-	}
-	return true
-}
-
-// lastAttempt reports whether a job redelivered after cut-short runs is
-// about to make the last attempt MaxDeliveries allows (as the stream
-// consumer decides for jobs it takes over). Its earlier runs may have died
-// with a neighbour that crashed the worker, so it runs alone (see runAlone):
-// a job is only dead-lettered for crashes if it crashed a worker on its own.
-func (r *run) lastAttempt(j *job) bool {
-	if j.deliveries < 2 || r.w.cfg.Concurrency == 1 {
+// process runs the handler for one job and settles the outcome: finish,
+// retry, or dead letter. It reports true when the job went to the finish
+// loop, which unregisters it once removed.
+func (r *run) process(j *pool.Job[item]) bool {
+	w := r.w
+	msg, err := streamq.DecodeMessage(w.pq.q.Name(), j.Val.id, j.Val.fields(), j.Val.deliveries)
+	if err != nil {
+		r.pool.Settle(j)
+		r.deadLetter(j, msg, streamq.ReasonMalformed, err, max(j.Val.deliveries, 1))
 		return false
 	}
-	attempt := 0
-	if v, ok := j.fields()["attempt"].(string); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return false // malformed: dead-lettered without running
-		}
-		attempt = n
-	}
-	return attempt+j.deliveries == r.w.cfg.MaxDeliveries
-}
-
-// register records a job this run holds, so that the keep-alive loop extends
-// its lease.
-func (r *run) register(j *job) {
-	j.ctx, j.cancel = context.WithCancelCause(r.handlerCtx)
-	r.mu.Lock()
-	r.inflight[j.lease] = j
-	r.mu.Unlock()
-}
-
-// unregister forgets a job (its lease is no longer extended) and releases its
-// context.
-func (r *run) unregister(j *job) {
-	r.mu.Lock()
-	delete(r.inflight, j.lease)
-	r.mu.Unlock()
-	j.cancel(nil)
-}
-
-// settle marks a job whose handler has returned (or will not run).
-func (r *run) settle(j *job) {
-	r.mu.Lock()
-	j.settling = true
-	r.mu.Unlock()
-}
-
-// process runs the handler for one job and settles the outcome: finish,
-// retry, or dead letter.
-func (r *run) process(j *job) {
-	w := r.w
-	fields := j.fields()
-	msg, err := streamq.DecodeMessage(w.pq.q.Name(), j.id, fields, j.deliveries)
-	if err != nil {
-		r.settle(j)
-		r.deadLetter(j, msg, streamq.ReasonMalformed, err, max(j.deliveries, 1))
-		r.unregister(j)
-		return
-	}
-	msg.Headers[HeaderPriority] = strconv.Itoa(j.prio)
+	msg.Headers[HeaderPriority] = strconv.Itoa(j.Val.prio)
 	if v, cause, over := streamq.Exhausted(msg, w.cfg.MaxDeliveries); over {
-		r.settle(j)
+		r.pool.Settle(j)
 		r.deadLetter(j, msg, v.Reason, cause, v.Attempts)
-		r.unregister(j)
-		return
+		return false
 	}
-	jctx := j.ctx
+	jctx := j.Ctx
 	if w.cfg.JobTimeout > 0 {
 		var cancel context.CancelFunc
 		jctx, cancel = context.WithTimeoutCause(jctx, w.cfg.JobTimeout, streamq.ErrJobTimeout)
 		defer cancel()
 	}
-	err = safeHandle(jctx, w.h, msg)
-	r.settle(j)
+	err = streamq.CallHandler(jctx, w.h, msg)
+	r.pool.Settle(j)
 	if err == nil {
 		w.processed.Add(1)
 		r.finishes <- j // the finish loop unregisters it once removed
-		return
+		return true
 	}
-	defer r.unregister(j)
-	w.failed.Add(1)
 	cause := context.Cause(jctx)
 	switch {
 	case errors.Is(cause, streamq.ErrClaimLost):
 		// Its lease expired and the job is back in the ready set or runs
 		// elsewhere; whoever runs it next settles it.
-		w.log.Info("priority: job failed after its lease was lost; leaving it to its next run", "job_id", j.id, "error", err)
+		w.failed.Add(1)
+		w.log.Info("priority: job failed after its lease was lost; leaving it to its next run", "job_id", j.Val.id, "error", err)
 	case errors.Is(cause, streamq.ErrShutdown):
 		// The handler stopped because of the shutdown: hand the job back at
 		// once without charging an attempt. Its handler has returned, so it
 		// cannot run twice.
-		r.retry(j, msg, err, 0, false)
+		w.failed.Add(1)
+		r.retry(j, msg, err, streamq.Verdict{Postponed: true}, streamq.EventRetried)
 	default:
 		r.fail(j, msg, err)
 	}
+	return false
 }
 
-// safeHandle runs h and turns a panic into a *streamq.PanicError.
-func safeHandle(ctx context.Context, h streamq.Handler, msg *streamq.Message) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = &streamq.PanicError{Value: p, Stack: debug.Stack()}
-		}
-	}()
-	return h.Handle(ctx, msg)
-}
-
-// fail retries or dead-letters a failed attempt, as [streamq.Decide] says.
-func (r *run) fail(j *job, msg *streamq.Message, err error) {
+// fail retries, postpones or dead-letters a failed attempt, as
+// [streamq.Decide] says.
+func (r *run) fail(j *pool.Job[item], msg *streamq.Message, err error) {
 	v := streamq.Decide(msg, err, r.w.cfg.MaxDeliveries, r.w.cfg.Backoff)
+	if !v.Postponed {
+		r.w.failed.Add(1)
+	}
 	if v.DeadLetter {
 		r.deadLetter(j, msg, v.Reason, err, v.Attempts)
 		return
 	}
-	r.retry(j, msg, err, v.Delay, true)
+	kind := streamq.EventRetried
+	if v.Postponed {
+		kind = streamq.EventPostponed
+	}
+	r.retry(j, msg, err, v, kind)
 }
 
 // handBack returns a leased job that did not run to the ready set at once,
 // without charging an attempt.
-func (r *run) handBack(j *job) {
-	defer r.unregister(j)
-	r.settle(j)
-	msg, err := streamq.DecodeMessage(r.w.pq.q.Name(), j.id, j.fields(), j.deliveries)
+func (r *run) handBack(j *pool.Job[item]) {
+	defer r.pool.Unregister(j)
+	r.pool.Settle(j)
+	msg, err := streamq.DecodeMessage(r.w.pq.q.Name(), j.Val.id, j.Val.fields(), j.Val.deliveries)
 	if err != nil {
 		return // its lease expires; whoever pops it next dead-letters it
 	}
-	r.retry(j, msg, streamq.ErrShutdown, 0, false)
+	r.retry(j, msg, streamq.ErrShutdown, streamq.Verdict{Postponed: true}, streamq.EventRetried)
 }
 
 // retry moves the job from its lease to the delayed set (or the ready set,
-// without delay) in one script; charge says whether the attempt counts (see
-// [streamq.RetryFields]). If Redis cannot be reached, the job keeps its lease
-// until it expires, and then returns to the ready set.
-func (r *run) retry(j *job, msg *streamq.Message, cause error, delay time.Duration, charge bool) {
+// without delay) in one script, due after v.Delay; with v.Postponed the
+// attempt is not charged (see [streamq.RetryFields]). kind is the event to
+// report: streamq.EventRetried or streamq.EventPostponed. If Redis cannot be
+// reached, the job keeps its lease until it expires, and then returns to the
+// ready set.
+func (r *run) retry(j *pool.Job[item], msg *streamq.Message, cause error, v streamq.Verdict, kind streamq.EventKind) {
 	w := r.w
 	pq := w.pq
-	ms := (delay + time.Millisecond - 1) / time.Millisecond
-	args := []any{j.lease, int64(ms), packFields(streamq.RetryFields(msg, cause, charge, time.Now()))}
+	ms := (v.Delay + time.Millisecond - 1) / time.Millisecond
+	args := []any{j.Key, int64(ms), packFields(streamq.RetryFields(msg, cause, !v.Postponed, time.Now()))}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	keys := []string{pq.keys.leases, pq.keys.ready, pq.keys.delayed, pq.keys.jobs, pq.keys.deliveries, pq.keys.notify}
 	moved, err := scriptRetry.Run(ctx, pq.q.Client(), keys, args...).Int()
 	switch {
 	case err != nil:
-		w.log.Error("priority: cannot schedule retry; the job returns to the ready set when its lease expires", "job_id", j.id, "error", err)
+		w.log.Error("priority: cannot schedule retry; the job returns to the ready set when its lease expires", "job_id", j.Val.id, "error", err)
 	case moved == 0:
-		w.log.Info("priority: job is held by another worker; leaving its retry to it", "job_id", j.id)
+		w.log.Info("priority: job is held by another worker; leaving its retry to it", "job_id", j.Val.id)
+	case kind == streamq.EventPostponed:
+		w.postponed.Add(1)
+		w.log.Debug("priority: job postponed", "job_id", j.Val.id, "retry_in", v.Delay, "reason", cause)
+		w.event(ctx, streamq.Event{Kind: kind, ID: j.Val.id, Message: msg, Err: cause, Delay: v.Delay})
 	default:
 		w.retried.Add(1)
-		w.log.Debug("priority: job failed, retrying", "job_id", j.id, "attempt", msg.Attempts(), "retry_in", delay, "error", cause)
-		w.event(ctx, streamq.Event{Kind: streamq.EventRetried, ID: j.id, Message: msg, Err: cause, Delay: delay})
+		w.log.Debug("priority: job failed, retrying", "job_id", j.Val.id, "attempt", msg.Attempts(), "retry_in", v.Delay, "error", cause)
+		w.event(ctx, streamq.Event{Kind: kind, ID: j.Val.id, Message: msg, Err: cause, Delay: v.Delay})
 	}
 }
 
@@ -831,27 +715,27 @@ func (r *run) retry(j *job, msg *streamq.Message, cause error, delay time.Durati
 // attempts is the number of attempts made, recorded in the dead letter. If
 // Redis cannot be reached, the job keeps its lease until it expires, runs
 // again and is dead-lettered then.
-func (r *run) deadLetter(j *job, msg *streamq.Message, reason string, cause error, attempts int) {
+func (r *run) deadLetter(j *pool.Job[item], msg *streamq.Message, reason string, cause error, attempts int) {
 	w := r.w
 	pq := w.pq
 	fields := streamq.DeadLetterFields(msg, reason, cause, attempts, time.Now())
 	if reason != streamq.ReasonMalformed {
 		fields = withHeaders(fields, msg.Headers)
 	}
-	args := append([]any{j.lease, pq.q.DeadLetterMaxLen()}, fields...)
+	args := append([]any{j.Key, pq.q.DeadLetterMaxLen()}, fields...)
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	keys := []string{pq.keys.leases, pq.keys.ready, pq.keys.jobs, pq.keys.deliveries, pq.q.DeadLetterKey()}
 	id, err := scriptDeadLetter.Run(ctx, pq.q.Client(), keys, args...).Text()
 	switch {
 	case errors.Is(err, redis.Nil):
-		w.log.Info("priority: job is held by another worker; leaving its dead letter to it", "job_id", j.id)
+		w.log.Info("priority: job is held by another worker; leaving its dead letter to it", "job_id", j.Val.id)
 	case err != nil:
-		w.log.Error("priority: cannot dead-letter job; it returns to the ready set when its lease expires", "job_id", j.id, "reason", reason, "error", err)
+		w.log.Error("priority: cannot dead-letter job; it returns to the ready set when its lease expires", "job_id", j.Val.id, "reason", reason, "error", err)
 	default:
 		w.dead.Add(1)
-		w.log.Warn("priority: job dead-lettered", "job_id", j.id, "dead_letter_id", id, "reason", reason, "attempt", attempts, "error", cause)
-		w.event(ctx, streamq.Event{Kind: streamq.EventDeadLettered, ID: j.id, Message: msg, Err: cause, Reason: reason})
+		w.log.Warn("priority: job dead-lettered", "job_id", j.Val.id, "dead_letter_id", id, "reason", reason, "attempt", attempts, "error", cause)
+		w.event(ctx, streamq.Event{Kind: streamq.EventDeadLettered, ID: j.Val.id, Message: msg, Err: cause, Reason: reason})
 	}
 }
 

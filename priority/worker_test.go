@@ -73,6 +73,46 @@ func TestWorker_TenThousandInPriorityOrder(t *testing.T) {
 	e.waitStats(t, priority.Stats{})
 }
 
+// TestWorker_Postpone: a job postponed more often than MaxDeliveries allows
+// attempts is neither charged nor dead-lettered, and runs once it stops
+// postponing.
+func TestWorker_Postpone(t *testing.T) {
+	t.Parallel()
+	const postpones = 4
+	e := setup(t, nil)
+	e.push(t, 1)
+	var n atomic.Int64
+	last := make(chan *streamq.Message, 1)
+	h := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
+		if n.Add(1) <= postpones {
+			return streamq.Postpone(time.Millisecond, errors.New("rate limited"))
+		}
+		last <- msg
+		return nil
+	})
+	var postponed atomic.Int64
+	w := e.newWorker(t, h, priority.WorkerConfig{MaxDeliveries: 2, OnEvent: func(_ context.Context, ev streamq.Event) {
+		if ev.Kind == streamq.EventPostponed {
+			postponed.Add(1)
+		}
+	}})
+	stop := run(t, w)
+	m := recv(t, last, "the job after its postpones")
+	if m.Attempt != 0 || m.LastError != "" {
+		t.Errorf("after %d postpones: attempt=%d last error=%q; want an uncharged job", postpones, m.Attempt, m.LastError)
+	}
+	e.waitStats(t, priority.Stats{})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.Stats(); s.Processed != 1 || s.Postponed != postpones || s.Failed != 0 || s.DeadLettered != 0 {
+		t.Errorf("stats %+v, want 1 processed, %d postponed, nothing failed or dead-lettered", s, postpones)
+	}
+	if postponed.Load() != postpones {
+		t.Errorf("%d EventPostponed, want %d", postponed.Load(), postpones)
+	}
+}
+
 func TestWorker_Retry(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)

@@ -1,0 +1,360 @@
+package pool
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var (
+	errShutdown = errors.New("shutdown")
+	errLost     = errors.New("lost")
+)
+
+// wait bounds every wait in these tests.
+const wait = 10 * time.Second
+
+func newPool(t *testing.T, conc int) *Pool[int] {
+	t.Helper()
+	return New[int](context.Background(), Config{
+		Concurrency: conc, ShutdownTimeout: wait, ShutdownCause: errShutdown, LostCause: errLost,
+	})
+}
+
+// recv waits for a value on ch or fails the test.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(wait):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
+	}
+}
+
+func TestPool_Slots(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, 8)
+	ctx := context.Background()
+	n, err := p.Slots(ctx, 8, false, 0, 0)
+	if err != nil || n != 8 {
+		t.Fatalf("Slots on an idle pool = %d, %v; want all 8", n, err)
+	}
+	p.Release(5)
+	if n, _ := p.Slots(ctx, 8, false, 0, 0); n != 5 {
+		t.Errorf("Slots with 5 free = %d, want 5", n)
+	}
+	p.Release(8)
+	if n, _ := p.Slots(ctx, 3, false, 0, 0); n != 3 {
+		t.Errorf("Slots capped by most = %d, want 3", n)
+	}
+	p.Release(3)
+
+	// After a full fetch with one slot free, Slots waits for want.
+	held, _ := p.Slots(ctx, 7, false, 0, 0)
+	go func() {
+		time.Sleep(time.Millisecond) // let Slots start waiting; not a synchronisation
+		p.Release(3)
+	}()
+	if n, _ := p.Slots(ctx, 8, true, 4, wait); n != 4 {
+		t.Errorf("Slots gathering for 4 = %d, want 4", n)
+	}
+	p.Release(held - 3 + 4)
+
+	// A cancelled context ends the wait for the first slot.
+	all, _ := p.Slots(ctx, 8, false, 0, 0)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if n, err := p.Slots(cctx, 8, false, 0, 0); err == nil || n != 0 {
+		t.Errorf("Slots with a cancelled context = %d, %v; want 0 and an error", n, err)
+	}
+	p.Release(all)
+}
+
+func TestPool_LaunchUnregisters(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, 2)
+	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
+	done := make(chan string, 2)
+	keep := p.Register("keep", 1)
+	drop := p.Register("drop", 2)
+	work := func(j *Job[int]) bool { done <- j.Key; return j.Val == 1 }
+	p.Launch(keep, 1, work)
+	p.Launch(drop, 1, work)
+	recv(t, done, "a job")
+	recv(t, done, "a job")
+	p.Drain(func(int) { t.Error("drain timed out") })
+	if !p.Owns("keep") || p.Owns("drop") || p.Len() != 1 {
+		t.Errorf("owns keep=%v drop=%v len=%d; want only the kept job", p.Owns("keep"), p.Owns("drop"), p.Len())
+	}
+	if n2, _ := p.Slots(context.Background(), 2, false, 0, 0); n2 != n {
+		t.Errorf("%d slots free after both jobs, want %d", n2, n)
+	}
+	p.Unregister(keep)
+	if keep.Ctx.Err() == nil {
+		t.Error("Unregister did not release the job's context")
+	}
+}
+
+// TestPool_RunAlone checks that a job running alone waits for the running
+// jobs, that nothing else starts while it runs, and that a job whose claim
+// was lost while waiting is dropped.
+func TestPool_RunAlone(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, 4)
+	ctx := context.Background()
+	var running atomic.Int64
+	var maxWithAlone atomic.Int64
+	release := make(chan struct{})
+	started := make(chan string, 10)
+	work := func(j *Job[int]) bool {
+		n := running.Add(1)
+		defer running.Add(-1)
+		if j.Val == 1 { // alone
+			maxWithAlone.Store(max(maxWithAlone.Load(), n))
+		}
+		started <- j.Key
+		<-release
+		return false
+	}
+	// Two normal jobs run.
+	n, _ := p.Slots(ctx, 2, false, 0, 0)
+	p.Launch(p.Register("a", 0), 1, work)
+	p.Launch(p.Register("b", 0), 1, work)
+	recv(t, started, "job a or b")
+	recv(t, started, "job a or b")
+	if n != 2 {
+		t.Fatalf("took %d slots, want 2", n)
+	}
+
+	lost := p.Register("lost", 1)
+	alone := p.Register("alone", 1)
+	lost.cancel(errLost) // as KeepAlive does when the claim is gone
+	aloneDone := make(chan bool, 1)
+	go func() {
+		aloneDone <- p.RunAlone(ctx, []*Job[int]{alone, lost}, work, func(*Job[int]) { t.Error("handBack called") })
+	}()
+	// A fetch queued behind RunAlone must not get a slot before the alone
+	// job ran: release the normal jobs and see what starts next.
+	waitQueued(t, p)
+	fetched := make(chan int64, 1)
+	go func() {
+		n, _ := p.Slots(ctx, 1, false, 0, 0)
+		fetched <- n
+	}()
+	release <- struct{}{}
+	release <- struct{}{}
+	if got := recv(t, started, "the alone job"); got != "alone" {
+		t.Fatalf("%q started, want the alone job", got)
+	}
+	select {
+	case <-fetched:
+		t.Error("a fetch got a slot while the alone job ran")
+	default:
+	}
+	release <- struct{}{}
+	// The queued fetch goes before the next alone job (FIFO): other work
+	// is slowed by jobs running alone, never starved.
+	p.Release(recv(t, fetched, "the fetch after the alone job"))
+	if !recv(t, aloneDone, "RunAlone") {
+		t.Error("RunAlone reported a cancelled context")
+	}
+	p.Drain(func(int) { t.Error("drain timed out") })
+	if m := maxWithAlone.Load(); m != 1 {
+		t.Errorf("%d jobs ran while the alone job ran, want only it", m)
+	}
+	if p.Owns("lost") || p.Len() != 0 {
+		t.Errorf("jobs left registered: %d (lost owned: %v)", p.Len(), p.Owns("lost"))
+	}
+}
+
+// waitQueued waits until a caller is queued on p's semaphore: TryAcquire
+// fails while one is, even with slots free. There is no signal for it.
+func waitQueued(t *testing.T, p *Pool[int]) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for p.sem.TryAcquire(1) {
+		p.sem.Release(1)
+		if time.Now().After(deadline) {
+			t.Fatal("nothing queued on the semaphore")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+func TestPool_RunAloneHandsBackOnCancel(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, 2)
+	n, _ := p.Slots(context.Background(), 1, false, 0, 0) // a running job holds a slot
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var back []string
+	j1, j2 := p.Register("x", 0), p.Register("y", 0)
+	ok := p.RunAlone(ctx, []*Job[int]{j1, j2}, func(*Job[int]) bool { t.Error("a job ran"); return false },
+		func(j *Job[int]) { back = append(back, j.Key); p.Unregister(j) })
+	if ok || !slices.Equal(back, []string{"x", "y"}) {
+		t.Errorf("RunAlone = %v, handed back %v; want false and both", ok, back)
+	}
+	p.Release(n)
+}
+
+func TestPool_DrainCancelsAfterTimeout(t *testing.T) {
+	t.Parallel()
+	p := New[int](context.Background(), Config{Concurrency: 2, ShutdownTimeout: 20 * time.Millisecond, ShutdownCause: errShutdown, LostCause: errLost})
+	causes := make(chan error, 2)
+	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
+	for _, k := range []string{"a", "b"} {
+		p.Launch(p.Register(k, 0), 1, func(j *Job[int]) bool {
+			<-j.Ctx.Done()
+			causes <- context.Cause(j.Ctx)
+			return false
+		})
+	}
+	timedOut := -1
+	p.Drain(func(running int) { timedOut = running })
+	if timedOut != 2 {
+		t.Errorf("onTimeout got %d running jobs, want 2", timedOut)
+	}
+	for range n {
+		if c := recv(t, causes, "a cancelled job"); !errors.Is(c, errShutdown) {
+			t.Errorf("job cancelled with %v, want the shutdown cause", c)
+		}
+	}
+	late := p.Register("late", 0)
+	if !errors.Is(context.Cause(late.Ctx), errShutdown) {
+		t.Errorf("a job registered after the drain deadline has cause %v, want the shutdown cause", context.Cause(late.Ctx))
+	}
+	p.Unregister(late)
+}
+
+func TestPool_KeepAlive(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, 4)
+	running := p.Register("running", 0)
+	settled := p.Register("settled", 0)
+	p.Settle(settled)
+	touched := make(chan []string, 1)
+	lostJobs := make(chan string, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(done)
+		p.KeepAlive(ctx, time.Millisecond, wait,
+			func(_ context.Context, keys []string) ([]string, error) {
+				once.Do(func() {
+					slices.Sort(keys)
+					touched <- slices.Clone(keys)
+				})
+				return []string{"running", "settled"}, nil
+			},
+			func(j *Job[int]) { lostJobs <- j.Key },
+			func(err error) { t.Errorf("touch error: %v", err) })
+	}()
+	if keys := recv(t, touched, "a touch"); !slices.Equal(keys, []string{"running", "settled"}) {
+		t.Errorf("touched %v, want every registered job", keys)
+	}
+	if k := recv(t, lostJobs, "the lost running job"); k != "running" {
+		t.Errorf("onLost(%q), want the running job", k)
+	}
+	<-running.Ctx.Done()
+	if !errors.Is(context.Cause(running.Ctx), errLost) {
+		t.Errorf("running job cancelled with %v, want the lost cause", context.Cause(running.Ctx))
+	}
+	cancel()
+	<-done
+	if settled.Ctx.Err() != nil {
+		t.Error("a settled job was cancelled for a lost claim")
+	}
+	select {
+	case k := <-lostJobs:
+		if k == "settled" {
+			t.Error("onLost called for a settled job")
+		}
+	default:
+	}
+	p.Unregister(running)
+	p.Unregister(settled)
+}
+
+func TestBatch(t *testing.T) {
+	t.Parallel()
+	in := make(chan int, 100)
+	for i := range 25 {
+		in <- i
+	}
+	close(in)
+	var batches [][]int
+	Batch(in, 10, 10, time.Hour, func(b []int) { batches = append(batches, slices.Clone(b)) })
+	var all []int
+	for _, b := range batches {
+		if len(b) > 10 {
+			t.Errorf("batch of %d, want at most 10", len(b))
+		}
+		all = append(all, b...)
+	}
+	if len(batches) != 3 || len(all) != 25 || !slices.IsSorted(all) {
+		t.Errorf("batches %v; want 25 items in order in 3 batches", batches)
+	}
+
+	// A lone item is flushed after the linger, without waiting for want.
+	in2 := make(chan int)
+	flushed := make(chan []int, 1)
+	done := make(chan struct{})
+	go func() { defer close(done); Batch(in2, 10, 5, time.Millisecond, func(b []int) { flushed <- slices.Clone(b) }) }()
+	in2 <- 7
+	if b := recv(t, flushed, "a lingering batch"); !slices.Equal(b, []int{7}) {
+		t.Errorf("flushed %v, want [7]", b)
+	}
+	close(in2)
+	<-done
+}
+
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	var b Backoff
+	for i := range 20 {
+		ceil := b.Peek()
+		d := b.Next()
+		if d < ceil/2 || d > ceil || ceil > 5*time.Second {
+			t.Fatalf("delay %d: %s, ceiling %s; want between half the ceiling and the ceiling (at most 5s)", i, d, ceil)
+		}
+	}
+	b.Reset()
+	if b.Peek() != 50*time.Millisecond {
+		t.Errorf("after Reset the ceiling is %s, want 50ms", b.Peek())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if b.Wait(ctx) {
+		t.Error("Wait with a cancelled context reported true")
+	}
+}
+
+func TestFatal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{errors.New("WRONGTYPE Operation against a key"), true},
+		{errors.New("NOPERM this user has no permissions"), true},
+		{errors.New("dial tcp: connection refused"), false},
+		{errors.New("LOADING Redis is loading"), false},
+		{nil, false},
+	} {
+		if got := Fatal(tc.err); got != tc.want {
+			t.Errorf("Fatal(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
