@@ -349,16 +349,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	r := &run{
-		c: c,
-		pool: pool.New[entry](ctx, pool.Config{
-			Concurrency:     c.cfg.Concurrency,
-			ShutdownTimeout: c.cfg.ShutdownTimeout,
-			ShutdownCause:   ErrShutdown,
-			LostCause:       ErrClaimLost,
-		}),
-		acks: make(chan ackItem, 2*c.cfg.Concurrency),
-	}
+	r := &run{c: c, acks: make(chan ackItem, 2*c.cfg.Concurrency)}
+	r.pool = pool.New(ctx, pool.Config{
+		Concurrency:     c.cfg.Concurrency,
+		ShutdownTimeout: c.cfg.ShutdownTimeout,
+		ShutdownCause:   ErrShutdown,
+		LostCause:       ErrClaimLost,
+		JobTimeout:      max(c.cfg.JobTimeout, 0),
+		TimeoutCause:    ErrJobTimeout,
+	}, r.process)
 
 	ackDone := make(chan struct{})
 	go func() {
@@ -382,6 +381,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	r.pool.Drain(func(running int) {
 		c.log.Warn("streamq: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", running, "timeout", c.cfg.ShutdownTimeout)
 	})
+	r.pool.Close()
 	close(r.acks)
 	<-ackDone // claims of acknowledged jobs stay fresh until the XACK is sent
 	stopKA()
@@ -496,7 +496,7 @@ func (r *run) ensureGroup(ctx context.Context) error {
 // start runs a registered job in a new goroutine. The caller holds weight
 // handler slots for it.
 func (r *run) start(j *pool.Job[entry], weight int64) {
-	r.pool.Launch(j, weight, r.process)
+	r.pool.Launch(j, weight)
 }
 
 // process runs the handler for one entry and settles the outcome: ack,
@@ -504,7 +504,6 @@ func (r *run) start(j *pool.Job[entry], weight int64) {
 // which unregisters it once acknowledged.
 func (r *run) process(j *pool.Job[entry]) bool {
 	c := r.c
-	jctx := j.Ctx
 	msg, err := DecodeMessage(c.q.name, j.Key, j.Val.values, j.Val.deliveries)
 	msg.Group = c.q.group
 	if err != nil {
@@ -515,11 +514,7 @@ func (r *run) process(j *pool.Job[entry]) bool {
 		r.deadLetter(msg, v.Reason, cause, v.Attempts)
 		return false
 	}
-	if c.cfg.JobTimeout > 0 {
-		var cancel context.CancelFunc
-		jctx, cancel = context.WithTimeoutCause(jctx, c.cfg.JobTimeout, ErrJobTimeout)
-		defer cancel()
-	}
+	var jctx context.Context = j // cancelled on timeout, lost claim or shutdown
 	err = CallHandler(jctx, c.h, msg)
 	r.pool.Settle(j)
 	if err == nil {

@@ -37,7 +37,7 @@ func (r *run) reapLoop(ctx context.Context) error {
 			}
 			next, started, alone, err := r.reclaim(ctx, cursor, n)
 			r.pool.Release(n - started)
-			if !r.pool.RunAlone(ctx, alone, r.process, r.handBack) {
+			if !r.pool.RunAlone(ctx, alone, r.handBack) {
 				return nil
 			}
 			if err != nil {

@@ -1172,3 +1172,61 @@ func TestReliability_PruneDepartedConsumers(t *testing.T) {
 	run.stop()
 	cnt.exactlyOnce(t, []string{"held"})
 }
+
+// TestReliability_JobTimeout: a handler that outlives JobTimeout sees its
+// deadline, then its context ends with DeadlineExceeded and cause
+// ErrJobTimeout; the attempt counts as failed and the job is retried.
+func TestReliability_JobTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 150 * time.Millisecond
+	rdb := redistest.NewClient(t)
+	q, p := relQueue(t, rdb, nil)
+	type seen struct {
+		deadline   time.Duration // deadline minus the handler's start
+		hasDL      bool
+		err, cause error
+	}
+	first := make(chan seen, 1)
+	second := make(chan *streamq.Message, 1)
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		if m.Attempt > 0 {
+			second <- m
+			return nil
+		}
+		start := time.Now()
+		dl, ok := ctx.Deadline()
+		select {
+		case <-ctx.Done():
+		case <-time.After(relWait):
+		}
+		first <- seen{dl.Sub(start), ok, ctx.Err(), context.Cause(ctx)}
+		return ctx.Err()
+	}, streamq.ConsumerConfig{JobTimeout: timeout})
+	run := relRun(t, c)
+	enqueueAll(t, p, []string{"slow"})
+	var s seen
+	select {
+	case s = <-first:
+	case <-time.After(relWait):
+		t.Fatal("the handler did not return after its timeout")
+	}
+	if !s.hasDL || s.deadline > timeout || s.deadline < timeout-50*time.Millisecond {
+		t.Errorf("deadline %s after the start (present %v), want about %s", s.deadline, s.hasDL, timeout)
+	}
+	if !errors.Is(s.err, context.DeadlineExceeded) || !errors.Is(s.cause, streamq.ErrJobTimeout) {
+		t.Errorf("ctx.Err() = %v, cause %v; want DeadlineExceeded and ErrJobTimeout", s.err, s.cause)
+	}
+	select {
+	case m := <-second:
+		if !strings.Contains(m.LastError, "deadline exceeded") {
+			t.Errorf("retried job's last error %q, want the timeout", m.LastError)
+		}
+	case <-time.After(relWait):
+		t.Fatal("the timed-out job was not retried")
+	}
+	relSettled(t, q, 0, relWait)
+	run.stop()
+	if st := c.Stats(); st.Failed != 1 || st.Retried != 1 || st.Processed != 1 {
+		t.Errorf("stats %+v, want 1 failed, 1 retried, 1 processed", st)
+	}
+}

@@ -354,6 +354,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	r.pool.Drain(func(running int) {
 		w.log.Warn("priority: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", running, "timeout", w.cfg.ShutdownTimeout)
 	})
+	r.pool.Close()
 	close(r.finishes)
 	<-finDone // leases of finished jobs stay fresh until they are removed
 	stopKA()
@@ -375,18 +376,21 @@ type run struct {
 }
 
 func newRun(w *Worker, ctx context.Context) *run {
-	return &run{
-		w: w,
-		pool: pool.New[item](ctx, pool.Config{
-			Concurrency:     w.cfg.Concurrency,
-			ShutdownTimeout: w.cfg.ShutdownTimeout,
-			ShutdownCause:   streamq.ErrShutdown,
-			LostCause:       streamq.ErrClaimLost,
-		}),
+	r := &run{
+		w:        w,
 		finishes: make(chan *pool.Job[item], 2*w.cfg.Concurrency),
 		runID:    randHex(3),
 		credits:  make([]int64, len(w.bands)),
 	}
+	r.pool = pool.New(ctx, pool.Config{
+		Concurrency:     w.cfg.Concurrency,
+		ShutdownTimeout: w.cfg.ShutdownTimeout,
+		ShutdownCause:   streamq.ErrShutdown,
+		LostCause:       streamq.ErrClaimLost,
+		JobTimeout:      max(w.cfg.JobTimeout, 0),
+		TimeoutCause:    streamq.ErrJobTimeout,
+	}, r.process)
+	return r
 }
 
 // item is a leased job.
@@ -444,11 +448,11 @@ func (r *run) popLoop(ctx context.Context) error {
 				alone = append(alone, j)
 				continue
 			}
-			r.pool.Launch(j, 1, r.process) // owns one of the n slots
+			r.pool.Launch(j, 1) // owns one of the n slots
 		}
 		r.pool.Release(n - int64(len(res.jobs)-len(alone)))
 		full = int64(len(res.jobs)) == n
-		if !r.pool.RunAlone(ctx, alone, r.process, r.handBack) {
+		if !r.pool.RunAlone(ctx, alone, r.handBack) {
 			return nil
 		}
 		if len(res.jobs) == 0 && res.missing == 0 {
@@ -618,12 +622,7 @@ func (r *run) process(j *pool.Job[item]) bool {
 		r.deadLetter(j, msg, v.Reason, cause, v.Attempts)
 		return false
 	}
-	jctx := j.Ctx
-	if w.cfg.JobTimeout > 0 {
-		var cancel context.CancelFunc
-		jctx, cancel = context.WithTimeoutCause(jctx, w.cfg.JobTimeout, streamq.ErrJobTimeout)
-		defer cancel()
-	}
+	var jctx context.Context = j // cancelled on timeout, lost claim or shutdown
 	err = streamq.CallHandler(jctx, w.h, msg)
 	r.pool.Settle(j)
 	if err == nil {

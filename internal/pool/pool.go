@@ -30,46 +30,100 @@ type Config struct {
 	ShutdownCause error
 	// LostCause cancels the context of a job whose claim was lost.
 	LostCause error
+	// JobTimeout bounds one run of a job (0: none): its context then reports
+	// the deadline, is cancelled with TimeoutCause, and its Err is
+	// context.DeadlineExceeded. The deadline is enforced by one sweeper per
+	// pool rather than a timer per job, within max(JobTimeout/64, 10 ms)
+	// (and at most 1 s).
+	JobTimeout   time.Duration
+	TimeoutCause error
 }
 
 // Job is a job a pool owns: running, waiting to run alone, or finished and
 // waiting for its settlement to be written.
+//
+// A *Job is the context of its run: detached from the run's cancellation (so
+// a job can drain after a shutdown began), cancelled with Config.LostCause
+// when its claim was lost, Config.ShutdownCause after the drain deadline and
+// Config.TimeoutCause after JobTimeout; [context.Cause] reports which. Being
+// its own context saves a context, a timer and their registrations per job.
 type Job[T any] struct {
 	Key string
 	Val T
-	// Ctx is the job's context: detached from the run's cancellation (so a
-	// job can drain after a shutdown began), cancelled with Config.LostCause
-	// when its claim was lost or Config.ShutdownCause after the drain
-	// deadline.
-	Ctx    context.Context
-	cancel context.CancelCauseFunc
+
+	ctx      context.Context // cancelled with the causes above
+	cancel   context.CancelCauseFunc
+	deadline time.Time // set when the job starts, if JobTimeout > 0
+	timeout  error     // Config.TimeoutCause
 	// settling is set (under Pool.mu) once the handler returned (or will not
 	// run): a lost claim is then no longer a reason to cancel it, and its
 	// claim need not be refreshed.
 	settling bool
 }
 
-// Pool runs jobs of one run on at most Concurrency goroutines.
+// Deadline reports when JobTimeout ends the job's run, if it has started and
+// JobTimeout is set.
+func (j *Job[T]) Deadline() (time.Time, bool) { return j.deadline, !j.deadline.IsZero() }
+
+// Done is closed when the job's context is cancelled.
+func (j *Job[T]) Done() <-chan struct{} { return j.ctx.Done() }
+
+// Err is nil until the job's context is cancelled, then
+// context.DeadlineExceeded if JobTimeout ended it, else context.Canceled.
+func (j *Job[T]) Err() error {
+	err := j.ctx.Err()
+	if err != nil && j.timeout != nil && errors.Is(context.Cause(j.ctx), j.timeout) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// Value returns the value of the run's context for key.
+func (j *Job[T]) Value(key any) any { return j.ctx.Value(key) }
+
+// task is one launched job for a handler goroutine.
+type task[T any] struct {
+	j      *Job[T]
+	weight int64
+}
+
+// Pool runs jobs of one run on at most Concurrency goroutines at a time.
+// Handler goroutines are kept between jobs (a new goroutine per job costs
+// its creation and the growth of its stack every time); [Pool.Close] ends
+// them.
 type Pool[T any] struct {
 	cfg  Config
+	work func(*Job[T]) (keep bool)
 	sem  *semaphore.Weighted
-	wg   sync.WaitGroup
+	wg   sync.WaitGroup // launched jobs
 	base context.Context
+
+	tasks   chan task[T]
+	closed  chan struct{}
+	workers sync.WaitGroup // handler goroutines
+	nwork   int            // handler goroutines started; guarded by mu
+	sweep   sync.Once
 
 	mu       sync.Mutex
 	jobs     map[string]*Job[T]
 	stopping bool
 }
 
-// New returns a pool whose jobs' contexts derive from ctx without its
-// cancellation. Such a parent has no Done channel, so job contexts do not
-// register with a shared parent: [Pool.Drain] cancels them one by one.
-func New[T any](ctx context.Context, cfg Config) *Pool[T] {
+// New returns a pool that runs work for every launched job. If work
+// returns false the job is unregistered when it returns (return true to keep
+// it registered until its settlement is written, and unregister it then).
+// Jobs' contexts derive from ctx without its cancellation. Such a parent has
+// no Done channel, so job contexts do not register with a shared parent:
+// [Pool.Drain] cancels them one by one.
+func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool)) *Pool[T] {
 	return &Pool[T]{
-		cfg:  cfg,
-		sem:  semaphore.NewWeighted(int64(cfg.Concurrency)),
-		base: context.WithoutCancel(ctx),
-		jobs: make(map[string]*Job[T]),
+		cfg:    cfg,
+		work:   work,
+		sem:    semaphore.NewWeighted(int64(cfg.Concurrency)),
+		base:   context.WithoutCancel(ctx),
+		tasks:  make(chan task[T]),
+		closed: make(chan struct{}),
+		jobs:   make(map[string]*Job[T]),
 	}
 }
 
@@ -77,7 +131,7 @@ func New[T any](ctx context.Context, cfg Config) *Pool[T] {
 // its claim and [Pool.Owns] reports it.
 func (p *Pool[T]) Register(key string, v T) *Job[T] {
 	ctx, cancel := context.WithCancelCause(p.base)
-	j := &Job[T]{Key: key, Val: v, Ctx: ctx, cancel: cancel}
+	j := &Job[T]{Key: key, Val: v, ctx: ctx, cancel: cancel, timeout: p.cfg.TimeoutCause}
 	p.mu.Lock()
 	p.jobs[key] = j
 	if p.stopping {
@@ -153,19 +207,91 @@ func (p *Pool[T]) Release(n int64) {
 	}
 }
 
-// Launch runs work(j) in a new goroutine. The caller holds weight slots for
-// it, which are released when work returns; if work returns false the job
-// is unregistered then too (return true to keep it registered until its
-// settlement is written, and unregister it then).
-func (p *Pool[T]) Launch(j *Job[T], weight int64, work func(*Job[T]) (keep bool)) {
+// Launch runs the pool's work for j on a handler goroutine. The caller holds
+// weight slots for it, which are released when work returns. Idle handler
+// goroutines are reused; at most 2×Concurrency are ever started (at most
+// Concurrency run jobs at once, the others are between jobs).
+func (p *Pool[T]) Launch(j *Job[T], weight int64) {
 	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		defer p.sem.Release(weight)
-		if !work(j) {
-			p.Unregister(j)
+	t := task[T]{j: j, weight: weight}
+	select {
+	case p.tasks <- t: // an idle handler goroutine takes it
+		return
+	default:
+	}
+	p.mu.Lock()
+	spawn := p.nwork < 2*p.cfg.Concurrency
+	if spawn {
+		p.nwork++
+	}
+	p.mu.Unlock()
+	if !spawn {
+		// Every goroutine is busy or about to be idle (at most Concurrency
+		// run jobs; the others have just released their slot): wait for one.
+		p.tasks <- t
+		return
+	}
+	if p.cfg.JobTimeout > 0 {
+		p.sweep.Do(func() { p.workers.Add(1); go p.sweeper() })
+	}
+	p.workers.Add(1)
+	go p.worker(t)
+}
+
+// worker runs tasks until the pool is closed.
+func (p *Pool[T]) worker(t task[T]) {
+	defer p.workers.Done()
+	for {
+		p.run(t)
+		select {
+		case t = <-p.tasks:
+		case <-p.closed:
+			return
 		}
-	}()
+	}
+}
+
+// run runs one task.
+func (p *Pool[T]) run(t task[T]) {
+	defer p.wg.Done()
+	defer p.sem.Release(t.weight)
+	if p.cfg.JobTimeout > 0 {
+		p.mu.Lock()
+		t.j.deadline = time.Now().Add(p.cfg.JobTimeout)
+		p.mu.Unlock()
+	}
+	if !p.work(t.j) {
+		p.Unregister(t.j)
+	}
+}
+
+// sweeper cancels the jobs that ran past their deadline, until the pool is
+// closed.
+func (p *Pool[T]) sweeper() {
+	defer p.workers.Done()
+	tick := min(max(p.cfg.JobTimeout/64, 10*time.Millisecond), time.Second)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.closed:
+			return
+		case now := <-t.C:
+			p.mu.Lock()
+			for _, j := range p.jobs {
+				if !j.settling && !j.deadline.IsZero() && !now.Before(j.deadline) {
+					j.cancel(p.cfg.TimeoutCause)
+				}
+			}
+			p.mu.Unlock()
+		}
+	}
+}
+
+// Close ends the pool's goroutines once [Pool.Drain] has returned.
+func (p *Pool[T]) Close() {
+	close(p.closed)
+	p.workers.Wait()
 }
 
 // RunAlone launches each job only once no other job of the pool runs, and
@@ -177,7 +303,7 @@ func (p *Pool[T]) Launch(j *Job[T], weight int64, work func(*Job[T]) (keep bool)
 // whose claim was lost meanwhile is dropped. If ctx ends first, the jobs not
 // started go to handBack (which must unregister them) and RunAlone reports
 // false.
-func (p *Pool[T]) RunAlone(ctx context.Context, jobs []*Job[T], work func(*Job[T]) bool, handBack func(*Job[T])) bool {
+func (p *Pool[T]) RunAlone(ctx context.Context, jobs []*Job[T], handBack func(*Job[T])) bool {
 	all := int64(p.cfg.Concurrency)
 	for i, j := range jobs {
 		if err := p.sem.Acquire(ctx, all); err != nil {
@@ -186,12 +312,12 @@ func (p *Pool[T]) RunAlone(ctx context.Context, jobs []*Job[T], work func(*Job[T
 			}
 			return false
 		}
-		if errors.Is(context.Cause(j.Ctx), p.cfg.LostCause) {
+		if errors.Is(context.Cause(j), p.cfg.LostCause) {
 			p.sem.Release(all)
 			p.Unregister(j)
 			continue
 		}
-		p.Launch(j, all, work)
+		p.Launch(j, all)
 	}
 	return true
 }

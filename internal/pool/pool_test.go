@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,16 +18,24 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var (
 	errShutdown = errors.New("shutdown")
 	errLost     = errors.New("lost")
+	errTimeout  = errors.New("timeout")
 )
 
 // wait bounds every wait in these tests.
 const wait = 10 * time.Second
 
-func newPool(t *testing.T, conc int) *Pool[int] {
+// noWork is the work of pools whose jobs must not run.
+func noWork(t *testing.T) func(*Job[int]) bool {
+	return func(*Job[int]) bool { t.Error("a job ran"); return false }
+}
+
+func newPool(t *testing.T, conc int, work func(*Job[int]) bool) *Pool[int] {
 	t.Helper()
-	return New[int](context.Background(), Config{
+	p := New(context.Background(), Config{
 		Concurrency: conc, ShutdownTimeout: wait, ShutdownCause: errShutdown, LostCause: errLost,
-	})
+	}, work)
+	t.Cleanup(p.Close)
+	return p
 }
 
 // recv waits for a value on ch or fails the test.
@@ -44,7 +53,7 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 
 func TestPool_Slots(t *testing.T) {
 	t.Parallel()
-	p := newPool(t, 8)
+	p := newPool(t, 8, noWork(t))
 	ctx := context.Background()
 	n, err := p.Slots(ctx, 8, false, 0, 0)
 	if err != nil || n != 8 {
@@ -83,14 +92,13 @@ func TestPool_Slots(t *testing.T) {
 
 func TestPool_LaunchUnregisters(t *testing.T) {
 	t.Parallel()
-	p := newPool(t, 2)
-	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
 	done := make(chan string, 2)
+	p := newPool(t, 2, func(j *Job[int]) bool { done <- j.Key; return j.Val == 1 })
+	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
 	keep := p.Register("keep", 1)
 	drop := p.Register("drop", 2)
-	work := func(j *Job[int]) bool { done <- j.Key; return j.Val == 1 }
-	p.Launch(keep, 1, work)
-	p.Launch(drop, 1, work)
+	p.Launch(keep, 1)
+	p.Launch(drop, 1)
 	recv(t, done, "a job")
 	recv(t, done, "a job")
 	p.Drain(func(int) { t.Error("drain timed out") })
@@ -101,7 +109,7 @@ func TestPool_LaunchUnregisters(t *testing.T) {
 		t.Errorf("%d slots free after both jobs, want %d", n2, n)
 	}
 	p.Unregister(keep)
-	if keep.Ctx.Err() == nil {
+	if keep.Err() == nil {
 		t.Error("Unregister did not release the job's context")
 	}
 }
@@ -111,7 +119,6 @@ func TestPool_LaunchUnregisters(t *testing.T) {
 // was lost while waiting is dropped.
 func TestPool_RunAlone(t *testing.T) {
 	t.Parallel()
-	p := newPool(t, 4)
 	ctx := context.Background()
 	var running atomic.Int64
 	var maxWithAlone atomic.Int64
@@ -127,10 +134,11 @@ func TestPool_RunAlone(t *testing.T) {
 		<-release
 		return false
 	}
+	p := newPool(t, 4, work)
 	// Two normal jobs run.
 	n, _ := p.Slots(ctx, 2, false, 0, 0)
-	p.Launch(p.Register("a", 0), 1, work)
-	p.Launch(p.Register("b", 0), 1, work)
+	p.Launch(p.Register("a", 0), 1)
+	p.Launch(p.Register("b", 0), 1)
 	recv(t, started, "job a or b")
 	recv(t, started, "job a or b")
 	if n != 2 {
@@ -142,7 +150,7 @@ func TestPool_RunAlone(t *testing.T) {
 	lost.cancel(errLost) // as KeepAlive does when the claim is gone
 	aloneDone := make(chan bool, 1)
 	go func() {
-		aloneDone <- p.RunAlone(ctx, []*Job[int]{alone, lost}, work, func(*Job[int]) { t.Error("handBack called") })
+		aloneDone <- p.RunAlone(ctx, []*Job[int]{alone, lost}, func(*Job[int]) { t.Error("handBack called") })
 	}()
 	// A fetch queued behind RunAlone must not get a slot before the alone
 	// job ran: release the normal jobs and see what starts next.
@@ -194,14 +202,13 @@ func waitQueued(t *testing.T, p *Pool[int]) {
 
 func TestPool_RunAloneHandsBackOnCancel(t *testing.T) {
 	t.Parallel()
-	p := newPool(t, 2)
+	p := newPool(t, 2, noWork(t))
 	n, _ := p.Slots(context.Background(), 1, false, 0, 0) // a running job holds a slot
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var back []string
 	j1, j2 := p.Register("x", 0), p.Register("y", 0)
-	ok := p.RunAlone(ctx, []*Job[int]{j1, j2}, func(*Job[int]) bool { t.Error("a job ran"); return false },
-		func(j *Job[int]) { back = append(back, j.Key); p.Unregister(j) })
+	ok := p.RunAlone(ctx, []*Job[int]{j1, j2}, func(j *Job[int]) { back = append(back, j.Key); p.Unregister(j) })
 	if ok || !slices.Equal(back, []string{"x", "y"}) {
 		t.Errorf("RunAlone = %v, handed back %v; want false and both", ok, back)
 	}
@@ -210,15 +217,17 @@ func TestPool_RunAloneHandsBackOnCancel(t *testing.T) {
 
 func TestPool_DrainCancelsAfterTimeout(t *testing.T) {
 	t.Parallel()
-	p := New[int](context.Background(), Config{Concurrency: 2, ShutdownTimeout: 20 * time.Millisecond, ShutdownCause: errShutdown, LostCause: errLost})
 	causes := make(chan error, 2)
-	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
-	for _, k := range []string{"a", "b"} {
-		p.Launch(p.Register(k, 0), 1, func(j *Job[int]) bool {
-			<-j.Ctx.Done()
-			causes <- context.Cause(j.Ctx)
+	p := New(context.Background(), Config{Concurrency: 2, ShutdownTimeout: 20 * time.Millisecond, ShutdownCause: errShutdown, LostCause: errLost},
+		func(j *Job[int]) bool {
+			<-j.Done()
+			causes <- context.Cause(j)
 			return false
 		})
+	t.Cleanup(p.Close)
+	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
+	for _, k := range []string{"a", "b"} {
+		p.Launch(p.Register(k, 0), 1)
 	}
 	timedOut := -1
 	p.Drain(func(running int) { timedOut = running })
@@ -231,15 +240,15 @@ func TestPool_DrainCancelsAfterTimeout(t *testing.T) {
 		}
 	}
 	late := p.Register("late", 0)
-	if !errors.Is(context.Cause(late.Ctx), errShutdown) {
-		t.Errorf("a job registered after the drain deadline has cause %v, want the shutdown cause", context.Cause(late.Ctx))
+	if !errors.Is(context.Cause(late), errShutdown) {
+		t.Errorf("a job registered after the drain deadline has cause %v, want the shutdown cause", context.Cause(late))
 	}
 	p.Unregister(late)
 }
 
 func TestPool_KeepAlive(t *testing.T) {
 	t.Parallel()
-	p := newPool(t, 4)
+	p := newPool(t, 4, noWork(t))
 	running := p.Register("running", 0)
 	settled := p.Register("settled", 0)
 	p.Settle(settled)
@@ -267,13 +276,13 @@ func TestPool_KeepAlive(t *testing.T) {
 	if k := recv(t, lostJobs, "the lost running job"); k != "running" {
 		t.Errorf("onLost(%q), want the running job", k)
 	}
-	<-running.Ctx.Done()
-	if !errors.Is(context.Cause(running.Ctx), errLost) {
-		t.Errorf("running job cancelled with %v, want the lost cause", context.Cause(running.Ctx))
+	<-running.Done()
+	if !errors.Is(context.Cause(running), errLost) {
+		t.Errorf("running job cancelled with %v, want the lost cause", context.Cause(running))
 	}
 	cancel()
 	<-done
-	if settled.Ctx.Err() != nil {
+	if settled.Err() != nil {
 		t.Error("a settled job was cancelled for a lost claim")
 	}
 	select {
@@ -311,7 +320,10 @@ func TestBatch(t *testing.T) {
 	in2 := make(chan int)
 	flushed := make(chan []int, 1)
 	done := make(chan struct{})
-	go func() { defer close(done); Batch(in2, 10, 5, time.Millisecond, func(b []int) { flushed <- slices.Clone(b) }) }()
+	go func() {
+		defer close(done)
+		Batch(in2, 10, 5, time.Millisecond, func(b []int) { flushed <- slices.Clone(b) })
+	}()
 	in2 <- 7
 	if b := recv(t, flushed, "a lingering batch"); !slices.Equal(b, []int{7}) {
 		t.Errorf("flushed %v, want [7]", b)
@@ -356,5 +368,75 @@ func TestFatal(t *testing.T) {
 		if got := Fatal(tc.err); got != tc.want {
 			t.Errorf("Fatal(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestJob_Timeout checks the job's context when JobTimeout ends its run: the
+// deadline is reported, Err is DeadlineExceeded, the cause is the timeout
+// cause, and contexts derived from it are cancelled too.
+func TestJob_Timeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 30 * time.Millisecond
+	type seen struct {
+		deadline   time.Time
+		ok         bool
+		err, cause error
+		childCause error
+	}
+	got := make(chan seen, 1)
+	p := New(context.Background(), Config{
+		Concurrency: 1, ShutdownTimeout: wait, ShutdownCause: errShutdown, LostCause: errLost,
+		JobTimeout: timeout, TimeoutCause: errTimeout,
+	}, func(j *Job[int]) bool {
+		var s seen
+		s.deadline, s.ok = j.Deadline()
+		child, cancel := context.WithCancel(j)
+		defer cancel()
+		select {
+		case <-child.Done():
+		case <-time.After(wait):
+		}
+		s.err, s.cause, s.childCause = j.Err(), context.Cause(j), context.Cause(child)
+		got <- s
+		return false
+	})
+	t.Cleanup(p.Close)
+	j := p.Register("slow", 0)
+	if _, ok := j.Deadline(); ok {
+		t.Error("a job that has not started reports a deadline")
+	}
+	n, _ := p.Slots(context.Background(), 1, false, 0, 0)
+	start := time.Now()
+	p.Launch(j, n)
+	s := recv(t, got, "the timed-out job")
+	p.Drain(func(int) { t.Error("drain timed out") })
+	if !s.ok || s.deadline.Before(start.Add(timeout)) || s.deadline.After(time.Now()) {
+		t.Errorf("deadline %v (ok %v), want about %s after the start", s.deadline, s.ok, timeout)
+	}
+	if !errors.Is(s.err, context.DeadlineExceeded) || !errors.Is(s.cause, errTimeout) || !errors.Is(s.childCause, errTimeout) {
+		t.Errorf("err %v, cause %v, child's cause %v; want DeadlineExceeded and the timeout cause", s.err, s.cause, s.childCause)
+	}
+}
+
+// TestPool_ReusesGoroutines runs many jobs one after another and checks that
+// they share a bounded number of handler goroutines.
+func TestPool_ReusesGoroutines(t *testing.T) {
+	t.Parallel()
+	done := make(chan struct{}, 1)
+	p := newPool(t, 4, func(*Job[int]) bool { done <- struct{}{}; return false })
+	for i := range 200 {
+		n, err := p.Slots(context.Background(), 1, false, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Launch(p.Register(strconv.Itoa(i), i), n)
+		recv(t, done, "a job")
+	}
+	p.Drain(func(int) { t.Error("drain timed out") })
+	p.mu.Lock()
+	started := p.nwork
+	p.mu.Unlock()
+	if started > 8 {
+		t.Errorf("%d handler goroutines started for 200 jobs run one at a time, want at most 2×Concurrency = 8", started)
 	}
 }
