@@ -76,8 +76,11 @@ type WorkerConfig struct {
 	// on every worker of a queue. Defaults to DefaultLease.
 	Lease time.Duration
 
-	// JobTimeout bounds one handler call; its context is then cancelled with
-	// cause [streamq.ErrJobTimeout] and the job counts as failed. Defaults to
+	// JobTimeout bounds one handler call: the handler's context reports the
+	// deadline, and once it has passed the context is cancelled (Err is
+	// context.DeadlineExceeded, the cause [streamq.ErrJobTimeout]) and the job
+	// counts as failed. One sweeper per Run enforces it, within
+	// max(JobTimeout/64, 10ms) and at most 1s after the deadline. Defaults to
 	// DefaultJobTimeout; -1 disables the timeout.
 	JobTimeout time.Duration
 
