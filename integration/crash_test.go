@@ -1,22 +1,17 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -33,47 +28,17 @@ const (
 	crashDrain       = 60 * time.Second       // bound on finishing after the kills
 	crashReady       = 30 * time.Second       // bound on a worker starting
 	crashStop        = 30 * time.Second       // bound on a worker stopping after SIGTERM
-	crashBuild       = 5 * time.Minute        // bound on building the worker
+
+	// crashWorkerPkg is the worker program the crash tests build and run.
+	crashWorkerPkg = "github.com/streamq/streamq/cmd/streamq-testworker"
 )
 
-// crashBuildWorker builds cmd/streamq-testworker into a temporary directory.
-func crashBuildWorker(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "streamq-testworker")
-	ctx, cancel := context.WithTimeout(context.Background(), crashBuild)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin,
-		"github.com/streamq/streamq/cmd/streamq-testworker").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build streamq-testworker: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// crashProc is one streamq-testworker process.
-type crashProc struct {
-	name    string // consumer name
-	logFile string
-	cmd     *exec.Cmd
-	ready   chan struct{} // closed on the "ready" line
-	eof     chan struct{} // closed when stdout closes (the process ended)
-	stderr  *relLogs
-	ended   bool
-	exitErr error
-}
-
 // crashStart starts a worker for q with consumer name name. The test's
-// cleanup kills it if it still runs, and shows the tail of its log if the
-// test failed.
-func crashStart(t *testing.T, bin string, q *streamq.Queue, name, logDir string, extraArgs ...string) *crashProc {
+// cleanup kills it if it still runs, and shows its stderr and the tail of its
+// log if the test failed.
+func crashStart(t *testing.T, bin string, q *streamq.Queue, name, logDir string, extraArgs ...string) *proctest.Proc {
 	t.Helper()
-	w := &crashProc{
-		name:    name,
-		logFile: filepath.Join(logDir, name+".log"),
-		ready:   make(chan struct{}),
-		eof:     make(chan struct{}),
-		stderr:  &relLogs{},
-	}
+	logFile := filepath.Join(logDir, name+".log")
 	args := []string{
 		"-addr", redistest.Addr(),
 		"-queue", q.Name(),
@@ -81,113 +46,14 @@ func crashStart(t *testing.T, bin string, q *streamq.Queue, name, logDir string,
 		"-concurrency", strconv.Itoa(crashConcurrency),
 		"-min-idle", crashMinIdle.String(),
 		"-work", crashWork,
-		"-log-file", w.logFile,
+		"-log-file", logFile,
 	}
-	w.cmd = exec.Command(bin, append(args, extraArgs...)...) // later flags win
-	w.cmd.Stderr = w.stderr
-	stdout, err := w.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.cmd.Start(); err != nil {
-		t.Fatalf("start worker %s: %v", name, err)
-	}
-	go w.read(stdout)
-	t.Cleanup(func() {
-		w.kill()
-		if t.Failed() {
-			t.Logf("worker %s: stderr:\n%s\nlog tail:\n%s", w.name, w.stderr.String(), fileTail(w.logFile, 4<<10))
-		}
+	return proctest.Start(t, proctest.Options{
+		Name:    name,
+		Bin:     bin,
+		Args:    append(args, extraArgs...), // later flags win
+		LogFile: logFile,
 	})
-	return w
-}
-
-// read watches stdout for the "ready" line until the process ends.
-func (w *crashProc) read(stdout io.Reader) {
-	defer close(w.eof)
-	sc := bufio.NewScanner(stdout)
-	isReady := false
-	for sc.Scan() {
-		if !isReady && strings.HasPrefix(sc.Text(), "ready ") {
-			isReady = true
-			close(w.ready)
-		}
-	}
-}
-
-// waitReady waits until the worker runs its consumer.
-func (w *crashProc) waitReady(t *testing.T) {
-	t.Helper()
-	select {
-	case <-w.ready:
-	case <-w.eof:
-		t.Fatalf("worker %s exited before it was ready; stderr:\n%s", w.name, w.stderr.String())
-	case <-time.After(crashReady):
-		t.Fatalf("worker %s not ready within %s", w.name, crashReady)
-	}
-}
-
-// exited reports whether the process has ended (by itself or killed), and
-// reaps it if so.
-func (w *crashProc) exited() bool {
-	select {
-	case <-w.eof:
-		w.kill()
-		return true
-	default:
-		return false
-	}
-}
-
-// kill SIGKILLs the worker and reaps it; it does nothing if it has ended.
-func (w *crashProc) kill() {
-	if w.ended {
-		return
-	}
-	w.ended = true
-	_ = w.cmd.Process.Kill()
-	<-w.eof // the pipe closes with the process; read it out before Wait
-	w.exitErr = w.cmd.Wait()
-}
-
-// stop sends SIGTERM and waits for a graceful exit, bounded by crashStop.
-func (w *crashProc) stop(t *testing.T) {
-	t.Helper()
-	if w.ended {
-		return
-	}
-	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Errorf("SIGTERM to worker %s: %v", w.name, err)
-	}
-	select {
-	case <-w.eof:
-		w.ended = true
-		if err := w.cmd.Wait(); err != nil {
-			t.Errorf("worker %s exited with %v after SIGTERM, want a clean exit; stderr:\n%s", w.name, err, w.stderr.String())
-		}
-	case <-time.After(crashStop):
-		t.Errorf("worker %s did not exit within %s of SIGTERM", w.name, crashStop)
-		w.kill()
-	}
-}
-
-// fileTail returns up to the last n bytes of a file.
-func fileTail(path string, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err.Error()
-	}
-	off := max(st.Size()-n, 0)
-	b := make([]byte, st.Size()-off)
-	if _, err := f.ReadAt(b, off); err != nil && err != io.EOF {
-		return err.Error()
-	}
-	return string(b)
 }
 
 // crashKill is what one kill left behind.
@@ -203,7 +69,7 @@ type crashKill struct {
 // the killed workers held unacknowledged.
 func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 	t.Parallel()
-	bin := crashBuildWorker(t)
+	bin := proctest.Build(t, crashWorkerPkg)
 	rdb := redistest.NewClient(t)
 	q, p := relQueue(t, rdb, nil)
 	ctx := context.Background()
@@ -213,16 +79,16 @@ func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 	t.Logf("kill schedule seed %d", seed)
 
 	gen := 0
-	start := func(slot int) *crashProc {
+	start := func(slot int) *proctest.Proc {
 		gen++
 		return crashStart(t, bin, q, fmt.Sprintf("w%d-g%d", slot, gen), logDir)
 	}
-	workers := make([]*crashProc, crashWorkers)
+	workers := make([]*proctest.Proc, crashWorkers)
 	for i := range workers {
 		workers[i] = start(i)
 	}
 	for _, w := range workers {
-		w.waitReady(t)
+		w.WaitReady(t, crashReady)
 	}
 
 	handledKey := q.Key("test:handled")
@@ -248,26 +114,26 @@ func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 		}
 		slot := rng.IntN(len(workers))
 		w := workers[slot]
-		w.kill()
+		w.Kill()
 		// Read what the dead consumer held before anyone can take it over
 		// (takeovers wait for MinIdle, and its jobs were touched or
 		// delivered less than MinIdle ago).
-		k := crashKill{worker: w.name}
+		k := crashKill{worker: w.Name()}
 		cons, err := rdb.XInfoConsumers(ctx, q.StreamKey(), q.Group()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range cons {
-			if c.Name == w.name {
+			if c.Name == w.Name() {
 				k.pending = c.Pending
 			}
 		}
-		if k.unfinish, err = rdb.HLen(ctx, q.Key("test:inflight:"+w.name)).Result(); err != nil {
+		if k.unfinish, err = rdb.HLen(ctx, q.Key("test:inflight:"+w.Name())).Result(); err != nil {
 			t.Fatal(err)
 		}
 		kills = append(kills, k)
 		workers[slot] = start(slot)
-		workers[slot].waitReady(t)
+		workers[slot].WaitReady(t, crashReady)
 	}
 	killed := time.Since(begin)
 	handledAtEnd := handled()
@@ -276,7 +142,7 @@ func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 	relSettled(t, q, 0, crashDrain)
 	took := time.Since(begin)
 	for _, w := range workers {
-		w.stop(t)
+		w.Stop(t, crashStop)
 	}
 
 	// Count runs per job.
@@ -340,7 +206,7 @@ func TestCrash_PoisonPillDeadLettered(t *testing.T) {
 		pill          = 100
 		maxRestarts   = 3 * maxDeliveries // bound; exactly maxDeliveries expected
 	)
-	bin := crashBuildWorker(t)
+	bin := proctest.Build(t, crashWorkerPkg)
 	rdb := redistest.NewClient(t)
 	q, p := relQueue(t, rdb, nil)
 	ctx := context.Background()
@@ -348,13 +214,13 @@ func TestCrash_PoisonPillDeadLettered(t *testing.T) {
 	extra := []string{"-max-deliveries", strconv.Itoa(maxDeliveries), "-crash-on", strconv.Itoa(pill), "-work", "1ms-2ms"}
 
 	gen := 0
-	start := func(slot int) *crashProc {
+	start := func(slot int) *proctest.Proc {
 		gen++
 		return crashStart(t, bin, q, fmt.Sprintf("p%d-g%d", slot, gen), logDir, extra...)
 	}
-	workers := []*crashProc{start(0), start(1)}
+	workers := []*proctest.Proc{start(0), start(1)}
 	for _, w := range workers {
-		w.waitReady(t)
+		w.WaitReady(t, crashReady)
 	}
 	begin := time.Now()
 	enqueueAll(t, p, numbers(0, jobs))
@@ -362,7 +228,7 @@ func TestCrash_PoisonPillDeadLettered(t *testing.T) {
 	restarts := 0
 	redistest.WaitFor(t, crashDrain, "the pill dead-lettered and every other job handled", func() bool {
 		for i, w := range workers {
-			if w.exited() {
+			if w.Exited() {
 				if restarts++; restarts > maxRestarts {
 					t.Fatalf("workers died %d times, want %d crashes for the pill with MaxDeliveries %d", restarts, maxDeliveries, maxDeliveries)
 				}
@@ -375,7 +241,7 @@ func TestCrash_PoisonPillDeadLettered(t *testing.T) {
 	})
 	relSettled(t, q, 1, crashDrain)
 	for _, w := range workers {
-		w.stop(t)
+		w.Stop(t, crashStop)
 	}
 
 	started, err := rdb.HGet(ctx, q.Key("test:started"), strconv.Itoa(pill)).Int()

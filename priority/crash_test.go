@@ -1,183 +1,49 @@
 package priority_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/priority"
 )
 
 // Crash test settings.
 const (
-	crashBuild = 5 * time.Minute  // bound on building the helper
 	crashReady = 30 * time.Second // bound on a helper starting
 	crashStop  = 30 * time.Second // bound on a helper stopping after SIGTERM
 	crashDrain = 60 * time.Second // bound on finishing after the kills
+
+	// crashHelperPkg is the helper program the crash tests build and run.
+	crashHelperPkg = "github.com/streamq/streamq/cmd/priority-testworker"
 )
 
-// buildTestWorker builds cmd/priority-testworker into a temporary directory.
-func buildTestWorker(t *testing.T) string {
+// startProc starts a helper for queue q named name, with onLine (if not nil)
+// called with its stdout lines. The test's cleanup kills it if it still runs
+// and shows its logs if the test failed.
+func startProc(t *testing.T, bin string, q *streamq.Queue, name, logDir string, onLine func(string), args ...string) *proctest.Proc {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "priority-testworker")
-	ctx, cancel := context.WithTimeout(context.Background(), crashBuild)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin,
-		"github.com/streamq/streamq/cmd/priority-testworker").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build priority-testworker: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// proc is one priority-testworker process.
-type proc struct {
-	name    string
-	logFile string
-	cmd     *exec.Cmd
-	ready   chan struct{} // closed on the "ready" line
-	dying   chan string   // the entry ID of the "dying" line
-	eof     chan struct{} // closed when stdout closes (the process ended)
-	stderr  *lockedBuffer
-	ended   bool
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use that keeps the tail.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 64<<10 {
-		l.b.Reset()
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// startProc starts a helper for queue q named name. The test's cleanup kills
-// it if it still runs and shows its logs if the test failed.
-func startProc(t *testing.T, bin string, q *streamq.Queue, name, logDir string, args ...string) *proc {
-	t.Helper()
-	p := &proc{
-		name:    name,
-		logFile: filepath.Join(logDir, name+".log"),
-		ready:   make(chan struct{}),
-		dying:   make(chan string, 1),
-		eof:     make(chan struct{}),
-		stderr:  &lockedBuffer{},
-	}
-	all := append([]string{"-addr", redistest.Addr(), "-queue", q.Name(), "-name", name, "-log-file", p.logFile}, args...)
-	p.cmd = exec.Command(bin, all...)
-	p.cmd.Stderr = p.stderr
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go p.read(stdout)
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("%s: stderr:\n%s\nlog tail:\n%s", p.name, p.stderr.String(), fileTail(p.logFile, 4<<10))
-		}
+	logFile := filepath.Join(logDir, name+".log")
+	return proctest.Start(t, proctest.Options{
+		Name:    name,
+		Bin:     bin,
+		Args:    append([]string{"-addr", redistest.Addr(), "-queue", q.Name(), "-name", name, "-log-file", logFile}, args...),
+		LogFile: logFile,
+		OnLine:  onLine,
 	})
-	return p
-}
-
-func (p *proc) read(stdout io.Reader) {
-	defer close(p.eof)
-	sc := bufio.NewScanner(stdout)
-	isReady := false
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case !isReady && strings.HasPrefix(line, "ready "):
-			isReady = true
-			close(p.ready)
-		case strings.HasPrefix(line, "dying "):
-			select {
-			case p.dying <- strings.TrimPrefix(line, "dying "):
-			default:
-			}
-		}
-	}
-}
-
-func (p *proc) waitReady(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.ready:
-	case <-p.eof:
-		t.Fatalf("%s exited before it was ready; stderr:\n%s", p.name, p.stderr.String())
-	case <-time.After(crashReady):
-		t.Fatalf("%s not ready within %s", p.name, crashReady)
-	}
-}
-
-// kill SIGKILLs the process and reaps it; it does nothing if it has ended.
-func (p *proc) kill() {
-	if p.ended {
-		return
-	}
-	p.ended = true
-	_ = p.cmd.Process.Kill()
-	<-p.eof // the pipe closes with the process; read it out before Wait
-	_ = p.cmd.Wait()
-}
-
-// stop sends SIGTERM and waits for a clean exit, bounded by crashStop.
-func (p *proc) stop(t *testing.T) {
-	t.Helper()
-	if p.ended {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.eof:
-		p.ended = true
-		if err := p.cmd.Wait(); err != nil {
-			t.Errorf("%s exited with %v after SIGTERM, want a clean exit; stderr:\n%s", p.name, err, p.stderr.String())
-		}
-	case <-time.After(crashStop):
-		t.Errorf("%s did not exit within %s of SIGTERM", p.name, crashStop)
-		p.kill()
-	}
-}
-
-func fileTail(path string, n int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return string(b[max(int64(len(b))-n, 0):])
 }
 
 // leasedBy counts the leases of the worker named name.
@@ -210,7 +76,7 @@ func TestCrash_WorkerKilled(t *testing.T) {
 		killPhase = 8 * time.Second
 		killEvery = 400 * time.Millisecond // mean, ±25%
 	)
-	bin := buildTestWorker(t)
+	bin := proctest.Build(t, crashHelperPkg)
 	e := setup(t, nil)
 	ctx := context.Background()
 	logDir := t.TempDir()
@@ -227,17 +93,17 @@ func TestCrash_WorkerKilled(t *testing.T) {
 	}
 
 	gen := 0
-	start := func(slot int) *proc {
+	start := func(slot int) *proctest.Proc {
 		gen++
-		return startProc(t, bin, e.q, fmt.Sprintf("w%d-g%d", slot, gen), logDir,
+		return startProc(t, bin, e.q, fmt.Sprintf("w%d-g%d", slot, gen), logDir, nil,
 			"-mode", "work", "-concurrency", "8", "-lease", "500ms", "-work", "5ms-15ms")
 	}
-	procs := make([]*proc, workers)
+	procs := make([]*proctest.Proc, workers)
 	for i := range procs {
 		procs[i] = start(i)
 	}
 	for _, p := range procs {
-		p.waitReady(t)
+		p.WaitReady(t, crashReady)
 	}
 	handledKey := e.q.Key("test:handled")
 	handled := func() int64 {
@@ -263,16 +129,16 @@ func TestCrash_WorkerKilled(t *testing.T) {
 		}
 		slot := rng.IntN(workers)
 		p := procs[slot]
-		p.kill()
+		p.Kill()
 		// Read what the dead worker held before its leases expire (500 ms).
-		k := kill{name: p.name, leased: leasedBy(t, e, p.name)}
+		k := kill{name: p.Name(), leased: leasedBy(t, e, p.Name())}
 		var err error
-		if k.unfinish, err = e.rdb.HLen(ctx, e.q.Key("test:inflight:"+p.name)).Result(); err != nil {
+		if k.unfinish, err = e.rdb.HLen(ctx, e.q.Key("test:inflight:"+p.Name())).Result(); err != nil {
 			t.Fatal(err)
 		}
 		kills = append(kills, k)
 		procs[slot] = start(slot)
-		procs[slot].waitReady(t)
+		procs[slot].WaitReady(t, crashReady)
 	}
 	handledAtEnd := handled()
 
@@ -280,7 +146,7 @@ func TestCrash_WorkerKilled(t *testing.T) {
 	e.waitStats(t, priority.Stats{}) // nothing ready, leased or delayed
 	took := time.Since(begin)
 	for _, p := range procs {
-		p.stop(t)
+		p.Stop(t, crashStop)
 	}
 
 	counts, err := e.rdb.HGetAll(ctx, handledKey).Result()
@@ -343,7 +209,7 @@ func TestCrash_ForwardKilled(t *testing.T) {
 		jobs  = 3000
 		kills = 4
 	)
-	bin := buildTestWorker(t)
+	bin := proctest.Build(t, crashHelperPkg)
 	e := setup(t, nil)
 	ctx := context.Background()
 	logDir := t.TempDir()
@@ -365,18 +231,22 @@ func TestCrash_ForwardKilled(t *testing.T) {
 	var pendingAtKills int64
 	for k := range kills {
 		name := fmt.Sprintf("f-g%d", k)
-		p := startProc(t, bin, e.q, name, logDir, append(args, "-die-at", strconv.Itoa(50+rng.IntN(300)))...)
-		p.waitReady(t)
-		var entry string
-		select {
-		case entry = <-p.dying:
-		case <-p.eof:
-			t.Fatalf("%s exited without dying at its job; stderr:\n%s", name, p.stderr.String())
-		case <-time.After(crashDrain):
-			t.Fatalf("%s did not reach its -die-at job within %s", name, crashDrain)
+		dying := make(chan string, 1) // the entry ID of the "dying" line
+		onLine := func(line string) {
+			if id, ok := strings.CutPrefix(line, "dying "); ok {
+				select {
+				case dying <- id:
+				default:
+				}
+			}
 		}
-		<-p.eof
-		p.kill() // reap
+		p := startProc(t, bin, e.q, name, logDir, onLine, append(args, "-die-at", strconv.Itoa(50+rng.IntN(300)))...)
+		p.WaitReady(t, crashReady)
+		entry := proctest.Await(t, p, dying, crashDrain, "its -die-at job")
+		proctest.Await(t, p, p.Done(), crashDrain, "its death") // it SIGKILLs itself
+		if p.Err() == nil {
+			t.Errorf("%s exited cleanly after its dying line, want killed", name)
+		}
 		pending, err := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: e.q.StreamKey(), Group: e.q.Group(), Start: "-", End: "+", Count: 1000, Consumer: name,
 		}).Result()
@@ -391,10 +261,10 @@ func TestCrash_ForwardKilled(t *testing.T) {
 		t.Logf("kill %d: %s died before forwarding %s, leaving %d entries pending", k+1, name, entry, len(pending))
 	}
 	// A last consumer takes the abandoned entries over and forwards the rest.
-	last := startProc(t, bin, e.q, "f-last", logDir, args...)
-	last.waitReady(t)
+	last := startProc(t, bin, e.q, "f-last", logDir, nil, args...)
+	last.WaitReady(t, crashReady)
 	redistest.WaitFor(t, crashDrain, "the stream worked off", func() bool { return streamSettled(t, e.q) })
-	last.stop(t)
+	last.Stop(t, crashStop)
 
 	// Every entry is in the priority set exactly once, under its own ID, at
 	// its priority.

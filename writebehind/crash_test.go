@@ -1,22 +1,19 @@
 package writebehind_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
-	"io"
 	"math/rand/v2"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
 )
@@ -30,112 +27,55 @@ const (
 	crashMaxUpdates = 500_000
 	// crashChangesPerKill is how many changes are written between two kills.
 	crashChangesPerKill = 2000
+	// crashStop bounds a worker's graceful stop after SIGTERM.
+	crashStop = 30 * time.Second
 )
-
-// buildCrashWorker builds cmd/writebehind-crash-worker into a temporary
-// directory and returns the binary's path.
-func buildCrashWorker(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "writebehind-crash-worker")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin,
-		"github.com/streamq/streamq/cmd/writebehind-crash-worker").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build writebehind-crash-worker: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // crashWorker is one running writebehind-crash-worker process.
 type crashWorker struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
+	*proctest.Proc
 	writes chan struct{} // one per "write" line, dropped when full
-	eof    chan struct{} // closed when stdout is closed (the process ended)
-	stderr *lockedBuffer
-	ended  bool
 
 	mu       sync.Mutex
 	consumer string // consumer name, from the "ready" line
 }
 
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > 64<<10 {
-		l.b.Reset() // keep the tail only
-	}
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// startCrashWorker starts a worker and its stdout reader. The test ends it
-// (SIGKILL) at cleanup if it still runs.
+// startCrashWorker starts a worker named name. The test ends it (SIGKILL) at
+// cleanup if it still runs, and shows its stderr and log if the test failed.
 func startCrashWorker(t *testing.T, bin, name string, args ...string) *crashWorker {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &crashWorker{
-		t:      t,
-		name:   name,
-		cmd:    cmd,
-		writes: make(chan struct{}, 1024),
-		eof:    make(chan struct{}),
-		stderr: &lockedBuffer{},
-	}
-	cmd.Stderr = w.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go w.read(stdout)
-	t.Cleanup(func() {
-		w.kill()
-		if t.Failed() {
-			t.Logf("stderr of %s:\n%s", w.name, w.stderr.String())
-		}
+	w := &crashWorker{writes: make(chan struct{}, 1024)}
+	logFile := filepath.Join(t.TempDir(), name+".log")
+	w.Proc = proctest.Start(t, proctest.Options{
+		Name:    name,
+		Bin:     bin,
+		Args:    append(slices.Clip(args), "-log-file", logFile),
+		LogFile: logFile,
+		OnLine:  w.line,
 	})
 	return w
 }
 
-// read forwards "write" lines to w.writes until stdout closes.
-func (w *crashWorker) read(stdout io.Reader) {
-	defer close(w.eof)
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "write "):
-			select {
-			case w.writes <- struct{}{}:
-			default:
-			}
-		case strings.HasPrefix(line, "ready "):
-			w.mu.Lock()
-			w.consumer = strings.TrimPrefix(line, "ready ")
-			w.mu.Unlock()
+// line forwards "write" lines to w.writes and notes the consumer name.
+func (w *crashWorker) line(line string) {
+	switch {
+	case strings.HasPrefix(line, "write "):
+		select {
+		case w.writes <- struct{}{}:
+		default:
 		}
+	case strings.HasPrefix(line, proctest.ReadyPrefix):
+		w.mu.Lock()
+		w.consumer = strings.TrimPrefix(line, proctest.ReadyPrefix)
+		w.mu.Unlock()
 	}
 }
 
-// waitWrites waits until the worker has started n more Sink.Write calls.
-func (w *crashWorker) waitWrites(n int) {
-	w.t.Helper()
+// waitWrites waits until the worker has started n more Sink.Write calls,
+// within crashWaitWrite for all of them, and fails the test if the worker
+// ended first.
+func (w *crashWorker) waitWrites(t *testing.T, n int) {
+	t.Helper()
 forget: // the writes announced before now
 	for range cap(w.writes) {
 		select {
@@ -144,16 +84,12 @@ forget: // the writes announced before now
 			break forget
 		}
 	}
-	timeout := time.NewTimer(crashWaitWrite)
-	defer timeout.Stop()
+	deadline := time.Now().Add(crashWaitWrite)
 	for range n {
-		select {
-		case <-w.writes:
-		case <-w.eof:
-			w.t.Fatalf("%s exited unexpectedly; stderr:\n%s", w.name, w.stderr.String())
-		case <-timeout.C:
-			w.t.Fatalf("%s started no batch within %s", w.name, crashWaitWrite)
-		}
+		proctest.Await(t, w.Proc, w.writes, time.Until(deadline), "a batch to start")
+	}
+	if w.Exited() { // it announced the writes, then ended by itself
+		t.Fatalf("%s exited unexpectedly (%v); stderr:\n%s", w.Name(), w.Err(), w.Stderr())
 	}
 }
 
@@ -162,33 +98,6 @@ func (w *crashWorker) consumerName() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.consumer
-}
-
-// kill SIGKILLs the worker and reaps it. Killing an ended worker does nothing.
-func (w *crashWorker) kill() {
-	if w.ended {
-		return
-	}
-	w.ended = true
-	_ = w.cmd.Process.Kill()
-	<-w.eof // SIGKILL closes the pipe; read it to the end before Wait
-	_ = w.cmd.Wait()
-}
-
-// stop asks the worker to shut down gracefully (SIGTERM) and waits for it,
-// killing it if it does not exit within 30 s.
-func (w *crashWorker) stop() {
-	w.t.Helper()
-	if w.ended {
-		return
-	}
-	_ = w.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-w.eof:
-	case <-time.After(30 * time.Second):
-		w.t.Errorf("%s did not stop within 30s of SIGTERM", w.name)
-	}
-	w.kill()
 }
 
 // TestWriteBehind_CrashWorker runs two worker processes that persist changes
@@ -200,7 +109,7 @@ func (w *crashWorker) stop() {
 // reachable (see requirePostgres).
 func TestWriteBehind_CrashWorker(t *testing.T) {
 	t.Parallel()
-	bin := buildCrashWorker(t)
+	bin := proctest.Build(t, "github.com/streamq/streamq/cmd/writebehind-crash-worker")
 	for _, d := range e2eDialects() {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
@@ -236,7 +145,7 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 	q := newQueue(t, nil)
 	w := newWriter(t, q, nil)
 	args := append([]string{
-		"-redis", redistest.Addr(), "-queue", q.Name(), "-table", table,
+		"-addr", redistest.Addr(), "-queue", q.Name(), "-table", table,
 		"-min-idle", "300ms", "-max-batch", "500", "-concurrency", "1000",
 	}, dbArg...)
 	workers := []*crashWorker{
@@ -268,8 +177,8 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 		})
 		// Kill the worker as its sink starts a batch: with the transaction
 		// open, or committing, or just committed and not yet acknowledged.
-		workers[i].waitWrites(1 + rand.IntN(3))
-		workers[i].kill()
+		workers[i].waitWrites(t, 1+rand.IntN(3))
+		workers[i].Kill()
 		name := workers[i].consumerName()
 		pending, err := q.Client().XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: q.StreamKey(), Group: q.Group(), Start: "-", End: "+", Count: 10_000, Consumer: name,
@@ -278,8 +187,8 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 			t.Fatal(err)
 		}
 		orphaned += int64(len(pending))
-		t.Logf("kill %d: %s (consumer %s) killed during a batch, leaving %d changes pending", k+1, workers[i].name, name, len(pending))
-		workers[i] = startCrashWorker(t, bin, workers[i].name, args...)
+		t.Logf("kill %d: %s (consumer %s) killed during a batch, leaving %d changes pending", k+1, workers[i].Name(), name, len(pending))
+		workers[i] = startCrashWorker(t, bin, workers[i].Name(), args...)
 	}
 	stopWrites()
 	res := <-written
@@ -296,7 +205,7 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 	}
 	waitDrained(t, q)
 	for _, wk := range workers {
-		wk.stop()
+		wk.Stop(t, crashStop)
 	}
 	if n := deadLetters(t, q); n != 0 {
 		t.Errorf("%d dead letters, want 0", n)

@@ -42,6 +42,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 	"go.uber.org/goleak"
+
+	"github.com/streamq/streamq/internal/proctest"
 )
 
 const (
@@ -519,7 +521,7 @@ func freePort() (int, error) {
 type process struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has exited and been reaped
-	log  *tailBuffer
+	log  *proctest.TailBuffer
 }
 
 // startProcess starts redis-server on 127.0.0.1:port and returns once it
@@ -537,7 +539,7 @@ func startProcess(bin, dir string, port int, extra []string) (*process, error) {
 		"--logfile", "",
 	}
 	args = append(args, extra...)
-	logs := &tailBuffer{max: logTail}
+	logs := proctest.NewTailBuffer(logTail)
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = logs
@@ -691,35 +693,4 @@ func quoteArgs(args []string) []string {
 		}
 	}
 	return out
-}
-
-// tailBuffer is an io.Writer that keeps the last max bytes written to it.
-type tailBuffer struct {
-	max int
-
-	mu  sync.Mutex
-	buf []byte
-}
-
-// Write keeps the end of p.
-func (b *tailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := len(p)
-	if len(p) >= b.max {
-		b.buf = append(b.buf[:0], p[len(p)-b.max:]...)
-		return n, nil
-	}
-	if over := len(b.buf) + len(p) - b.max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	b.buf = append(b.buf, p...)
-	return n, nil
-}
-
-// String returns what is kept.
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }

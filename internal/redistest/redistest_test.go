@@ -394,36 +394,6 @@ func TestStartContainer_NoDockerFailsFast(t *testing.T) {
 	}
 }
 
-func TestTailBuffer(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		writes []string
-		want   string
-	}{
-		{name: "empty", want: ""},
-		{name: "fits", writes: []string{"ab", "cd"}, want: "abcd"},
-		{name: "exact", writes: []string{"abcdefgh"}, want: "abcdefgh"},
-		{name: "one big write", writes: []string{"0123456789"}, want: "23456789"},
-		{name: "rolls over", writes: []string{"abcde", "fghij"}, want: "cdefghij"},
-		{name: "many small", writes: []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"}, want: "bcdefghi"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			b := &tailBuffer{max: 8}
-			for _, w := range tt.writes {
-				if n, err := b.Write([]byte(w)); n != len(w) || err != nil {
-					t.Fatalf("Write(%q) = %d, %v", w, n, err)
-				}
-			}
-			if got := b.String(); got != tt.want {
-				t.Errorf("String() = %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
 // helperEnv makes the test binary run TestHelperCrash as a child process.
 const helperEnv = "REDISTEST_HELPER_CRASH"
 

@@ -1,0 +1,291 @@
+// Package testworker holds what the helper programs of the crash tests
+// (cmd/streamq-testworker, cmd/priority-testworker and
+// cmd/writebehind-crash-worker) share: the common flags, the logger, the
+// signal-driven main function, the line protocol on stdout that
+// internal/proctest reads, and the bookkeeping job handler that lets a test
+// count what a SIGKILLed worker had started, finished and left unfinished.
+//
+// A helper program looks like this:
+//
+//	func main() {
+//		f := testworker.RegisterFlags() // -addr, -queue, -name, -log-file
+//		concurrency := flag.Int("concurrency", 8, "consumer concurrency")
+//		testworker.Main("my-testworker", f, slog.LevelInfo, nil,
+//			func(ctx context.Context, log *slog.Logger, q *streamq.Queue) error {
+//				// ... a consumer c of q, named f.Name, logging to log ...
+//				testworker.Ready(c.Name())
+//				return c.Run(ctx)
+//			})
+//	}
+package testworker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+)
+
+// Flags are the flags every helper takes.
+type Flags struct {
+	Addr    string // -addr: Redis address, host:port
+	Queue   string // -queue: queue name; required
+	Name    string // -name: consumer or worker name; "" for the library's default
+	LogFile string // -log-file: append logs to this file; "" for stderr
+}
+
+// RegisterFlags defines -addr, -queue, -name and -log-file on the command
+// line's flag set and returns where they land once [Main] parsed it.
+func RegisterFlags() *Flags {
+	f := &Flags{}
+	flag.StringVar(&f.Addr, "addr", "127.0.0.1:6379", "Redis address, host:port")
+	flag.StringVar(&f.Queue, "queue", "", "queue name (required)")
+	flag.StringVar(&f.Name, "name", "", "consumer or worker name (default: the library's <host>-<pid>-<random>)")
+	flag.StringVar(&f.LogFile, "log-file", "", "append logs to this file (default: stderr)")
+	return f
+}
+
+// open returns what every helper starts with: a text logger at level that
+// appends to -log-file (or writes to stderr if it is not set), and the queue
+// -queue on a Redis client for -addr. The returned function closes the
+// client and the log file.
+func (f *Flags) open(level slog.Level) (*slog.Logger, *streamq.Queue, func(), error) {
+	var out io.Writer = os.Stderr
+	closeLog := func() {}
+	if f.LogFile != "" {
+		file, err := os.OpenFile(f.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		out, closeLog = file, func() { _ = file.Close() }
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: f.Addr})
+	q, err := streamq.NewQueue(rdb, f.Queue, nil)
+	if err != nil {
+		_ = rdb.Close()
+		closeLog()
+		return nil, nil, nil, err
+	}
+	closeAll := func() {
+		_ = rdb.Close()
+		closeLog()
+	}
+	return slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level})), q, closeAll, nil
+}
+
+// Main is the main function of the helper named prog (the name starts its
+// messages). It parses the command line, requires -queue, and calls check
+// (if not nil) for the program's own flags; a failure there prints the
+// error and the usage and exits with status 2. Then it opens a text logger
+// at level, writing to -log-file or stderr, and the queue -queue on a Redis
+// client for -addr, and calls run with them and a context that SIGINT or
+// SIGTERM cancels. It exits with status 1 if that fails, and returns (status
+// 0) if run returns nil, or the context's error after a signal.
+func Main(prog string, f *Flags, level slog.Level, check func() error,
+	run func(ctx context.Context, log *slog.Logger, q *streamq.Queue) error) {
+	flag.Parse()
+	usage := func(err error) {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		flag.Usage()
+		os.Exit(2)
+	}
+	if f.Queue == "" {
+		usage(errors.New("-queue is required"))
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			usage(err)
+		}
+	}
+	if err := f.run(level, run); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", prog, err)
+		os.Exit(1)
+	}
+}
+
+// run is Main after the command line was checked; it returns nil after a
+// graceful stop.
+func (f *Flags) run(level slog.Level, run func(ctx context.Context, log *slog.Logger, q *streamq.Queue) error) error {
+	log, q, closeAll, err := f.open(level)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log, q); err != nil && !(ctx.Err() != nil && errors.Is(err, context.Canceled)) {
+		return err
+	}
+	return nil
+}
+
+// Println writes s and a newline on stdout in one write, so that lines
+// printed by concurrent goroutines do not interleave and each reaches the
+// test at once (stdout is not buffered). Write errors are ignored: a test
+// that stopped reading does not need the line.
+func Println(s string) {
+	_, _ = os.Stdout.WriteString(s + "\n")
+}
+
+// Ready prints the line "ready <name>" that tells the test (see
+// internal/proctest) that the helper runs, with its consumer or worker name.
+func Ready(name string) {
+	Println("ready " + name)
+}
+
+// Die ends the process with SIGKILL, as a crash would: no deferred
+// function, acknowledgement or log flush runs. It does not return.
+func Die() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is delivered asynchronously
+}
+
+// Sleep waits for d, or until ctx is done, and then returns its cause.
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// Range is a duration or a random duration in [Min, Max]. It is a
+// flag.Value: "5ms" or "1ms-5ms".
+type Range struct {
+	Min, Max time.Duration
+}
+
+// String returns the range in the form that Set reads.
+func (r *Range) String() string {
+	if r.Max <= r.Min {
+		return r.Min.String()
+	}
+	return r.Min.String() + "-" + r.Max.String()
+}
+
+// Set parses "d" or "min-max" (Go durations, 0 <= min <= max).
+func (r *Range) Set(s string) error {
+	a, b, isRange := strings.Cut(s, "-")
+	lo, err := time.ParseDuration(a)
+	if err != nil {
+		return err
+	}
+	hi := lo
+	if isRange {
+		if hi, err = time.ParseDuration(b); err != nil {
+			return err
+		}
+	}
+	if lo < 0 || hi < lo {
+		return fmt.Errorf("%q: want 0 <= min <= max", s)
+	}
+	r.Min, r.Max = lo, hi
+	return nil
+}
+
+// Pick returns a duration drawn uniformly from the range.
+func (r Range) Pick() time.Duration {
+	if r.Max <= r.Min {
+		return r.Min
+	}
+	return r.Min + rand.N(r.Max-r.Min+1)
+}
+
+// Key parts of the bookkeeping of [Books], under the queue's hash tag (see
+// streamq.Queue.Key).
+const (
+	KeyStarted  = "test:started"
+	KeyHandled  = "test:handled"
+	KeyInflight = "test:inflight:" // + consumer or worker name
+)
+
+// Books is a job handler for jobs whose payload is a job number. It
+// simulates work and keeps books in Redis, under the queue's keys, so that a
+// test that SIGKILLs workers can count what was handled, what was in flight,
+// and how often each job ran:
+//
+//   - [KeyStarted]: hash job number -> starts (HINCRBY);
+//   - [KeyHandled]: hash job number -> completions (HINCRBY);
+//   - [KeyInflight] + owner name: hash job number -> job ID, set when a job
+//     starts on this consumer or worker and removed in the transaction that
+//     counts its completion. What it holds after a SIGKILL was started here
+//     and never finished.
+//
+// A job counts as handled once its completion is recorded, before the
+// handler returns nil, so that a test sees every run that could have had an
+// effect.
+type Books struct {
+	rdb                        redis.UniversalClient
+	started, handled, inflight string
+	work                       Range
+	crashOn                    int
+}
+
+// NewBooks returns Books for the jobs of q that work for a duration picked
+// from work. Call [Books.SetOwner] before the first job runs.
+func NewBooks(q *streamq.Queue, work Range) *Books {
+	return &Books{rdb: q.Client(), started: q.Key(KeyStarted), handled: q.Key(KeyHandled), work: work, crashOn: -1}
+}
+
+// SetOwner names the consumer or worker of q whose jobs b handles: it sets
+// the in-flight key. Call it before the first job runs.
+func (b *Books) SetOwner(q *streamq.Queue, name string) {
+	b.inflight = q.Key(KeyInflight + name)
+}
+
+// CrashOn makes job number n a poison pill: it kills the process ([Die])
+// whenever it starts, after its start was recorded. n < 0: none (the
+// default). Call it before the first job runs.
+func (b *Books) CrashOn(n int) {
+	b.crashOn = n
+}
+
+// Handle records the start, works for a random time and records the
+// completion; it returns nil only after the completion is stored.
+func (b *Books) Handle(ctx context.Context, m *streamq.Message) error {
+	n, err := strconv.Atoi(string(m.Payload))
+	if err != nil || n < 0 {
+		return streamq.Permanent(fmt.Errorf("payload %q is not a job number", m.Payload))
+	}
+	field := strconv.Itoa(n)
+	if _, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, b.started, field, 1)
+		p.HSet(ctx, b.inflight, field, m.ID)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("record start of job %d: %w", n, err)
+	}
+	if n == b.crashOn {
+		Die()
+	}
+	if err := Sleep(ctx, b.work.Pick()); err != nil {
+		return err
+	}
+	if _, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HIncrBy(ctx, b.handled, field, 1)
+		p.HDel(ctx, b.inflight, field)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("record completion of job %d: %w", n, err)
+	}
+	return nil
+}
