@@ -32,8 +32,17 @@
 // The consumer itself recovers panics, applies ConsumerConfig.JobTimeout and
 // logs retries and dead letters, so Recover and Timeout are mostly useful
 // with other runtimes, or for a timeout shorter than JobTimeout on some
-// handlers. Events that handler middleware cannot see (retries, dead letters,
-// reclaims) reach [Metrics.OnEvent] through ConsumerConfig.OnEvent.
+// handlers. Events that handler middleware cannot see (retries,
+// postponements, dead letters, reclaims) reach [Metrics.OnEvent] through
+// ConsumerConfig.OnEvent.
+//
+// The middleware depends only on [streamq.Handler] and [streamq.Message], so
+// the same []streamq.Middleware works with any runtime that takes
+// streamq.Middleware, such as a worker of the priority package, not only
+// with [streamq.Consumer]. A runtime that leaves Message.Group empty gets the
+// consumer group attribute from [TracingConfig.Group]; one that runs
+// [RateLimiter.Middleware] must understand [streamq.Postpone] (runtimes that
+// settle jobs with [streamq.Decide] do).
 //
 // # Tracing
 //

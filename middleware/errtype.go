@@ -78,6 +78,25 @@ func classify(ctx context.Context, err error) errClass {
 	return classOther
 }
 
+// postponement returns the [*streamq.PostponeError] in err when the consumer
+// settles err, returned by a handler that ran with ctx, as a postponement (the
+// job runs again later, no attempt is charged, it is not a failure) rather
+// than as a failure. A shutdown or a lost claim overrides the postponement:
+// the consumer counts those as failures whatever the handler returned, and
+// so do Metrics, Logging and Tracing.
+func postponement(ctx context.Context, err error) (*streamq.PostponeError, bool) {
+	pe, ok := errors.AsType[*streamq.PostponeError](err)
+	if !ok {
+		return nil, false
+	}
+	if ctx.Err() != nil {
+		if c := causeClass(context.Cause(ctx)); c == classShutdown || c == classClaimLost {
+			return nil, false
+		}
+	}
+	return pe, true
+}
+
 func causeClass(err error) errClass {
 	switch {
 	case errors.Is(err, streamq.ErrJobTimeout), errors.Is(err, context.DeadlineExceeded):

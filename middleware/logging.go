@@ -14,8 +14,9 @@ import (
 
 // Log record messages written by [Logging].
 const (
-	LogMsgFailed = "streamq: job failed"
-	LogMsgDone   = "streamq: job done"
+	LogMsgFailed    = "streamq: job failed"
+	LogMsgDone      = "streamq: job done"
+	LogMsgPostponed = "streamq: job postponed"
 )
 
 // LoggingConfig configures [Logging]. The zero value is valid: one record per
@@ -54,6 +55,11 @@ type LoggingConfig struct {
 // slog.Handler sees it. Payloads are never logged unless
 // LoggingConfig.PayloadBytes asks for them.
 //
+// A job postponed with [streamq.Postpone] (by [RateLimiter.Middleware] when
+// no token is due within its MaxWait) did not fail: it gets no failure
+// record but one at slog.LevelDebug with the message [LogMsgPostponed] and
+// the keys retry_in (the delay) and reason instead of error and error_type.
+//
 // The failed job is retried or dead-lettered by the consumer as usual;
 // Logging returns the handler's error unchanged. A panic passing through
 // Logging is logged (error_type panic) and continues upwards.
@@ -81,7 +87,11 @@ func Logging(logger *slog.Logger, cfg *LoggingConfig) streamq.Middleware {
 			}()
 			err = next.Handle(ctx, msg)
 			if err != nil {
-				l.failed(ctx, msg, time.Since(start), err)
+				if pe, ok := postponement(ctx, err); ok {
+					l.postponed(ctx, msg, time.Since(start), pe)
+				} else {
+					l.failed(ctx, msg, time.Since(start), err)
+				}
 			} else if l.cfg.Successes {
 				l.done(ctx, msg, time.Since(start))
 			}
@@ -110,6 +120,18 @@ func (l *logging) failed(ctx context.Context, msg *streamq.Message, d time.Durat
 		attrs = append(attrs, slog.String("stack", string(pe.Stack)))
 	}
 	l.log.LogAttrs(ctx, l.failLevel, LogMsgFailed, attrs...)
+}
+
+func (l *logging) postponed(ctx context.Context, msg *streamq.Message, d time.Duration, pe *streamq.PostponeError) {
+	if !l.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := l.attrs(ctx, msg, d, 2)
+	attrs = append(attrs, slog.Duration("retry_in", pe.Delay))
+	if pe.Err != nil {
+		attrs = append(attrs, slog.String("reason", pe.Err.Error()))
+	}
+	l.log.LogAttrs(ctx, slog.LevelDebug, LogMsgPostponed, attrs...)
 }
 
 func (l *logging) done(ctx context.Context, msg *streamq.Message, d time.Duration) {

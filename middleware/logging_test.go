@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/redistest"
@@ -126,6 +127,36 @@ func TestLogging_Options(t *testing.T) {
 		_ = streamq.Chain(fail, middleware.Logging(jsonLogger(buf), cfg)).Handle(context.Background(), msg)
 		if r := recordFor(records(t, buf), middleware.LogMsgFailed, "7-0"); r == nil || r["level"] != "WARN" {
 			t.Errorf("record = %v, want one at WARN", r)
+		}
+	})
+	t.Run("postponed", func(t *testing.T) {
+		t.Parallel()
+		postpone := streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+			return streamq.Postpone(2*time.Second, errors.New("busy"))
+		})
+		buf := &syncBuffer{}
+		var pe *streamq.PostponeError
+		if err := streamq.Chain(postpone, middleware.Logging(jsonLogger(buf), nil)).Handle(context.Background(), msg); !errors.As(err, &pe) {
+			t.Fatalf("err = %v, want the PostponeError unchanged", err)
+		}
+		recs := records(t, buf)
+		if r := recordFor(recs, middleware.LogMsgFailed, "7-0"); r != nil {
+			t.Errorf("postponed job logged as a failure: %v", r)
+		}
+		r := recordFor(recs, middleware.LogMsgPostponed, "7-0")
+		if r == nil || r["level"] != "DEBUG" || r["reason"] != "busy" || r["retry_in"] != float64(2*time.Second) {
+			t.Errorf("record = %v, want one at DEBUG with reason busy and retry_in 2s", r)
+		}
+		if _, ok := r["error"]; ok {
+			t.Errorf("record = %v, want no error key", r)
+		}
+
+		// At the default level (Info) nothing is written.
+		buf = &syncBuffer{}
+		info := slog.New(slog.NewJSONHandler(buf, nil))
+		_ = streamq.Chain(postpone, middleware.Logging(info, nil)).Handle(context.Background(), msg)
+		if buf.String() != "" {
+			t.Errorf("postponed job logged above Debug:\n%s", buf)
 		}
 	})
 	t.Run("panic", func(t *testing.T) {

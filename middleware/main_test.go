@@ -38,8 +38,14 @@ const (
 // are deleted when the test ends.
 func setup(t testing.TB) *streamq.Queue {
 	t.Helper()
+	return setupQueue(t, nil)
+}
+
+// setupQueue is setup with a queue configuration.
+func setupQueue(t testing.TB, cfg *streamq.QueueConfig) *streamq.Queue {
+	t.Helper()
 	rdb := redistest.NewClient(t)
-	q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
+	q, err := streamq.NewQueue(rdb, redistest.Name(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 const (
 	MetricProcessed    = "streamq.jobs.processed"     // counter: handler returned nil
 	MetricFailed       = "streamq.jobs.failed"        // counter: handler returned an error or panicked; attribute error.type
+	MetricPostponed    = "streamq.jobs.postponed"     // counter: job handed back with streamq.Postpone, e.g. by the rate limit (OnEvent); not a failure
 	MetricRetried      = "streamq.jobs.retried"       // counter: failed job scheduled for a retry (OnEvent)
 	MetricDeadLettered = "streamq.jobs.dead_lettered" // counter: job moved to the dead-letter stream (OnEvent); attribute streamq.dead_letter.reason
 	MetricReclaimed    = "streamq.jobs.reclaimed"     // counter: job taken over from a dead consumer (OnEvent)
@@ -78,12 +79,18 @@ type MetricsConfig struct {
 // it is safe for concurrent use.
 //
 // Instruments (see the Metric constants): the counters MetricProcessed,
-// MetricFailed, MetricRetried, MetricDeadLettered, MetricReclaimed,
-// MetricDeleted and MetricClaimsLost; the up-down counter MetricInFlight; the
-// histograms MetricDuration and MetricLatency in seconds; and, for
-// MetricsConfig.Queues, the gauges MetricQueueLength, MetricQueuePending,
-// MetricQueueLag, MetricQueueDelayed and MetricQueueDead. Every measurement
-// has the attribute messaging.destination.name with the queue name.
+// MetricFailed, MetricPostponed, MetricRetried, MetricDeadLettered,
+// MetricReclaimed, MetricDeleted and MetricClaimsLost; the up-down counter
+// MetricInFlight; the histograms MetricDuration and MetricLatency in seconds;
+// and, for MetricsConfig.Queues, the gauges MetricQueueLength,
+// MetricQueuePending, MetricQueueLag, MetricQueueDelayed and MetricQueueDead.
+// Every measurement has the attribute messaging.destination.name with the
+// queue name.
+//
+// A job postponed with [streamq.Postpone] (by [RateLimiter.Middleware] when
+// no token is due within its MaxWait) did not fail: it is counted in
+// MetricPostponed, from the consumer's EventPostponed, and in none of
+// MetricProcessed, MetricFailed and MetricDuration.
 //
 // MetricProcessed, MetricFailed and MetricInFlight are observable
 // instruments: jobs are counted in memory with atomic adds and the totals
@@ -96,18 +103,21 @@ type Metrics struct {
 	inFlight          metric.Int64ObservableUpDownCounter
 
 	retried, dead, reclaimed, deleted, claimsLost metric.Int64Counter
+	postponed                                     metric.Int64Counter
 	duration, latency                             metric.Float64Histogram
 	length, pending, lag, delayed, deadLetters    metric.Int64ObservableGauge
 
 	queues       []*streamq.Queue
 	statsTimeout time.Duration
 
-	mu    sync.RWMutex
-	state map[string]*queueState // by queue name; one per queue seen
+	// state holds a *queueState by queue name, one per queue seen. A
+	// sync.Map because it is read on every job and written once per queue:
+	// its reads take no lock.
+	state sync.Map
 
-	// closeMu guards regs and closed. It is not mu: the SDK may hold its own
-	// lock while running a callback that takes mu, and Unregister takes that
-	// lock, so Close must not hold mu while unregistering.
+	// closeMu guards regs and closed. The callbacks never take it: the SDK
+	// may hold its own lock while running a callback, and Unregister takes
+	// that lock.
 	closeMu sync.Mutex
 	regs    []metric.Registration
 	closed  bool
@@ -166,7 +176,7 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 		}
 	}
 	meter := c.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
-	m := &Metrics{queues: c.Queues, statsTimeout: c.StatsTimeout, state: make(map[string]*queueState)}
+	m := &Metrics{queues: c.Queues, statsTimeout: c.StatsTimeout}
 
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
@@ -190,6 +200,7 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 		metric.WithDescription("Jobs whose handler is running."))
 	errs = append(errs, err)
 	m.retried = counter(MetricRetried, "Failed jobs scheduled for a retry.")
+	m.postponed = counter(MetricPostponed, "Jobs handed back to run later without charging an attempt (not failures), for example by the rate limit.")
 	m.dead = counter(MetricDeadLettered, "Jobs moved to the dead-letter stream.")
 	m.reclaimed = counter(MetricReclaimed, "Jobs taken over from consumers that stopped answering.")
 	m.deleted = counter(MetricDeleted, "Pending entries found deleted from the stream; their jobs are lost.")
@@ -252,52 +263,71 @@ func (m *Metrics) Close() error {
 // Middleware returns the middleware that counts processed and failed jobs,
 // measures handler duration and enqueue-to-start latency, and tracks the jobs
 // in flight. A panic passing through counts as a failure (error.type panic)
-// and continues upwards.
+// and continues upwards. A postponed job ([streamq.Postpone]) is neither
+// processed nor failed and has no duration; [Metrics.OnEvent] counts it.
 //
-// The latency is recorded on a job's first attempt only, from
+// The latency is recorded for a job's first attempt only, from
 // Message.EnqueuedAt (the producer's clock) to the handler start (the
 // consumer's clock), so clock skew between machines shows in it; it
-// includes the delay of jobs scheduled with ProcessAt or ProcessIn.
+// includes the delay of jobs scheduled with ProcessAt or ProcessIn, and the
+// time a postponed job waited. It is recorded when the attempt ends, unless
+// the job was postponed (a postponed job's next run is its first attempt
+// again), so that every job counts once.
 func (m *Metrics) Middleware() streamq.Middleware {
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
 			q := m.queueState(msg.Queue)
 			start := time.Now()
-			if msg.Attempts() == 1 && !msg.EnqueuedAt.IsZero() {
-				m.latency.Record(ctx, max(start.Sub(msg.EnqueuedAt), 0).Seconds(), q.record...)
-			}
 			q.inFlight.Add(1)
 			defer func() {
 				q.inFlight.Add(-1)
 				if r := recover(); r != nil {
+					d := time.Since(start)
+					m.recordLatency(ctx, q, msg, start)
 					q.failed[classPanic].Add(1)
-					m.duration.Record(ctx, time.Since(start).Seconds(), q.failDur[classPanic]...)
+					m.duration.Record(ctx, d.Seconds(), q.failDur[classPanic]...)
 					panic(r)
 				}
 			}()
 			err = next.Handle(ctx, msg)
-			d := time.Since(start).Seconds()
+			d := time.Since(start)
 			if err != nil {
+				if _, ok := postponement(ctx, err); ok {
+					return err // counted by OnEvent (EventPostponed)
+				}
+				m.recordLatency(ctx, q, msg, start)
 				c := classify(ctx, err)
 				q.failed[c].Add(1)
-				m.duration.Record(ctx, d, q.failDur[c]...)
+				m.duration.Record(ctx, d.Seconds(), q.failDur[c]...)
 				return err
 			}
+			m.recordLatency(ctx, q, msg, start)
 			q.processed.Add(1)
-			m.duration.Record(ctx, d, q.record...)
+			m.duration.Record(ctx, d.Seconds(), q.record...)
 			return nil
 		})
 	}
 }
 
+// recordLatency records the enqueue-to-start latency of msg, started at
+// start, if this is its first attempt.
+func (m *Metrics) recordLatency(ctx context.Context, q *queueState, msg *streamq.Message, start time.Time) {
+	if msg.Attempts() == 1 && !msg.EnqueuedAt.IsZero() {
+		m.latency.Record(ctx, max(start.Sub(msg.EnqueuedAt), 0).Seconds(), q.record...)
+	}
+}
+
 // OnEvent counts the consumer events that handler middleware cannot see:
-// retries, dead letters, reclaims, deleted entries and lost claims. Use it as
-// ConsumerConfig.OnEvent, or call it from your own OnEvent function.
+// retries, postponements, dead letters, reclaims, deleted entries and lost
+// claims. Use it as ConsumerConfig.OnEvent, or call it from your own OnEvent
+// function.
 func (m *Metrics) OnEvent(ctx context.Context, e streamq.Event) {
 	a := m.queueState(e.Queue)
 	switch e.Kind {
 	case streamq.EventRetried:
 		m.retried.Add(ctx, 1, a.add...)
+	case streamq.EventPostponed:
+		m.postponed.Add(ctx, 1, a.add...)
 	case streamq.EventDeadLettered:
 		m.dead.Add(ctx, 1, metric.WithAttributes(
 			semconv.MessagingDestinationName(e.Queue), AttrDeadLetterReason.String(e.Reason)))
@@ -314,27 +344,17 @@ func (m *Metrics) OnEvent(ctx context.Context, e streamq.Event) {
 // kept per queue name for the life of the Metrics (queue names come from the
 // consumers' queues, so they are few).
 func (m *Metrics) queueState(queue string) *queueState {
-	m.mu.RLock()
-	s, ok := m.state[queue]
-	m.mu.RUnlock()
-	if ok {
-		return s
+	if s, ok := m.state.Load(queue); ok {
+		return s.(*queueState)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s, ok := m.state[queue]; ok {
-		return s
-	}
-	s = newQueueState(queue)
-	m.state[queue] = s
-	return s
+	s, _ := m.state.LoadOrStore(queue, newQueueState(queue))
+	return s.(*queueState)
 }
 
 // observeJobs is the callback of the job counters kept in queueState.
 func (m *Metrics) observeJobs(_ context.Context, o metric.Observer) error {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	for _, s := range m.state {
+	m.state.Range(func(_, v any) bool {
+		s := v.(*queueState)
 		o.ObserveInt64(m.processed, s.processed.Load(), s.observe)
 		o.ObserveInt64(m.inFlight, s.inFlight.Load(), s.observe)
 		for c := range numClasses {
@@ -344,7 +364,8 @@ func (m *Metrics) observeJobs(_ context.Context, o metric.Observer) error {
 				o.ObserveInt64(m.failed, n, s.failObs[c])
 			}
 		}
-	}
+		return true
+	})
 	return nil
 }
 

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,6 +75,25 @@ func hasAll(set attribute.Set, kvs []attribute.KeyValue) bool {
 		}
 	}
 	return true
+}
+
+// metricsSetup returns a Metrics recording into a meter provider read by the
+// returned manual reader. Both are shut down when the test ends.
+func metricsSetup(t testing.TB) (*sdkmetric.ManualReader, *middleware.Metrics) {
+	t.Helper()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	m, err := middleware.NewMetrics(&middleware.MetricsConfig{MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("close metrics: %v", err)
+		}
+	})
+	return reader, m
 }
 
 func TestMetrics_EndToEnd(t *testing.T) {
@@ -181,6 +201,7 @@ func TestMetrics_OnEvent(t *testing.T) {
 		streamq.EventReclaimed:    3,
 		streamq.EventDeleted:      4,
 		streamq.EventClaimLost:    5,
+		streamq.EventPostponed:    6,
 	} {
 		for range n {
 			m.OnEvent(ctx, streamq.Event{Kind: kind, Queue: "orders", Reason: streamq.ReasonPermanent})
@@ -194,6 +215,7 @@ func TestMetrics_OnEvent(t *testing.T) {
 		middleware.MetricReclaimed:    3,
 		middleware.MetricDeleted:      4,
 		middleware.MetricClaimsLost:   5,
+		middleware.MetricPostponed:    6,
 	} {
 		if got := s.value(name, queue); got != want {
 			t.Errorf("%s = %d, want %d", name, got, want)
@@ -247,6 +269,55 @@ func TestMetrics_PanicAndInFlight(t *testing.T) {
 	}
 	if got := s.count(middleware.MetricLatency, queue); got != 2 {
 		t.Errorf("latency count = %d, want 2", got)
+	}
+}
+
+func TestMetrics_Postponed(t *testing.T) {
+	t.Parallel()
+	reader, m := metricsSetup(t)
+	queue := attribute.String("messaging.destination.name", "orders")
+	msg := &streamq.Message{ID: "1-0", Queue: "orders", EnqueuedAt: time.Now().Add(-time.Second), Deliveries: 1}
+	postpone := streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		return fmt.Errorf("wrapped: %w", streamq.Postpone(time.Second, errors.New("busy")))
+	})
+	h := streamq.Chain(postpone, m.Middleware())
+	for range 3 {
+		if err := h.Handle(context.Background(), msg); err == nil {
+			t.Fatal("the Postpone error was swallowed")
+		}
+	}
+	// The consumer reports each postponement it made.
+	for range 3 {
+		m.OnEvent(context.Background(), streamq.Event{Kind: streamq.EventPostponed, Queue: "orders"})
+	}
+	s := collect(t, reader)
+	for name, want := range map[string]int64{
+		middleware.MetricPostponed: 3,
+		middleware.MetricProcessed: 0,
+		middleware.MetricFailed:    0,
+		middleware.MetricInFlight:  0,
+	} {
+		if got := s.value(name, queue); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	if got := s.count(middleware.MetricDuration, queue); got != 0 {
+		t.Errorf("duration count = %d, want 0: postponed attempts are not handler runs", got)
+	}
+	if got := s.count(middleware.MetricLatency, queue); got != 0 {
+		t.Errorf("latency count = %d, want 0: a postponed job's latency counts when it runs", got)
+	}
+
+	// A shutdown overrides the postponement: the consumer counts a failure.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(streamq.ErrShutdown)
+	_ = h.Handle(ctx, msg)
+	s = collect(t, reader)
+	if got := s.value(middleware.MetricFailed, queue, attribute.String("error.type", "shutdown")); got != 1 {
+		t.Errorf("failed with error.type shutdown = %d, want 1", got)
+	}
+	if got := s.count(middleware.MetricLatency, queue); got != 1 {
+		t.Errorf("latency count = %d, want 1", got)
 	}
 }
 

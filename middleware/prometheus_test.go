@@ -39,6 +39,7 @@ func TestMetrics_Prometheus(t *testing.T) {
 	_ = streamq.Chain(ok, m.Middleware()).Handle(context.Background(), msg)
 	_ = streamq.Chain(fail, m.Middleware()).Handle(context.Background(), msg)
 	m.OnEvent(context.Background(), streamq.Event{Kind: streamq.EventRetried, Queue: "orders"})
+	m.OnEvent(context.Background(), streamq.Event{Kind: streamq.EventPostponed, Queue: "orders"})
 	m.OnEvent(context.Background(), streamq.Event{Kind: streamq.EventDeadLettered, Queue: "orders", Reason: streamq.ReasonPermanent})
 
 	families, err := reg.Gather()
@@ -66,6 +67,7 @@ func TestMetrics_Prometheus(t *testing.T) {
 		"streamq_jobs_processed_total",
 		"streamq_jobs_failed_total",
 		"streamq_jobs_retried_total",
+		"streamq_jobs_postponed_total",
 		"streamq_jobs_dead_lettered_total",
 		"streamq_jobs_in_flight",
 		"streamq_job_duration_seconds",

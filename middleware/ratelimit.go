@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,9 +17,9 @@ import (
 // RateLimitConfig.MaxWait is zero.
 const DefaultRateLimitMaxWait = 30 * time.Second
 
-// ErrRateLimited is wrapped (inside a [streamq.RetryAfterError]) by the
-// error [RateLimiter.Wait] returns when no token would be free within the
-// wait the job may spend.
+// ErrRateLimited is wrapped (inside a [streamq.PostponeError]) by the error
+// [RateLimiter.Wait] returns when no token would be free within the wait the
+// job may spend.
 var ErrRateLimited = errors.New("streamq: rate limited: no token free within the allowed wait")
 
 // RateLimitConfig configures [NewRateLimiter]. Rate is required; every other
@@ -43,9 +44,9 @@ type RateLimitConfig struct {
 
 	// MaxWait is the longest one job waits for a token; it also never waits
 	// past its context's deadline. A job that would have to wait longer is
-	// not started: the middleware returns a [streamq.RetryAfter] error so
-	// the consumer schedules it again for when a token is due. Defaults to
-	// DefaultRateLimitMaxWait.
+	// not started: the middleware returns a [streamq.Postpone] error so the
+	// consumer runs it again when a token is due, without charging an
+	// attempt. Defaults to DefaultRateLimitMaxWait.
 	MaxWait time.Duration
 }
 
@@ -98,10 +99,12 @@ func (l *RateLimiter) Key() string { return l.key }
 // Wait takes one token, waiting for it if need be. It returns nil once the
 // caller may start. It waits at most RateLimitConfig.MaxWait and never past
 // ctx's deadline: if the next token is due later, it takes none and returns
-// a [*streamq.RetryAfterError] (wrapping [ErrRateLimited]) whose Delay is the
-// time until the token is due. It returns the cause of ctx if ctx ends while
-// waiting (the reserved token is then lost, which only slows the queue), and
-// a wrapped Redis error if the bucket cannot be read.
+// a [*streamq.PostponeError] (wrapping [ErrRateLimited]) whose Delay is the
+// time until the token is due plus up to half of it again, at random (so
+// that jobs refused together do not all come back at once); a handler
+// returning it has its job run again then, without charging an attempt. It returns the cause of ctx if ctx ends
+// while waiting (the reserved token is then lost, which only slows the
+// queue), and a wrapped Redis error if the bucket cannot be read.
 func (l *RateLimiter) Wait(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("streamq: rate limit: %w", context.Cause(ctx))
@@ -123,7 +126,11 @@ func (l *RateLimiter) Wait(ctx context.Context) error {
 	}
 	wait := time.Duration(res[1]) * time.Millisecond
 	if res[0] != 1 {
-		return streamq.RetryAfter(wait, fmt.Errorf("%w (next token in %s, may wait %s)", ErrRateLimited, wait, max(limit, 0)))
+		// Jobs refused together would all come back when the same token is
+		// due and be refused together again: spread them over half as much
+		// again.
+		delay := wait + rand.N(wait/2+1)
+		return streamq.Postpone(delay, fmt.Errorf("%w (next token in %s, may wait %s)", ErrRateLimited, wait, max(limit, 0)))
 	}
 	if wait <= 0 {
 		return nil
@@ -140,11 +147,16 @@ func (l *RateLimiter) Wait(ctx context.Context) error {
 
 // Middleware returns middleware that calls [RateLimiter.Wait] before each job
 // and runs the job only when it returns nil; otherwise it returns Wait's error
-// without running the job. A [streamq.RetryAfter] error makes the consumer
-// retry the job when a token is due; note that the retry counts towards
-// ConsumerConfig.MaxDeliveries, so under a sustained overload choose MaxWait
-// and MaxDeliveries generously. Waiting jobs hold a handler slot, which
-// keeps the consumer from reading more jobs than it may start.
+// without running the job. The [streamq.Postpone] error of a job that could
+// not get a token within MaxWait makes the consumer run it again when a token
+// is due, without charging an attempt: rate limiting only delays jobs. They
+// are not counted as failed (see [Metrics], [Logging] and [Tracing]) and never
+// reach ConsumerConfig.MaxDeliveries, however long an overload lasts. Waiting
+// jobs hold a handler slot, which keeps the consumer from reading more jobs
+// than it may start.
+//
+// The middleware needs a runtime that understands [streamq.Postpone] (the
+// [streamq.Consumer] does, through [streamq.Decide]).
 func (l *RateLimiter) Middleware() streamq.Middleware {
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {

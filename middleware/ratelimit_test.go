@@ -3,11 +3,17 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/redistest"
@@ -30,7 +36,7 @@ func TestRateLimit_SharedByWorkers(t *testing.T) {
 		burst     = 10
 		window    = 2 * time.Second
 		consumers = 4
-		jobs      = 600 // more than can start in the window
+		jobs      = 300 // more than may start in the window
 		tolerance = 5   // scheduling and rounding slack (5 tokens = 50ms)
 	)
 	q := setup(t)
@@ -91,14 +97,18 @@ func TestRateLimit_SharedByWorkers(t *testing.T) {
 	}
 	mu.Unlock()
 	maxStarts := burst + int(rate*window.Seconds()) + tolerance
-	minStarts := int(0.7 * rate * window.Seconds())
 	t.Logf("%d jobs started in %s (limit %d/s, burst %d)", n, window, rate, burst)
 	if n > maxStarts {
 		t.Errorf("%d jobs started in %s, want at most %d", n, window, maxStarts)
 	}
-	if n < minStarts {
-		t.Errorf("%d jobs started in %s, want at least %d", n, window, minStarts)
-	}
+	// The limit delays jobs but must not stop them: every job starts in the
+	// end. This bounds no throughput (a slow machine only takes longer), so
+	// it cannot flake, yet fails if the limiter blocks or loses tokens.
+	redistest.WaitFor(t, waitTimeout, "every job started", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(starts) >= jobs
+	})
 }
 
 func TestRateLimiter_Wait(t *testing.T) {
@@ -113,12 +123,15 @@ func TestRateLimiter_Wait(t *testing.T) {
 			t.Fatalf("first Wait: %v", err)
 		}
 		err := l.Wait(ctx)
-		var ra *streamq.RetryAfterError
-		if !errors.As(err, &ra) || !errors.Is(err, middleware.ErrRateLimited) {
-			t.Fatalf("second Wait: %v, want a RetryAfterError wrapping ErrRateLimited", err)
+		var pe *streamq.PostponeError
+		if !errors.As(err, &pe) || !errors.Is(err, middleware.ErrRateLimited) {
+			t.Fatalf("second Wait: %v, want a PostponeError wrapping ErrRateLimited", err)
 		}
-		if ra.Delay <= 100*time.Millisecond || ra.Delay > time.Second {
-			t.Errorf("retry delay %s, want the time until the next token (100ms, 1s]", ra.Delay)
+		if pe.Delay <= 100*time.Millisecond || pe.Delay > 1500*time.Millisecond {
+			t.Errorf("postpone delay %s, want the time until the next token (100ms, 1s] plus up to half of it", pe.Delay)
+		}
+		if v := streamq.Decide(&streamq.Message{Deliveries: 1}, err, 1, nil); !v.Postponed || v.DeadLetter {
+			t.Errorf("Decide(Wait's error) = %+v, want postponed, not dead-lettered, even on the last attempt", v)
 		}
 	})
 	t.Run("never waits past the deadline", func(t *testing.T) {
@@ -168,7 +181,7 @@ func TestRateLimiter_Wait(t *testing.T) {
 	})
 }
 
-func TestRateLimit_RetriesInsteadOfFailing(t *testing.T) {
+func TestRateLimit_PostponesInsteadOfFailing(t *testing.T) {
 	t.Parallel()
 	q := setup(t)
 	p := newProducer(t, q)
@@ -185,8 +198,159 @@ func TestRateLimit_RetriesInsteadOfFailing(t *testing.T) {
 	c := runConsumer(t, q, h, consumerConfig(l.Middleware()))
 	redistest.WaitFor(t, waitTimeout, "all jobs processed", func() bool { return c.Stats().Processed == jobs })
 	st := c.Stats()
-	if st.Retried == 0 || st.DeadLettered != 0 || runs.Load() != jobs {
-		t.Errorf("stats %+v, handler runs %d: want rate-limited jobs retried (not failed for good) and each run once", st, runs.Load())
+	if st.Postponed == 0 || st.Failed != 0 || st.Retried != 0 || st.DeadLettered != 0 || runs.Load() != jobs {
+		t.Errorf("stats %+v, handler runs %d: want rate-limited jobs postponed (not failed, not retried) and each run once", st, runs.Load())
+	}
+}
+
+// hogLimit keeps the bucket of l's key empty until the test ends or the
+// returned stop is called: n goroutines, like busy workers of other
+// processes, take every token as soon as it is due (each reserves the next
+// one and waits for it), so a job with a short MaxWait finds no token. stop
+// waits for them to return.
+func hogLimit(t *testing.T, q *streamq.Queue, cfg middleware.RateLimitConfig, n int) (stop func()) {
+	t.Helper()
+	cfg.MaxWait = time.Minute
+	hog := newLimiter(t, q, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for hog.Wait(ctx) == nil {
+			}
+		})
+	}
+	stop = sync.OnceFunc(func() {
+		cancel()
+		wg.Wait()
+	})
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestRateLimit_NeverDeadLetters runs a job that the rate limit turns away
+// more times than MaxDeliveries allows attempts, through the whole Default
+// chain: it must be postponed each time, never retried, failed or
+// dead-lettered, and the metrics, logs and spans must say so.
+func TestRateLimit_NeverDeadLetters(t *testing.T) {
+	t.Parallel()
+	const (
+		maxDeliveries = 2
+		wantPostponed = maxDeliveries + 2 // turned away more often than MaxDeliveries
+		rate          = 20
+		hogs          = 4 // the bucket is reserved hogs/rate = 200ms ahead
+	)
+	q := setup(t)
+	sr, _, tcfg := tracingSetup(t)
+	reader, m := metricsSetup(t)
+	logs := &syncBuffer{}
+	limitCfg := middleware.RateLimitConfig{Rate: rate, MaxWait: time.Millisecond}
+	stopHogs := hogLimit(t, q, limitCfg, hogs)
+
+	var runs atomic.Int64
+	h := streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		runs.Add(1)
+		return nil
+	})
+	cfg := consumerConfig(middleware.Default(&middleware.DefaultConfig{
+		Logger:      jsonLogger(logs),
+		Tracing:     tcfg,
+		Metrics:     m,
+		RateLimiter: newLimiter(t, q, limitCfg),
+	})...)
+	cfg.OnEvent = m.OnEvent
+	cfg.MaxDeliveries = maxDeliveries
+	c := runConsumer(t, q, h, cfg)
+	id := enqueue(t, context.Background(), newProducer(t, q), "x")
+
+	redistest.WaitFor(t, waitTimeout, fmt.Sprintf("job postponed %d times, or settled", wantPostponed), func() bool {
+		st := c.Stats()
+		return st.Postponed >= wantPostponed || st.Processed+st.Failed+st.DeadLettered > 0
+	})
+	if st := c.Stats(); st.Postponed < wantPostponed {
+		t.Fatalf("stats %+v: want the job postponed %d times while the limit has no token, and not failed or run", st, wantPostponed)
+	}
+	stopHogs()
+	redistest.WaitFor(t, waitTimeout, "job processed once the limit has tokens again", func() bool {
+		return c.Stats().Processed == 1
+	})
+
+	st := c.Stats()
+	if st.Failed != 0 || st.Retried != 0 || st.DeadLettered != 0 || runs.Load() != 1 {
+		t.Errorf("stats %+v, handler runs %d: want the job postponed %d+ times, then run once, never failed or dead-lettered",
+			st, runs.Load(), wantPostponed)
+	}
+	qs, err := q.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qs.DeadLetters != 0 || qs.Delayed != 0 || qs.Pending != 0 {
+		t.Errorf("queue stats %+v, want no dead letters and nothing left", qs)
+	}
+
+	// Metrics: postponed, not failed.
+	queue := attribute.String("messaging.destination.name", q.Name())
+	s := collect(t, reader)
+	for name, want := range map[string]int64{
+		middleware.MetricPostponed:    st.Postponed,
+		middleware.MetricProcessed:    1,
+		middleware.MetricFailed:       0,
+		middleware.MetricRetried:      0,
+		middleware.MetricDeadLettered: 0,
+	} {
+		if got := s.value(name, queue); got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	if got := s.count(middleware.MetricDuration, queue); got != 1 {
+		t.Errorf("duration count = %d, want 1: postponed attempts have none", got)
+	}
+	if got := s.count(middleware.MetricLatency, queue); got != 1 {
+		t.Errorf("latency count = %d, want 1: the job counts once however often it was postponed", got)
+	}
+
+	// Logs: one debug record per postponement, no failure.
+	var postponedLogs int64
+	for _, r := range records(t, logs) {
+		switch r["msg"] {
+		case middleware.LogMsgFailed:
+			t.Errorf("failure logged for a postponed job: %v", r)
+		case middleware.LogMsgPostponed:
+			postponedLogs++
+			if r["level"] != "DEBUG" || r["reason"] == nil || r["retry_in"] == nil {
+				t.Errorf("postponed record = %v, want DEBUG with reason and retry_in", r)
+			}
+		}
+	}
+	if postponedLogs != st.Postponed {
+		t.Errorf("%d postponed records, want %d", postponedLogs, st.Postponed)
+	}
+
+	// Spans: no Error status; an event for each postponement.
+	var spans, events int64
+	for _, sp := range sr.Ended() {
+		if sp.SpanKind() != trace.SpanKindConsumer {
+			continue
+		}
+		spans++
+		if sp.Status().Code == codes.Error {
+			t.Errorf("span with status %+v for a postponed job", sp.Status())
+		}
+		for _, ev := range sp.Events() {
+			if ev.Name != middleware.SpanEventPostponed {
+				t.Errorf("span event %q, want only %s", ev.Name, middleware.SpanEventPostponed)
+				continue
+			}
+			events++
+			a := attrMap(ev.Attributes)
+			if !strings.Contains(a[middleware.AttrPostponeReason].AsString(), middleware.ErrRateLimited.Error()) ||
+				a[middleware.AttrPostponeDelay].AsFloat64() <= 0 {
+				t.Errorf("postponed event attributes %v, want the rate limit as reason and a delay", ev.Attributes)
+			}
+		}
+	}
+	if spans != st.Postponed+1 || events != st.Postponed {
+		t.Errorf("%d consumer spans with %d postponed events, want %d and %d (job %s)", spans, events, st.Postponed+1, st.Postponed, id)
 	}
 }
 

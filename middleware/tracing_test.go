@@ -3,7 +3,10 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/baggage"
@@ -185,6 +188,142 @@ func TestTracing_NewRoot(t *testing.T) {
 	}
 	if got := attrMap(s.Attributes())["messaging.consumer.group.name"].AsString(); got != "billing" {
 		t.Errorf("messaging.consumer.group.name = %q, want billing", got)
+	}
+}
+
+func TestTracing_Postponed(t *testing.T) {
+	t.Parallel()
+	sr, _, tcfg := tracingSetup(t)
+	h := streamq.Chain(streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		return streamq.Postpone(1500*time.Millisecond, errors.New("busy"))
+	}), middleware.Tracing(tcfg))
+	if err := h.Handle(context.Background(), &streamq.Message{ID: "1-0", Queue: "orders"}); err == nil {
+		t.Fatal("the Postpone error was swallowed")
+	}
+	s, ok := consumerSpans(sr)["1-0"]
+	if !ok {
+		t.Fatal("no consumer span")
+	}
+	if s.Status().Code != codes.Unset {
+		t.Errorf("status %+v, want Unset: a postponed job did not fail", s.Status())
+	}
+	if _, ok := attrMap(s.Attributes())["error.type"]; ok {
+		t.Errorf("attributes %v, want no error.type", s.Attributes())
+	}
+	ev := s.Events()
+	if len(ev) != 1 || ev[0].Name != middleware.SpanEventPostponed {
+		t.Fatalf("events %+v, want one %s event", ev, middleware.SpanEventPostponed)
+	}
+	a := attrMap(ev[0].Attributes)
+	if a[middleware.AttrPostponeDelay].AsFloat64() != 1.5 || a[middleware.AttrPostponeReason].AsString() != "busy" {
+		t.Errorf("event attributes %v, want delay 1.5 and reason busy", ev[0].Attributes)
+	}
+}
+
+func TestTracing_ConsumerGroup(t *testing.T) {
+	t.Parallel()
+	sr, _, tcfg := tracingSetup(t)
+	q := setupQueue(t, &streamq.QueueConfig{Group: "billing"})
+	id := enqueue(t, context.Background(), newProducer(t, q), "x")
+	runConsumer(t, q, streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }),
+		consumerConfig(middleware.Tracing(tcfg))) // TracingConfig.Group unset
+	redistest.WaitFor(t, waitTimeout, "the consumer span", func() bool { _, ok := consumerSpans(sr)[id]; return ok })
+	if got := attrMap(consumerSpans(sr)[id].Attributes())["messaging.consumer.group.name"].AsString(); got != "billing" {
+		t.Errorf("messaging.consumer.group.name = %q, want the queue's group billing", got)
+	}
+}
+
+func TestTracing_GroupFallback(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		msgGroup string
+		cfgGroup string
+		want     string // "" means no attribute
+	}{
+		{"message group wins", "billing", "fallback", "billing"},
+		{"config as fallback", "", "fallback", "fallback"},
+		{"neither", "", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sr, _, tcfg := tracingSetup(t)
+			tcfg.Group = tt.cfgGroup
+			h := streamq.Chain(streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }), middleware.Tracing(tcfg))
+			if err := h.Handle(context.Background(), &streamq.Message{ID: "1-0", Queue: "orders", Group: tt.msgGroup}); err != nil {
+				t.Fatal(err)
+			}
+			got, ok := attrMap(consumerSpans(sr)["1-0"].Attributes())["messaging.consumer.group.name"]
+			if tt.want == "" {
+				if ok {
+					t.Errorf("messaging.consumer.group.name = %q, want none", got.AsString())
+				}
+			} else if got.AsString() != tt.want {
+				t.Errorf("messaging.consumer.group.name = %q, want %q", got.AsString(), tt.want)
+			}
+		})
+	}
+}
+
+// attrSampler samples every span and remembers the attributes it was shown.
+type attrSampler struct {
+	mu   sync.Mutex
+	seen []attribute.KeyValue
+}
+
+func (s *attrSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.SamplingResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen = append(s.seen, p.Attributes...)
+	return sdktrace.SamplingResult{Decision: sdktrace.RecordAndSample}
+}
+
+func (s *attrSampler) Description() string { return "attrSampler" }
+
+func TestTracing_NoStartAttributes(t *testing.T) {
+	t.Parallel()
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoStartAttributes=%t", late), func(t *testing.T) {
+			t.Parallel()
+			sampler := &attrSampler{}
+			sr := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(sr))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			h := streamq.Chain(streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }),
+				middleware.Tracing(&middleware.TracingConfig{TracerProvider: tp, NoStartAttributes: late}))
+			if err := h.Handle(context.Background(), &streamq.Message{ID: "1-0", Queue: "orders", Group: "billing", Deliveries: 1}); err != nil {
+				t.Fatal(err)
+			}
+			s, ok := consumerSpans(sr)["1-0"]
+			if !ok {
+				t.Fatal("no consumer span")
+			}
+			// The span has every attribute either way.
+			attrs := attrMap(s.Attributes())
+			for k, v := range map[attribute.Key]attribute.Value{
+				"messaging.system":              attribute.StringValue("redis"),
+				"messaging.destination.name":    attribute.StringValue("orders"),
+				"messaging.consumer.group.name": attribute.StringValue("billing"),
+				"messaging.operation.type":      attribute.StringValue("process"),
+				"messaging.operation.name":      attribute.StringValue("process"),
+				"messaging.message.id":          attribute.StringValue("1-0"),
+				middleware.AttrAttempt:          attribute.IntValue(1),
+				middleware.AttrDeliveries:       attribute.IntValue(1),
+			} {
+				if attrs[k] != v {
+					t.Errorf("%s = %v, want %v", k, attrs[k].Emit(), v.Emit())
+				}
+			}
+			if got := len(s.Attributes()); got != 8 {
+				t.Errorf("%d attributes, want 8 (no duplicates): %v", got, s.Attributes())
+			}
+			// The sampler sees the queue's attributes only without the option.
+			seen := attrMap(sampler.seen)
+			if _, ok := seen["messaging.destination.name"]; ok == late {
+				t.Errorf("sampler saw %v", sampler.seen)
+			}
+		})
 	}
 }
 
