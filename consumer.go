@@ -640,9 +640,11 @@ func (r *run) flushAcks(batch []ackItem) {
 			if err != nil {
 				c.log.Error("streamq: cannot acknowledge jobs; they stay pending and will run again", "count", len(ids), "error", err)
 			}
-			for _, a := range batch {
-				r.pool.Unregister(a.job)
+			jobs := make([]*pool.Job[entry], len(batch))
+			for i, a := range batch {
+				jobs[i] = a.job
 			}
+			r.pool.UnregisterAll(jobs)
 			return
 		}
 		time.Sleep(bo.Next())

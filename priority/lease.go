@@ -45,9 +45,7 @@ func (r *run) flushFinishes(batch []*pool.Job[item]) {
 // finished unregisters finished jobs once they were removed (or could not
 // be): their leases are no longer extended.
 func (r *run) finished(batch []*pool.Job[item], left int64) {
-	for _, j := range batch {
-		r.pool.Unregister(j)
-	}
+	r.pool.UnregisterAll(batch)
 	if left > 0 {
 		r.w.log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
 	}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -53,17 +54,22 @@ type Job[T any] struct {
 
 	ctx      context.Context // cancelled with the causes above
 	cancel   context.CancelCauseFunc
-	deadline time.Time // set when the job starts, if JobTimeout > 0
-	timeout  error     // Config.TimeoutCause
-	// settling is set (under Pool.mu) once the handler returned (or will not
-	// run): a lost claim is then no longer a reason to cancel it, and its
-	// claim need not be refreshed.
-	settling bool
+	deadline atomic.Int64 // Unix ns, set when the job starts if JobTimeout > 0
+	timeout  error        // Config.TimeoutCause
+	// settling is set once the handler returned (or will not run): a lost
+	// claim is then no longer a reason to cancel it.
+	settling atomic.Bool
 }
 
 // Deadline reports when JobTimeout ends the job's run, if it has started and
 // JobTimeout is set.
-func (j *Job[T]) Deadline() (time.Time, bool) { return j.deadline, !j.deadline.IsZero() }
+func (j *Job[T]) Deadline() (time.Time, bool) {
+	ns := j.deadline.Load()
+	if ns == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
+}
 
 // Done is closed when the job's context is cancelled.
 func (j *Job[T]) Done() <-chan struct{} { return j.ctx.Done() }
@@ -95,6 +101,7 @@ type Pool[T any] struct {
 	cfg  Config
 	work func(*Job[T]) (keep bool)
 	sem  *semaphore.Weighted
+	held atomic.Int64   // slots taken from sem and not yet released
 	wg   sync.WaitGroup // launched jobs
 	base context.Context
 
@@ -151,12 +158,22 @@ func (p *Pool[T]) Unregister(j *Job[T]) {
 	j.cancel(nil)
 }
 
-// Settle marks a job whose handler has returned (or will not run).
-func (p *Pool[T]) Settle(j *Job[T]) {
+// UnregisterAll forgets jobs and releases their contexts, under one lock.
+func (p *Pool[T]) UnregisterAll(jobs []*Job[T]) {
 	p.mu.Lock()
-	j.settling = true
+	for _, j := range jobs {
+		if p.jobs[j.Key] == j {
+			delete(p.jobs, j.Key)
+		}
+	}
 	p.mu.Unlock()
+	for _, j := range jobs {
+		j.cancel(nil)
+	}
 }
+
+// Settle marks a job whose handler has returned (or will not run).
+func (p *Pool[T]) Settle(j *Job[T]) { j.settling.Store(true) }
 
 // Owns reports whether the job with key is registered.
 func (p *Pool[T]) Owns(key string) bool {
@@ -183,26 +200,43 @@ func (p *Pool[T]) Slots(ctx context.Context, most int64, full bool, want int64, 
 	if err := p.sem.Acquire(ctx, 1); err != nil {
 		return 0, err
 	}
-	n := int64(1)
-	for n < most && p.sem.TryAcquire(1) {
-		n++
-	}
+	p.held.Add(1)
+	n := 1 + p.takeFree(most-1)
 	if full && n < want {
 		wctx, cancel := context.WithTimeout(ctx, gather)
 		if p.sem.Acquire(wctx, want-n) == nil {
+			p.held.Add(want - n)
 			n = want
 		}
 		cancel()
-		for n < most && p.sem.TryAcquire(1) {
-			n++
-		}
+		n += p.takeFree(most - n)
 	}
 	return n, nil
+}
+
+// takeFree takes up to most of the slots that are free now, without
+// waiting. The count of held slots makes this one semaphore call in the
+// common case instead of one per slot.
+func (p *Pool[T]) takeFree(most int64) int64 {
+	if most <= 0 {
+		return 0
+	}
+	if free := min(most, int64(p.cfg.Concurrency)-p.held.Load()); free > 0 && p.sem.TryAcquire(free) {
+		p.held.Add(free)
+		return free
+	}
+	var n int64
+	for n < most && p.sem.TryAcquire(1) { // the estimate was stale
+		n++
+	}
+	p.held.Add(n)
+	return n
 }
 
 // Release returns n unused slots.
 func (p *Pool[T]) Release(n int64) {
 	if n > 0 {
+		p.held.Add(-n)
 		p.sem.Release(n)
 	}
 }
@@ -254,11 +288,9 @@ func (p *Pool[T]) worker(t task[T]) {
 // run runs one task.
 func (p *Pool[T]) run(t task[T]) {
 	defer p.wg.Done()
-	defer p.sem.Release(t.weight)
+	defer p.Release(t.weight)
 	if p.cfg.JobTimeout > 0 {
-		p.mu.Lock()
-		t.j.deadline = time.Now().Add(p.cfg.JobTimeout)
-		p.mu.Unlock()
+		t.j.deadline.Store(time.Now().Add(p.cfg.JobTimeout).UnixNano())
 	}
 	if !p.work(t.j) {
 		p.Unregister(t.j)
@@ -279,7 +311,7 @@ func (p *Pool[T]) sweeper() {
 		case now := <-t.C:
 			p.mu.Lock()
 			for _, j := range p.jobs {
-				if !j.settling && !j.deadline.IsZero() && !now.Before(j.deadline) {
+				if dl := j.deadline.Load(); dl != 0 && !j.settling.Load() && now.UnixNano() >= dl {
 					j.cancel(p.cfg.TimeoutCause)
 				}
 			}
@@ -312,8 +344,9 @@ func (p *Pool[T]) RunAlone(ctx context.Context, jobs []*Job[T], handBack func(*J
 			}
 			return false
 		}
+		p.held.Add(all)
 		if errors.Is(context.Cause(j), p.cfg.LostCause) {
-			p.sem.Release(all)
+			p.Release(all)
 			p.Unregister(j)
 			continue
 		}
@@ -340,7 +373,7 @@ func (p *Pool[T]) Drain(onTimeout func(running int)) {
 	p.stopping = true
 	n := 0
 	for _, j := range p.jobs {
-		if !j.settling {
+		if !j.settling.Load() {
 			n++
 			j.cancel(p.cfg.ShutdownCause)
 		}
@@ -389,7 +422,7 @@ func (p *Pool[T]) KeepAlive(ctx context.Context, interval, timeout time.Duration
 		for _, k := range lost {
 			p.mu.Lock()
 			j := p.jobs[k]
-			running := j != nil && !j.settling
+			running := j != nil && !j.settling.Load()
 			p.mu.Unlock()
 			if running {
 				onLost(j)
