@@ -246,10 +246,24 @@ streamq needs Redis 7 or newer. Start one, then run this again:
 or point REDIS_URL at yours, e.g. REDIS_URL=redis://host:6379/0`, opts.Addr, pingErr)
 }
 
+// ping checks that Redis answers. go-redis logs every failed dial on its
+// own; while probing, that would only repeat the error connect explains, so
+// its log is silenced until the probe is over.
 func ping(ctx context.Context, rdb *redis.Client) error {
+	redis.SetLogger(redisLog{quiet: true})
+	defer redis.SetLogger(redisLog{})
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	return rdb.Ping(ctx).Err()
+}
+
+// redisLog prints go-redis's own log lines to standard error, or drops them.
+type redisLog struct{ quiet bool }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	if !l.quiet {
+		fmt.Fprintf(os.Stderr, "redis: "+format+"\n", v...)
+	}
 }
 
 // deleteQueue deletes the demo queue's keys (SCAN, not KEYS, which would
