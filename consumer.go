@@ -468,15 +468,27 @@ func (r *run) readLoop(ctx context.Context) error {
 			continue
 		}
 		bo.Reset()
-		var started int64
+		var read, started int64
+		var alone []*pool.Job[entry]
 		for _, s := range streams {
 			for _, m := range s.Messages {
-				r.start(r.pool.Register(m.ID, entry{values: m.Values, deliveries: 1}), 1)
+				read++
+				j := r.pool.Register(m.ID, entry{values: m.Values, deliveries: 1})
+				// A copy handed back after crashes, at its last attempt.
+				if conc > 1 && LastAttemptAfterCrash(m.Values, 1, c.cfg.MaxDeliveries) {
+					c.log.InfoContext(ctx, "streamq: job whose earlier runs were cut short makes its last attempt alone", "msg_id", m.ID)
+					alone = append(alone, j)
+					continue
+				}
+				r.start(j, 1)
 				started++
 			}
 		}
 		r.pool.Release(n - started)
-		full = started == n
+		full = read == n
+		if !r.pool.RunAlone(ctx, alone, r.handBack) {
+			return nil
+		}
 	}
 }
 

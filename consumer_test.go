@@ -210,16 +210,20 @@ func TestLastAttemptAfterCrash(t *testing.T) {
 	tests := []struct {
 		name       string
 		attempt    string // "" for no attempt field
+		crashed    bool   // the copy carries crashed=1 (handed back after crashes)
 		deliveries int
 		want       bool
 	}{
-		{"first delivery", "", 1, false},
-		{"taken over, attempts left", "", 2, false},
-		{"taken over, last attempt", "", 3, true},
-		{"retried then taken over, last attempt", "1", 2, true},
-		{"over the limit: dead-lettered, not run", "", 4, false},
-		{"fresh read at the last attempt", "2", 1, false},
-		{"malformed attempt field", "x", 3, false},
+		{"first delivery", "", false, 1, false},
+		{"taken over, attempts left", "", false, 2, false},
+		{"taken over, last attempt", "", false, 3, true},
+		{"retried then taken over, last attempt", "1", false, 2, true},
+		{"over the limit: dead-lettered, not run", "", false, 4, false},
+		{"fresh read at the last attempt", "2", false, 1, false},
+		{"handed back after crashes, last attempt", "2", true, 1, true},
+		{"handed back after a crash, attempts left", "1", true, 1, false},
+		{"handed back after crashes, taken over again", "2", true, 2, false},
+		{"malformed attempt field", "x", false, 3, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,6 +231,9 @@ func TestLastAttemptAfterCrash(t *testing.T) {
 			fields := map[string]any{"v": "1", "payload": "x"}
 			if tt.attempt != "" {
 				fields["attempt"] = tt.attempt
+			}
+			if tt.crashed {
+				fields["crashed"] = "1"
 			}
 			if got := LastAttemptAfterCrash(fields, tt.deliveries, 3); got != tt.want {
 				t.Errorf("LastAttemptAfterCrash(attempt=%q, deliveries=%d, 3) = %v, want %v", tt.attempt, tt.deliveries, got, tt.want)

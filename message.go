@@ -26,6 +26,7 @@ const (
 	fieldKeyToken  = "kt"      // token of the unique-key lock; set with key
 	fieldFirstFail = "ff"      // first failure time, Unix milliseconds; set on retries
 	fieldLastError = "err"     // last error text; set on retries
+	fieldCrashed   = "crashed" // "1": runs cut short by crashes before a hand-back; see LastAttemptAfterCrash
 )
 
 // Message is one job as delivered to a [Handler].
@@ -58,6 +59,7 @@ type Message struct {
 	LastError string
 
 	keyToken string         // unique-key lock token
+	crashed  bool           // earlier runs were cut short by crashes (fieldCrashed)
 	fields   map[string]any // raw entry, kept for dead-lettering
 }
 
@@ -76,6 +78,7 @@ type jobFields struct {
 	keyToken  string
 	firstFail int64
 	lastErr   string
+	crashed   bool
 }
 
 // args returns the entry as a flat field/value list for XADD.
@@ -98,6 +101,9 @@ func (j *jobFields) args() []any {
 	}
 	if j.lastErr != "" {
 		a = append(a, fieldLastError, j.lastErr)
+	}
+	if j.crashed {
+		a = append(a, fieldCrashed, "1")
 	}
 	return a
 }
@@ -146,6 +152,7 @@ func decodeMessage(queue, id string, values map[string]any) (*Message, error) {
 	m.Key, _ = str(values[fieldKey])
 	m.keyToken, _ = str(values[fieldKeyToken])
 	m.LastError, _ = str(values[fieldLastError])
+	m.crashed = isCrashed(values)
 	return m, nil
 }
 
@@ -159,6 +166,12 @@ func millisField(values map[string]any, name string) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("%w: field %q must be Unix milliseconds, got %q", ErrMalformed, name, s)
 	}
 	return time.UnixMilli(n), nil
+}
+
+// isCrashed reports whether an entry carries the crashed mark.
+func isCrashed(values map[string]any) bool {
+	c, _ := str(values[fieldCrashed])
+	return c == "1"
 }
 
 func str(v any) (string, bool) {
@@ -180,6 +193,7 @@ func jobFromMessage(m *Message) *jobFields {
 		key:      m.Key,
 		keyToken: m.keyToken,
 		lastErr:  m.LastError,
+		crashed:  m.crashed,
 	}
 	if !m.EnqueuedAt.IsZero() {
 		j.enqMillis = m.EnqueuedAt.UnixMilli()

@@ -87,14 +87,16 @@ func Exhausted(msg *Message, maxDeliveries int) (Verdict, error, bool) {
 
 // LastAttemptAfterCrash reports whether a job whose earlier runs were cut
 // short (it was taken over from a worker that died, hung or was cut off:
-// deliveries > 1) is about to make the last attempt maxDeliveries allows.
-// fields are the job's raw wire fields. Such an attempt must run alone: the
-// worker that died may have been killed by another job running beside it (a
-// poison job that crashes the process takes its neighbours down too, and
-// they are taken over together), and a job should only be dead-lettered for
-// crashes if it crashed a worker on its own.
+// deliveries > 1, or a copy handed back without charge after such runs,
+// which carries the "crashed" mark) is about to make the last attempt
+// maxDeliveries allows. fields are the job's raw wire fields. Such an
+// attempt must run alone: the worker that died may have been killed by
+// another job running beside it (a poison job that crashes the process
+// takes its neighbours down too, and they are taken over together), and a
+// job should only be dead-lettered for crashes if it crashed a worker on its
+// own.
 func LastAttemptAfterCrash(fields map[string]any, deliveries, maxDeliveries int) bool {
-	if deliveries < 2 {
+	if deliveries < 2 && !isCrashed(fields) {
 		return false
 	}
 	attempt := 0
@@ -113,9 +115,13 @@ func LastAttemptAfterCrash(fields map[string]any, deliveries, maxDeliveries int)
 // towards MaxDeliveries and is recorded as the last error; otherwise (the
 // job was handed back because of a shutdown) only the deliveries before this
 // one are counted. Redis's delivery counter restarts at 1 for the new copy,
-// so the deliveries of this copy are carried over into the attempt field.
+// so the deliveries of this copy are carried over into the attempt field;
+// an uncharged copy of a job whose runs were cut short by crashes is marked
+// "crashed", so that [LastAttemptAfterCrash] still knows it. A charged
+// failure ends that streak: the job ran to the end.
 func RetryFields(msg *Message, cause error, charged bool, now time.Time) []any {
 	j := jobFromMessage(msg)
+	j.crashed = !charged && (msg.crashed || msg.Deliveries >= 2)
 	if charged {
 		j.attempt = msg.Attempts()
 		if j.firstFail == 0 {

@@ -71,25 +71,44 @@ func TestRetryFields_RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := enq.Add(time.Minute)
+	// msg was delivered twice: its first run was cut short by a crash.
+	fresh, err := DecodeMessage("q", "1-2", toValues(t, orig.args()), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name        string
+		msg         *Message
 		charged     bool
 		wantAttempt int
 		wantErr     string
 		wantFirst   time.Time
+		wantCrashed bool // the crashed mark: the crash streak goes on
 	}{
-		{"charged", true, 2, "boom", now},
-		{"handed back", false, 1, "", time.Time{}},
+		{"charged", msg, true, 2, "boom", now, false},
+		{"handed back after a crash", msg, false, 1, "", time.Time{}, true},
+		{"handed back, never crashed", fresh, false, 0, "", time.Time{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			next, err := DecodeMessage("q", "2-1", toValues(t, RetryFields(msg, errors.New("boom"), tt.charged, now)), 1)
+			fields := toValues(t, RetryFields(tt.msg, errors.New("boom"), tt.charged, now))
+			next, err := DecodeMessage("q", "2-1", fields, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if next.Attempt != tt.wantAttempt || next.LastError != tt.wantErr || !next.FirstFailedAt.Equal(tt.wantFirst) {
 				t.Errorf("attempt=%d err=%q first=%v, want %d %q %v", next.Attempt, next.LastError, next.FirstFailedAt, tt.wantAttempt, tt.wantErr, tt.wantFirst)
+			}
+			if next.crashed != tt.wantCrashed {
+				t.Errorf("crashed mark %v, want %v (fields %v)", next.crashed, tt.wantCrashed, fields)
+			}
+			if tt.wantCrashed {
+				// A second hand-back of the copy keeps the mark.
+				again, err := DecodeMessage("q", "3-1", toValues(t, RetryFields(next, nil, false, now)), 1)
+				if err != nil || !again.crashed || again.Attempt != tt.wantAttempt {
+					t.Errorf("handed back again: crashed=%v attempt=%d err=%v; want the mark and attempt %d kept", again.crashed, again.Attempt, err, tt.wantAttempt)
+				}
 			}
 			if string(next.Payload) != "p" || !reflect.DeepEqual(next.Headers, msg.Headers) || !next.EnqueuedAt.Equal(enq) ||
 				next.Key != "k" || next.keyToken != "tok" {

@@ -260,7 +260,8 @@ return id
 `)
 
 // scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
-// counters reset, headers and payload kept).
+// counters, failure times, last error and the crashed mark dropped; headers
+// and payload kept).
 //
 // KEYS[1] dead-letter stream, KEYS[2] stream
 // ARGV: dead-letter entry IDs.
@@ -277,7 +278,7 @@ for i = 1, #ARGV do
     local fields = {}
     for k = 1, #f, 2 do
       local name = f[k]
-      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' then
+      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' then
         fields[#fields + 1] = name
         fields[#fields + 1] = f[k + 1]
       end

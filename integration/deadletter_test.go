@@ -3,12 +3,15 @@ package integration
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/redistest"
@@ -174,4 +177,35 @@ func idLess(a, b string) bool {
 		return len(am) < len(bm) || (len(am) == len(bm) && am < bm)
 	}
 	return len(as) < len(bs) || (len(as) == len(bs) && as < bs)
+}
+
+// TestDeadLetters_RequeueStartsAfresh: a requeued job keeps its payload and
+// headers but none of its earlier attempts' bookkeeping (attempt count,
+// failure times, last error, crashed mark), so it gets every attempt again.
+func TestDeadLetters_RequeueStartsAfresh(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.NewClient(t)
+	q, _ := relQueue(t, rdb, nil)
+	ctx := context.Background()
+	letter, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.DeadLetterKey(), Values: []any{
+		"dl_queue", q.Name(), "dl_id", "5-0", "dl_reason", streamq.ReasonMaxDeliveries, "dl_error", "boom",
+		"dl_attempts", "3", "dl_first_failed", "1700000000000", "dl_failed", "1700000001000",
+		"v", "1", "payload", "job", "headers", `{"tenant":"acme"}`, "enq", "1700000000000",
+		"attempt", "2", "ff", "1700000000000", "err", "boom", "crashed", "1",
+	}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := q.DeadLetters().Requeue(ctx, letter)
+	if err != nil || len(ids) != 1 || ids[0] == "" {
+		t.Fatalf("Requeue = %q, %v", ids, err)
+	}
+	e, err := rdb.XRange(ctx, q.StreamKey(), ids[0], ids[0]).Result()
+	if err != nil || len(e) != 1 {
+		t.Fatalf("XRANGE of the requeued job: %v, %v", e, err)
+	}
+	want := map[string]any{"v": "1", "payload": "job", "headers": `{"tenant":"acme"}`, "enq": "1700000000000"}
+	if !reflect.DeepEqual(e[0].Values, want) {
+		t.Errorf("requeued entry %v, want %v", e[0].Values, want)
+	}
 }

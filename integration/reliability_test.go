@@ -1230,3 +1230,132 @@ func TestReliability_JobTimeout(t *testing.T) {
 		t.Errorf("stats %+v, want 1 failed, 1 retried, 1 processed", st)
 	}
 }
+
+// TestReliability_LastAttemptAloneSurvivesShutdown: a job taken over after
+// crashes at its last allowed attempt waits to run alone; a shutdown while it
+// waits hands it back without charge, and the copy still makes that last
+// attempt alone after the restart (it carries the "crashed" mark, since
+// Redis's delivery counter restarts at 1 for the copy).
+func TestReliability_LastAttemptAloneSurvivesShutdown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const maxDeliveries = 3
+	rdb := redistest.NewClient(t)
+	q, p := relQueue(t, rdb, nil)
+
+	// Two runs of the job died with their workers: delivered to dead-1,
+	// then taken over by dead-2, neither of which acknowledges it.
+	crashed := enqueueAll(t, p, []string{"crashed"})[0]
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "dead-1", Streams: []string{q.StreamKey(), ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: q.StreamKey(), Group: q.Group(), Consumer: "dead-2", Messages: []string{crashed}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	enqueueAll(t, p, []string{"long"})
+
+	// The first consumer runs "long" and takes "crashed" over at its third
+	// delivery, its last attempt, which must wait for "long" to finish.
+	longStarted, releaseLong := make(chan struct{}), make(chan struct{})
+	handedBack := make(chan struct{}, 1)
+	first := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		if string(m.Payload) != "long" {
+			t.Errorf("first consumer ran %q; only \"long\" may run before the shutdown", m.Payload)
+			return nil
+		}
+		close(longStarted)
+		select {
+		case <-releaseLong:
+		case <-time.After(relWait):
+			t.Error("\"long\" was not released")
+		}
+		return nil
+	}, streamq.ConsumerConfig{
+		Concurrency:     2,
+		MaxDeliveries:   maxDeliveries,
+		MinIdle:         200 * time.Millisecond,
+		ReclaimInterval: 50 * time.Millisecond,
+		OnEvent: func(_ context.Context, e streamq.Event) {
+			if e.Kind == streamq.EventRetried && e.ID == crashed {
+				handedBack <- struct{}{}
+			}
+		},
+	})
+	run1 := relRun(t, first)
+	select {
+	case <-longStarted:
+	case <-time.After(relWait):
+		t.Fatal("\"long\" did not start")
+	}
+	redistest.WaitFor(t, relWait, "the first consumer to take the crashed job over", func() bool {
+		pe, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.StreamKey(), Group: q.Group(), Start: crashed, End: crashed, Count: 1}).Result()
+		return err == nil && len(pe) == 1 && pe[0].Consumer == first.Name() && pe[0].RetryCount == maxDeliveries
+	})
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); run1.stop() }()
+	select {
+	case <-handedBack:
+	case <-time.After(relWait):
+		t.Fatal("the waiting job was not handed back at the shutdown")
+	}
+	close(releaseLong)
+	<-stopped
+	if s := relStats(t, q); s.Delayed != 1 || s.Pending != 0 || s.DeadLetters != 0 {
+		t.Fatalf("after the shutdown: %+v, want the handed-back job in the delayed set and nothing else", s)
+	}
+
+	// After the restart, the copy runs alone: other jobs enqueued while it
+	// runs wait until it is over.
+	others := numbers(1, 6)
+	otherJobs := make([]streamq.Job, len(others))
+	for i, o := range others {
+		otherJobs[i].Payload = []byte(o)
+	}
+	var running atomic.Int32
+	var lastRunning atomic.Bool
+	seen := newRelCounter()
+	var copyFields map[string]any
+	var copyMsg *streamq.Message
+	second := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		seen.add(m.Payload)
+		if string(m.Payload) != "crashed" {
+			if lastRunning.Load() {
+				t.Errorf("job %s started while the last attempt ran", m.Payload)
+			}
+			return nil
+		}
+		lastRunning.Store(true)
+		defer lastRunning.Store(false)
+		copyMsg = m
+		if e, err := rdb.XRange(ctx, q.StreamKey(), m.ID, m.ID).Result(); err == nil && len(e) == 1 {
+			copyFields = e[0].Values
+		}
+		if _, err := p.EnqueueBatch(ctx, otherJobs); err != nil {
+			t.Errorf("enqueue while the last attempt runs: %v", err)
+		}
+		// Long enough for the other jobs to start if it did not run alone.
+		window := time.NewTimer(300 * time.Millisecond)
+		defer window.Stop()
+		select {
+		case <-window.C:
+		case <-ctx.Done():
+		}
+		if n != 1 {
+			t.Errorf("the last attempt started beside %d other jobs", n-1)
+		}
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 2, MaxDeliveries: maxDeliveries})
+	run2 := relRun(t, second)
+	redistest.WaitFor(t, relWait, "every job handled", func() bool { return second.Stats().Processed == int64(len(others))+1 })
+	relSettled(t, q, 0, relWait)
+	run2.stop()
+	seen.exactlyOnce(t, append(others, "crashed"))
+	if copyMsg == nil || copyMsg.Attempt != maxDeliveries-1 || copyMsg.Attempts() != maxDeliveries {
+		t.Errorf("the copy: %+v, want attempt %d (the crashed runs) and this one the last", copyMsg, maxDeliveries-1)
+	}
+	if copyFields["crashed"] != "1" {
+		t.Errorf("the copy's fields %v lack crashed=1", copyFields)
+	}
+}
