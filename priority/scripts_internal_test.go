@@ -536,9 +536,25 @@ func TestPackFields(t *testing.T) {
 
 // TestWorker_LastAttemptRunsAlone gives a job as many cut-short runs as make
 // its next run the last one MaxDeliveries allows: the worker runs it alone,
-// after the jobs popped with it finished and before it takes any other.
+// after the jobs popped with it finished and before it takes any other. The
+// runs are either counted by the delivery counter (taken over after lease
+// expiries) or carried by a copy handed back without charge at a shutdown
+// (attempt 2 and the crashed mark, with a fresh delivery counter).
 func TestWorker_LastAttemptRunsAlone(t *testing.T) {
 	t.Parallel()
+	for _, handedBack := range []bool{false, true} {
+		name := "taken over"
+		if handedBack {
+			name = "handed back after crashes"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testLastAttemptRunsAlone(t, handedBack)
+		})
+	}
+}
+
+func testLastAttemptRunsAlone(t *testing.T, handedBack bool) {
 	pq := newTestQueue(t, nil)
 	ctx := context.Background()
 	jobs := []Job{{Priority: 9, Payload: []byte("last")}}
@@ -549,8 +565,13 @@ func TestWorker_LastAttemptRunsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two runs of "last" were cut short: its next delivery is its third.
-	if err := pq.q.Client().HSet(ctx, pq.keys.deliveries, ids[0], 2).Err(); err != nil {
+	// Two runs of "last" were cut short: its next run is its third.
+	if handedBack {
+		data := packFields([]any{"v", "1", "payload", "last", "attempt", "2", "crashed", "1"})
+		if err := pq.q.Client().HSet(ctx, pq.keys.jobs, ids[0], data).Err(); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := pq.q.Client().HSet(ctx, pq.keys.deliveries, ids[0], 2).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var running, overlap atomic.Int64
