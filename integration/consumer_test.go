@@ -43,25 +43,8 @@ func cqSetup(t *testing.T, cfg *streamq.QueueConfig) (*redis.Client, *streamq.Qu
 // Run to return (failing the test if it does not within 15 s).
 func cqRun(t *testing.T, c *streamq.Consumer) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Run returned %v", err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Errorf("Run did not return within 15s of cancel")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	r := redistest.Background(t, "Consumer.Run", 15*time.Second, c.Run)
+	return func() { _ = r.Stop() } // an error fails the test at its end
 }
 
 // counter records how many times each job number was handled.

@@ -95,7 +95,7 @@ func TestFault_ConnectionCutsAndOutage(t *testing.T) {
 		for i, r := range runs {
 			select {
 			case <-r.done:
-				t.Fatalf("consumer %d: Run returned %v during the faults, want it to keep going", i, r.err)
+				t.Fatalf("consumer %d: Run returned %v during the faults, want it to keep going", i, r.Err())
 			default:
 			}
 		}

@@ -113,41 +113,21 @@ func relConsumer(t *testing.T, q *streamq.Queue, h streamq.HandlerFunc, cfg stre
 
 // relRunning is a Consumer.Run in its own goroutine.
 type relRunning struct {
-	t      *testing.T
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error // Run's result, set before done is closed
-	once   sync.Once
+	*redistest.Runner
+	done <-chan struct{} // closed when Run has returned
 }
 
 // relRun starts c.Run; the test's cleanup stops it if the test did not.
 func relRun(t *testing.T, c *streamq.Consumer) *relRunning {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &relRunning{t: t, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		r.err = c.Run(ctx)
-	}()
-	t.Cleanup(r.stop)
-	return r
+	r := redistest.Background(t, "Consumer.Run", relRunStop, c.Run)
+	return &relRunning{Runner: r, done: r.Done()}
 }
 
 // stop cancels Run and waits for it to return, bounded by relRunStop; a Run
-// that returns an error or does not return fails the test.
-func (r *relRunning) stop() {
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case <-r.done:
-			if r.err != nil {
-				r.t.Errorf("Run returned %v, want nil after a cancel", r.err)
-			}
-		case <-time.After(relRunStop):
-			r.t.Errorf("Run did not return within %s of its context being cancelled", relRunStop)
-		}
-	})
-}
+// that returns an error (reported when the test ends) or does not return
+// fails the test.
+func (r *relRunning) stop() { _ = r.Stop() }
 
 // relCounter counts handled jobs by payload.
 type relCounter struct {
@@ -1017,7 +997,7 @@ func TestReliability_GracefulShutdownWithJobsInFlight(t *testing.T) {
 	redistest.WaitFor(t, relWait, "all six jobs running", func() bool { return started.Load() == 6 })
 
 	begin := time.Now()
-	runA.cancel()
+	runA.Cancel()
 	close(shutdown)
 	select {
 	case <-runA.done:

@@ -80,20 +80,7 @@ func runConsumer(t testing.TB, q *streamq.Queue, h streamq.Handler, cfg *streamq
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("consumer.Run: %v", err)
-			}
-		case <-time.After(stopTimeout):
-			t.Errorf("consumer did not stop within %s", stopTimeout)
-		}
-	})
+	redistest.Background(t, "Consumer.Run", stopTimeout, c.Run)
 	return c
 }
 

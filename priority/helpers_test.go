@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -111,28 +110,7 @@ func (e *env) newWorker(t testing.TB, h streamq.Handler, cfg priority.WorkerConf
 // worker is stopped when the test ends in any case.
 func run(t testing.TB, w *priority.Worker) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	var once sync.Once
-	var err error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case err = <-done:
-			case <-time.After(waitTimeout):
-				t.Errorf("Worker.Run did not return within %s of cancel", waitTimeout)
-			}
-		})
-		return err
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Worker.Run: %v", err)
-		}
-	})
-	return stop
+	return redistest.Background(t, "Worker.Run", waitTimeout, w.Run).Stop
 }
 
 // runConsumer starts a stream consumer of q with handler h, stopped when the
@@ -143,25 +121,8 @@ func runConsumer(t testing.TB, q *streamq.Queue, h streamq.Handler, cfg *streamq
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("Consumer.Run: %v", err)
-				}
-			case <-time.After(waitTimeout):
-				t.Errorf("Consumer.Run did not return within %s of cancel", waitTimeout)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return c, stop
+	r := redistest.Background(t, "Consumer.Run", waitTimeout, c.Run)
+	return c, func() { _ = r.Stop() } // an error fails the test at its end
 }
 
 // recv receives one value from ch or fails the test after waitTimeout.

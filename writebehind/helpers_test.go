@@ -275,25 +275,8 @@ func runConsumer(tb testing.TB, q *streamq.Queue, h streamq.Handler, cfg *stream
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					tb.Errorf("Consumer.Run: %v", err)
-				}
-			case <-time.After(30 * time.Second):
-				tb.Errorf("Consumer.Run did not return within 30s of cancel")
-			}
-		})
-	}
-	tb.Cleanup(stop)
-	return c, stop
+	r := redistest.Background(tb, "Consumer.Run", 30*time.Second, c.Run)
+	return c, func() { _ = r.Stop() } // an error fails the test at its end
 }
 
 // drained reports whether every change of q has been handled to the end:

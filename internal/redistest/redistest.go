@@ -15,7 +15,8 @@
 //
 // and otherwise fails with a message saying how to get one. Tests that stop,
 // restart or kill Redis start their own server with [StartServer]. Conditions
-// that have no signal to wait on are awaited with [WaitFor].
+// that have no signal to wait on are awaited with [WaitFor]; consumers,
+// workers and schedulers run in the background of a test with [Background].
 package redistest
 
 import (
