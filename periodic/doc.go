@@ -16,6 +16,31 @@
 // scheduler ran are skipped, or, with [MissedRunOnce], the latest of them is
 // enqueued once when a scheduler starts again.
 //
+// # Daylight saving time
+//
+// A crontab spec reads the wall clock of its zone: it runs once for every
+// local date and time it matches, also on the days the clocks change.
+//
+//   - A wall time that does not exist, because the clocks go forward over it,
+//     runs at the first instant after it, the moment of the change:
+//     "CRON_TZ=Europe/Paris 0 2 * * *" runs at 03:00 CEST on 29 March 2026
+//     (and "30 2 * * *" at 03:00 too, not 03:30). Several skipped wall times
+//     of one spec ("*/15 2 * * *"), and the wall time right after the gap
+//     ("0 * * * *" at 03:00), share that instant and so run once.
+//   - A wall time that occurs twice, because the clocks go back, runs once,
+//     at its first occurrence: the same spec runs at 02:00 CEST on 25 October
+//     2026 and not again at 02:00 CET. "0 * * * *" runs 24 times on that
+//     25-hour day, two hours apart from 02:00 CEST to 03:00 CET;
+//     "*/15 2 * * *" runs at 02:00, 02:15, 02:30 and 02:45 CEST only.
+//
+// This holds whether the change is at 02:00, at midnight (America/Santiago,
+// America/Havana) or by 30 minutes (Australia/Lord_Howe). Intervals
+// ([Scheduler.RegisterInterval], "@every") are absolute durations and ignore
+// zones: "@every 1h" runs 25 times on that day. A tick is identified by the
+// instant chosen this way (its tick key and [HeaderTick]), so all schedulers
+// agree on it, as long as they share the time zone database's version (Go
+// reads the system's, or the one embedded by importing time/tzdata).
+//
 // # Redis keys
 //
 // All keys share the queue's hash tag (see [streamq.Queue.Key]):

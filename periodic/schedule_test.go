@@ -172,6 +172,9 @@ func TestTicker_Prev(t *testing.T) {
 		{"every second", mustParse(t, "* * * * * *", time.UTC), "2024-05-01T00:00:00Z", 10 * time.Second, 130 * time.Millisecond},
 		{"every 15 minutes", mustParse(t, "*/15 * * * *", time.UTC), "2024-05-01T00:00:00Z", 3 * time.Hour, 7*time.Minute + 300*time.Millisecond},
 		{"weekdays 9am New York over DST", mustParse(t, "0 9 * * 1-5", ny), "2024-03-01T00:00:00Z", 20 * 24 * time.Hour, 5*time.Hour + 17*time.Minute},
+		{"every 15 minutes Paris over fall back", mustParse(t, "CRON_TZ=Europe/Paris */15 * * * *", time.UTC), "2026-10-24T22:00:00Z", 5 * time.Hour, 4*time.Minute + 700*time.Millisecond},
+		{"every 15 minutes Paris over spring forward", mustParse(t, "CRON_TZ=Europe/Paris */15 * * * *", time.UTC), "2026-03-28T23:00:00Z", 5 * time.Hour, 4*time.Minute + 700*time.Millisecond},
+		{"02:30 New York over both changes", mustParse(t, "30 2 * * *", ny), "2026-03-06T00:00:00Z", 250 * 24 * time.Hour, 7*time.Hour + 13*time.Minute},
 		{"yearly", mustParse(t, "@yearly", time.UTC), "2020-01-01T00:00:00Z", 3 * 365 * 24 * time.Hour, 41 * 24 * time.Hour},
 		{"interval 7s", intervalTicker{every: 7 * time.Second}, "2024-05-01T00:00:00Z", time.Minute, 900 * time.Millisecond},
 		{"interval 250ms", intervalTicker{every: 250 * time.Millisecond}, "2024-05-01T00:00:00Z", 3 * time.Second, 37 * time.Millisecond},
@@ -264,4 +267,227 @@ func mustParse(t *testing.T, spec string, loc *time.Location) ticker {
 		t.Fatal(err)
 	}
 	return tk
+}
+
+// dstCase is a crontab schedule over a daylight saving change, with every
+// tick in (from, to], written as local times with their UTC offsets.
+type dstCase struct {
+	name     string
+	spec     string
+	from, to string
+	want     []string
+}
+
+// dstCases covers both changes of 2026 in zones that change at 02:00 or
+// 03:00 (Paris, New York), by 30 minutes (Lord Howe), in the southern
+// hemisphere (Sydney, Santiago) and at midnight (Santiago, Havana): one tick
+// per matching local wall time; a skipped wall time runs at the first instant
+// after it, a repeated one at its first occurrence.
+var dstCases = []dstCase{
+	{
+		name: "Paris daily 02:00 spring forward runs at 03:00",
+		spec: "CRON_TZ=Europe/Paris 0 2 * * *",
+		from: "2026-03-28T00:00:00+01:00", to: "2026-03-31T00:00:00+02:00",
+		want: []string{"2026-03-28T02:00:00+01:00", "2026-03-29T03:00:00+02:00", "2026-03-30T02:00:00+02:00"},
+	},
+	{
+		name: "Paris daily 02:00 fall back runs once",
+		spec: "CRON_TZ=Europe/Paris 0 2 * * *",
+		from: "2026-10-24T00:00:00+02:00", to: "2026-10-27T00:00:00+01:00",
+		want: []string{"2026-10-24T02:00:00+02:00", "2026-10-25T02:00:00+02:00", "2026-10-26T02:00:00+01:00"},
+	},
+	{
+		name: "Paris 02:30 spring forward runs at the change, not an hour later",
+		spec: "CRON_TZ=Europe/Paris 30 2 * * *",
+		from: "2026-03-29T00:00:00+01:00", to: "2026-03-30T00:00:00+02:00",
+		want: []string{"2026-03-29T03:00:00+02:00"},
+	},
+	{
+		name: "Paris hourly spring forward: 23 runs, 02:00 and 03:00 are one",
+		spec: "CRON_TZ=Europe/Paris 0 * * * *",
+		from: "2026-03-28T23:30:00+01:00", to: "2026-03-29T05:00:00+02:00",
+		want: []string{"2026-03-29T00:00:00+01:00", "2026-03-29T01:00:00+01:00", "2026-03-29T03:00:00+02:00",
+			"2026-03-29T04:00:00+02:00", "2026-03-29T05:00:00+02:00"},
+	},
+	{
+		name: "Paris hourly fall back: 24 runs for 25 hours",
+		spec: "CRON_TZ=Europe/Paris 0 * * * *",
+		from: "2026-10-24T23:30:00+02:00", to: "2026-10-25T05:00:00+01:00",
+		want: []string{"2026-10-25T00:00:00+02:00", "2026-10-25T01:00:00+02:00", "2026-10-25T02:00:00+02:00",
+			"2026-10-25T03:00:00+01:00", "2026-10-25T04:00:00+01:00", "2026-10-25T05:00:00+01:00"},
+	},
+	{
+		name: "Paris every 15 minutes of hour 2 spring forward: one run at 03:00",
+		spec: "CRON_TZ=Europe/Paris */15 2 * * *",
+		from: "2026-03-29T00:00:00+01:00", to: "2026-03-30T02:20:00+02:00",
+		want: []string{"2026-03-29T03:00:00+02:00", "2026-03-30T02:00:00+02:00", "2026-03-30T02:15:00+02:00"},
+	},
+	{
+		name: "Paris every 15 minutes of hour 2 fall back: first pass only",
+		spec: "CRON_TZ=Europe/Paris */15 2 * * *",
+		from: "2026-10-25T00:00:00+02:00", to: "2026-10-26T00:00:00+01:00",
+		want: []string{"2026-10-25T02:00:00+02:00", "2026-10-25T02:15:00+02:00", "2026-10-25T02:30:00+02:00", "2026-10-25T02:45:00+02:00"},
+	},
+	{
+		name: "Paris seconds field fall back: first pass only",
+		spec: "CRON_TZ=Europe/Paris */30 59 2 * * *",
+		from: "2026-10-25T00:00:00+02:00", to: "2026-10-26T00:00:00+01:00",
+		want: []string{"2026-10-25T02:59:00+02:00", "2026-10-25T02:59:30+02:00"},
+	},
+	{
+		name: "Paris seconds field spring forward: one run at 03:00",
+		spec: "CRON_TZ=Europe/Paris */30 59 2 * * *",
+		from: "2026-03-29T00:00:00+01:00", to: "2026-03-30T00:00:00+02:00",
+		want: []string{"2026-03-29T03:00:00+02:00"},
+	},
+	{
+		name: "Paris interval is absolute: both 02:00 run",
+		spec: "CRON_TZ=Europe/Paris @every 1h",
+		from: "2026-10-25T00:30:00+02:00", to: "2026-10-25T03:00:00+01:00",
+		want: []string{"2026-10-25T01:00:00+02:00", "2026-10-25T02:00:00+02:00", "2026-10-25T02:00:00+01:00", "2026-10-25T03:00:00+01:00"},
+	},
+	{
+		name: "New York 01:30 fall back runs once",
+		spec: "CRON_TZ=America/New_York 30 1 * * *",
+		from: "2026-10-31T00:00:00-04:00", to: "2026-11-03T00:00:00-05:00",
+		want: []string{"2026-10-31T01:30:00-04:00", "2026-11-01T01:30:00-04:00", "2026-11-02T01:30:00-05:00"},
+	},
+	{
+		name: "New York 02:30 spring forward runs at 03:00",
+		spec: "CRON_TZ=America/New_York 30 2 * * *",
+		from: "2026-03-07T00:00:00-05:00", to: "2026-03-10T00:00:00-04:00",
+		want: []string{"2026-03-07T02:30:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00"},
+	},
+	{
+		name: "Lord Howe 02:00 spring forward by 30 minutes runs at 02:30",
+		spec: "CRON_TZ=Australia/Lord_Howe 0 2 * * *",
+		from: "2026-10-03T00:00:00+10:30", to: "2026-10-06T00:00:00+11:00",
+		want: []string{"2026-10-03T02:00:00+10:30", "2026-10-04T02:30:00+11:00", "2026-10-05T02:00:00+11:00"},
+	},
+	{
+		name: "Lord Howe 01:45 fall back by 30 minutes runs once",
+		spec: "CRON_TZ=Australia/Lord_Howe 45 1 * * *",
+		from: "2026-04-04T00:00:00+11:00", to: "2026-04-07T00:00:00+10:30",
+		want: []string{"2026-04-04T01:45:00+11:00", "2026-04-05T01:45:00+11:00", "2026-04-06T01:45:00+10:30"},
+	},
+	{
+		name: "Lord Howe every 30 minutes fall back",
+		spec: "CRON_TZ=Australia/Lord_Howe */30 * * * *",
+		from: "2026-04-05T00:15:00+11:00", to: "2026-04-05T03:00:00+10:30",
+		want: []string{"2026-04-05T00:30:00+11:00", "2026-04-05T01:00:00+11:00", "2026-04-05T01:30:00+11:00",
+			"2026-04-05T02:00:00+10:30", "2026-04-05T02:30:00+10:30", "2026-04-05T03:00:00+10:30"},
+	},
+	{
+		name: "Sydney 02:30 spring forward in October runs at 03:00",
+		spec: "CRON_TZ=Australia/Sydney 30 2 * * *",
+		from: "2026-10-03T00:00:00+10:00", to: "2026-10-06T00:00:00+11:00",
+		want: []string{"2026-10-03T02:30:00+10:00", "2026-10-04T03:00:00+11:00", "2026-10-05T02:30:00+11:00"},
+	},
+	{
+		name: "Sydney 02:30 fall back in April runs once",
+		spec: "CRON_TZ=Australia/Sydney 30 2 * * *",
+		from: "2026-04-04T00:00:00+11:00", to: "2026-04-07T00:00:00+10:00",
+		want: []string{"2026-04-04T02:30:00+11:00", "2026-04-05T02:30:00+11:00", "2026-04-06T02:30:00+10:00"},
+	},
+	{
+		name: "Santiago midnight skipped in September runs at 01:00",
+		spec: "CRON_TZ=America/Santiago @daily",
+		from: "2026-09-04T12:00:00-04:00", to: "2026-09-07T12:00:00-03:00",
+		want: []string{"2026-09-05T00:00:00-04:00", "2026-09-06T01:00:00-03:00", "2026-09-07T00:00:00-03:00"},
+	},
+	{
+		name: "Santiago Sunday midnight skipped runs Sunday 01:00",
+		spec: "CRON_TZ=America/Santiago 0 0 * * SUN",
+		from: "2026-08-29T00:00:00-04:00", to: "2026-09-14T00:00:00-03:00",
+		want: []string{"2026-08-30T00:00:00-04:00", "2026-09-06T01:00:00-03:00", "2026-09-13T00:00:00-03:00"},
+	},
+	{
+		name: "Santiago 23:30 repeated in April runs once",
+		spec: "CRON_TZ=America/Santiago 30 23 * * *",
+		from: "2026-04-03T12:00:00-03:00", to: "2026-04-06T00:00:00-04:00",
+		want: []string{"2026-04-03T23:30:00-03:00", "2026-04-04T23:30:00-03:00", "2026-04-05T23:30:00-04:00"},
+	},
+	{
+		name: "Santiago midnight after the repeated hour",
+		spec: "CRON_TZ=America/Santiago @daily",
+		from: "2026-04-03T12:00:00-03:00", to: "2026-04-06T12:00:00-04:00",
+		want: []string{"2026-04-04T00:00:00-03:00", "2026-04-05T00:00:00-04:00", "2026-04-06T00:00:00-04:00"},
+	},
+	{
+		name: "Havana midnight skipped in March runs at 01:00",
+		spec: "CRON_TZ=America/Havana 0 0 * * *",
+		from: "2026-03-06T12:00:00-05:00", to: "2026-03-09T12:00:00-04:00",
+		want: []string{"2026-03-07T00:00:00-05:00", "2026-03-08T01:00:00-04:00", "2026-03-09T00:00:00-04:00"},
+	},
+	{
+		name: "Havana 00:30 repeated in November runs once",
+		spec: "CRON_TZ=America/Havana 30 0 * * *",
+		from: "2026-10-30T12:00:00-04:00", to: "2026-11-02T12:00:00-05:00",
+		want: []string{"2026-10-31T00:30:00-04:00", "2026-11-01T00:30:00-04:00", "2026-11-02T00:30:00-05:00"},
+	},
+}
+
+// TestCronTicker_DaylightSaving lists the ticks of each dstCase with next,
+// and checks that prev agrees with them.
+func TestCronTicker_DaylightSaving(t *testing.T) {
+	t.Parallel()
+	for _, tt := range dstCases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tk := mustParse(t, tt.spec, time.UTC)
+			from, to := utc(tt.from), utc(tt.to)
+			var got []time.Time
+			for at := tk.next(from); !at.After(to); at = tk.next(at) {
+				if at.IsZero() || len(got) > len(tt.want) {
+					break
+				}
+				got = append(got, at)
+			}
+			want := make([]time.Time, len(tt.want))
+			for i, w := range tt.want {
+				want[i] = utc(w)
+			}
+			if !equalTimes(got, want) {
+				t.Fatalf("ticks in (%s, %s]:\n got  %s\n want %s", tt.from, tt.to, formatIn(got, specZone(t, tt.spec)), tt.want)
+			}
+			for i, tick := range want {
+				if p := tk.prev(tick); !p.Equal(tick) {
+					t.Errorf("prev(%s) = %s, want the tick itself", tick, p)
+				}
+				if i > 0 {
+					if p := tk.prev(tick.Add(-time.Second)); !p.Equal(want[i-1]) {
+						t.Errorf("prev(%s - 1s) = %s, want %s", tick, p, want[i-1])
+					}
+				}
+			}
+		})
+	}
+}
+
+func equalTimes(a, b []time.Time) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// specZone loads the zone of a "CRON_TZ=<zone> ..." spec.
+func specZone(t *testing.T, spec string) *time.Location {
+	t.Helper()
+	zone, _, _ := strings.Cut(strings.TrimPrefix(spec, "CRON_TZ="), " ")
+	return mustLoad(t, zone)
+}
+
+// formatIn writes ts in RFC 3339 in loc, for failure messages.
+func formatIn(ts []time.Time, loc *time.Location) []string {
+	out := make([]string, len(ts))
+	for i, x := range ts {
+		out[i] = x.In(loc).Format(time.RFC3339)
+	}
+	return out
 }

@@ -208,8 +208,11 @@ func New(p *streamq.Producer, cfg *Config) (*Scheduler, error) {
 // or six with a leading seconds field ("*/10 * * * * *"), or a descriptor
 // (@yearly, @monthly, @weekly, @daily, @hourly, or @every <duration> such as
 // "@every 1m30s"). A "CRON_TZ=<IANA zone> " prefix or [InLocation] sets the
-// zone; otherwise Config.Location (UTC by default) applies. "@every d" ticks
-// at whole multiples of d since the Unix epoch, like [Scheduler.RegisterInterval].
+// zone; otherwise Config.Location (UTC by default) applies. The spec follows
+// the zone's wall clock: one run per matching local time, also when the
+// clocks change (see "Daylight saving time" in the package documentation).
+// "@every d" ticks at whole multiples of d since the Unix epoch, like
+// [Scheduler.RegisterInterval].
 //
 // Register must be called before Run (it fails while Run runs).
 func (s *Scheduler) Register(name, spec string, payload []byte, opts ...Option) error {

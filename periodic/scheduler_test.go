@@ -306,6 +306,65 @@ func TestScheduler_FallsBehind(t *testing.T) {
 	}
 }
 
+// TestScheduler_DaylightSaving drives two schedulers with an injected clock
+// through each dstCase: the stream gets one job per local wall time, at the
+// instants the case lists, and the tick keys (the schedulers' agreement on a
+// tick) are named after those instants, even for the scheduler that wakes up
+// late.
+func TestScheduler_DaylightSaving(t *testing.T) {
+	t.Parallel()
+	for _, tt := range dstCases {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, nil)
+			ctx := context.Background()
+			from, to := utc(tt.from), utc(tt.to)
+			clk := newFakeClock(from)
+			type runner struct {
+				s   *Scheduler
+				sts []state
+				lag time.Duration // how late after the wake-up this scheduler steps
+			}
+			var rs []*runner
+			for _, lag := range []time.Duration{0, 250 * time.Millisecond} {
+				s := e.scheduler(t, clk, Config{})
+				must(t, s.Register("dst", tt.spec, []byte("p")))
+				rs = append(rs, &runner{s: s, sts: s.start(s.scheds, from), lag: lag})
+			}
+			now, steps := from, 0
+			for ; !now.After(to); steps++ {
+				if steps == 100 {
+					t.Fatalf("still at %s after %d steps", now, steps)
+				}
+				wake := now.Add(dormantRecheck)
+				for _, r := range rs {
+					clk.Set(now.Add(r.lag))
+					w, failed, err := r.s.step(ctx, r.s.scheds, r.sts, now.Add(r.lag))
+					if err != nil || failed {
+						t.Fatalf("step at %s: %v (failed %v)", now.Add(r.lag), err, failed)
+					}
+					wake = minTime(wake, w)
+				}
+				now = wake
+			}
+			want := make([]time.Time, len(tt.want))
+			for i, w := range tt.want {
+				want[i] = utc(w)
+			}
+			js := e.jobs(t)
+			if got := ticksOf(js); !equalTimes(got, want) {
+				t.Fatalf("jobs for ticks\n %s\nwant\n %s", formatIn(got, specZone(t, tt.spec)), tt.want)
+			}
+			for i, tick := range want {
+				key := e.q.Key("periodic:dst:" + strconv.FormatInt(tick.UnixMilli(), 10))
+				if id, err := e.rdb.Get(ctx, key).Result(); err != nil || id != js[i].id {
+					t.Errorf("tick key %s = %q, %v; want %s", key, id, err, js[i].id)
+				}
+			}
+		})
+	}
+}
+
 // TestScheduler_Missed covers what a scheduler does on start with the ticks
 // that passed while no scheduler ran.
 func TestScheduler_Missed(t *testing.T) {
