@@ -41,6 +41,20 @@
 // agree on it, as long as they share the time zone database's version (Go
 // reads the system's, or the one embedded by importing time/tzdata).
 //
+// # Failures
+//
+// When a tick cannot be enqueued (Redis unreachable or out of memory, the
+// queue's stream at its cap with [streamq.ErrQueueFull]), the scheduler logs
+// a warning and tries that tick again after a backoff: 50 ms, doubling up to
+// 5 s, with jitter (each delay is between half its ceiling and the ceiling).
+// A lasting failure thus costs each schedule one attempt and one warning per
+// 5 s at most. The backoff is per schedule and starts over after a success.
+// The failed tick stays due: the retry enqueues it, unless a later tick of
+// the schedule has fallen due by then, in which case only the latest due tick
+// is enqueued, as whenever the scheduler falls behind. Errors that retrying
+// cannot fix (a wrong key type, a missing permission) make [Scheduler.Run]
+// return.
+//
 // # Redis keys
 //
 // All keys share the queue's hash tag (see [streamq.Queue.Key]):

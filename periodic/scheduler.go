@@ -366,6 +366,23 @@ type state struct {
 	next    time.Time // the next tick to enqueue; zero: none within five years
 	recheck time.Time // when next is zero: when to look again
 	catchUp time.Time // a missed tick still to enqueue (MissedRunOnce); zero: none
+
+	// After a failed attempt, what failed stays due and is tried again at
+	// retry, not before; a success clears retry and resets bo.
+	retry    time.Time
+	bo       pool.Backoff
+	failures int // failed attempts in a row, for logs
+}
+
+// wake returns when the schedule next needs a step.
+func (st *state) wake() time.Time {
+	switch {
+	case !st.retry.IsZero():
+		return st.retry
+	case st.next.IsZero():
+		return st.recheck
+	}
+	return st.next
 }
 
 // Run enqueues the jobs of every registered schedule until ctx is cancelled.
@@ -375,8 +392,10 @@ type state struct {
 // enqueues only the latest due tick of each schedule.
 //
 // On start, ticks that passed while no scheduler ran are handled by the
-// schedule's [MissedPolicy]. Transient Redis errors are logged and retried
-// with backoff (50 ms doubling to 5 s). Run returns nil once ctx is done,
+// schedule's [MissedPolicy]. When a tick cannot be enqueued (Redis
+// unreachable, [streamq.ErrQueueFull]), Run logs a warning and tries again
+// after a backoff of 50 ms doubling to 5 s, with jitter, per schedule; the
+// backoff starts over after a success. Run returns nil once ctx is done,
 // [ErrRunning] if it is already running, and an error when no schedule is
 // registered or Redis answers with an error that retrying cannot fix (wrong
 // key type, missing permission). Run composes with errgroup.
@@ -400,20 +419,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}()
 
 	sts := s.start(scheds, s.cfg.Now())
-	var bo pool.Backoff
 	for {
-		now := s.cfg.Now()
-		wake, failed, err := s.step(ctx, scheds, sts, now)
+		wake, _, err := s.step(ctx, scheds, sts, s.cfg.Now())
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			return err
-		}
-		if failed {
-			wake = minTime(wake, now.Add(bo.Next()))
-		} else {
-			bo.Reset()
 		}
 		t := time.NewTimer(wake.Sub(s.cfg.Now()))
 		select {
@@ -437,8 +449,11 @@ func (s *Scheduler) start(scheds []*schedule, now time.Time) []state {
 	return sts
 }
 
-// step enqueues what is due at now and returns when to wake up next. failed
-// reports a transient error (retry after a backoff); err is fatal.
+// step enqueues what is due at now and returns when to wake up next. A
+// schedule whose attempt fails keeps what failed due and waits for its
+// backoff (50 ms doubling to 5 s) before the next attempt, even if more of
+// its ticks fall due meanwhile; failed reports that an attempt failed in
+// this step. err is fatal.
 func (s *Scheduler) step(ctx context.Context, scheds []*schedule, sts []state, now time.Time) (wake time.Time, failed bool, err error) {
 	wake = now.Add(dormantRecheck)
 	for i, sc := range scheds {
@@ -447,40 +462,59 @@ func (s *Scheduler) step(ctx context.Context, scheds []*schedule, sts []state, n
 			st.next = sc.t.next(now)
 			st.recheck = now.Add(dormantRecheck)
 		}
-		if !st.catchUp.IsZero() {
-			if _, _, ferr := s.fire(ctx, sc, st.catchUp, true); ferr != nil {
-				if asFatal(ferr) {
-					return wake, false, ferr
+		if !st.retry.After(now) {
+			if aerr := s.advance(ctx, sc, st, now); aerr != nil {
+				if asFatal(aerr) {
+					return wake, false, aerr
 				}
 				failed = true
+				s.backOff(ctx, sc, st, now, aerr)
 			} else {
-				st.catchUp = time.Time{}
+				st.retry, st.failures = time.Time{}, 0
+				st.bo.Reset()
 			}
 		}
-		if !st.next.IsZero() && !st.next.After(now) {
-			// The latest due tick; older ones (if Run fell behind) are skipped.
-			tick := sc.t.prev(now)
-			if tick.IsZero() || tick.Before(st.next) {
-				tick = st.next
-			}
-			if _, _, ferr := s.fire(ctx, sc, tick, false); ferr != nil {
-				if asFatal(ferr) {
-					return wake, false, ferr
-				}
-				failed = true // st.next stays due: retried after the backoff
-			} else {
-				st.next = sc.t.next(now)
-				st.recheck = now.Add(dormantRecheck)
-				st.catchUp = time.Time{} // a newer tick fired: the missed one is moot
-			}
-		}
-		if st.next.IsZero() {
-			wake = minTime(wake, st.recheck)
-		} else {
-			wake = minTime(wake, st.next)
-		}
+		wake = minTime(wake, st.wake())
 	}
 	return wake, failed, nil
+}
+
+// advance enqueues what schedule sc has due at now: first a missed tick
+// (MissedRunOnce), then the latest due tick. It stops at the first error;
+// what failed stays due.
+func (s *Scheduler) advance(ctx context.Context, sc *schedule, st *state, now time.Time) error {
+	if !st.catchUp.IsZero() {
+		if _, _, err := s.fire(ctx, sc, st.catchUp, true); err != nil {
+			return err
+		}
+		st.catchUp = time.Time{}
+	}
+	if st.next.IsZero() || st.next.After(now) {
+		return nil
+	}
+	// The latest due tick; older ones (if Run fell behind) are skipped.
+	tick := sc.t.prev(now)
+	if tick.IsZero() || tick.Before(st.next) {
+		tick = st.next
+	}
+	if _, _, err := s.fire(ctx, sc, tick, false); err != nil {
+		return err
+	}
+	st.next = sc.t.next(now)
+	st.recheck = now.Add(dormantRecheck)
+	return nil
+}
+
+// backOff schedules the next attempt of sc after a failed one and logs the
+// failure: one warning per attempt, so at most one per 5 s while it lasts.
+func (s *Scheduler) backOff(ctx context.Context, sc *schedule, st *state, now time.Time, err error) {
+	d := st.bo.Next()
+	st.retry = now.Add(d)
+	st.failures++
+	if ctx.Err() == nil {
+		s.log.WarnContext(ctx, "streamq: cannot enqueue periodic job, retrying",
+			"schedule", sc.name, "failures", st.failures, "retry_in", d, "error", err)
+	}
 }
 
 // outcome is what the tick script did.
@@ -535,9 +569,6 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 		err = fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)
 		if fatal {
 			return "", 0, &fatalError{err}
-		}
-		if ctx.Err() == nil {
-			s.log.WarnContext(ctx, "streamq: cannot enqueue periodic job, retrying", "schedule", sc.name, "tick", tick, "error", err)
 		}
 		return "", 0, err
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -478,6 +480,179 @@ func TestScheduler_QueueFull(t *testing.T) {
 	if n := e.rdb.Exists(ctx, e.q.Key("periodic-last:i")).Val(); n != 0 {
 		t.Fatal("last-tick key written for a tick that was not enqueued")
 	}
+}
+
+// tickHook counts the tick script calls made through a client.
+type tickHook struct{ calls atomic.Int64 }
+
+func (h *tickHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *tickHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 4 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			if key, _ := args[4].(string); strings.Contains(key, ":periodic:") {
+				h.calls.Add(1)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *tickHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// warnCounter is a slog.Handler that counts records at WARN and above.
+type warnCounter struct{ n atomic.Int64 }
+
+func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnCounter) Handle(context.Context, slog.Record) error    { w.n.Add(1); return nil }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler                { return w }
+
+// setupFull returns an env whose stream is at its cap of 2 with jobs that
+// nothing reads, so trimming cannot make room, and a hook counting the tick
+// script calls of its client.
+func setupFull(t *testing.T) (*env, *tickHook) {
+	t.Helper()
+	e := setup(t, &streamq.QueueConfig{MaxLen: 2})
+	must(t, e.q.Setup(context.Background()))
+	e.fill(t)
+	hook := &tickHook{}
+	e.rdb.AddHook(hook)
+	return e, hook
+}
+
+// fill enqueues jobs until the stream is at its cap.
+func (e *env) fill(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for range e.q.MaxLen() - e.rdb.XLen(ctx, e.q.StreamKey()).Val() {
+		if _, err := e.p.Enqueue(ctx, []byte("backlog")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestScheduler_RunBacksOff: while the stream is full, Run retries a tick
+// after a backoff of 50 ms doubling to 5 s, not in a busy loop, with one
+// warning per attempt; once there is room again, the job is enqueued.
+func TestScheduler_RunBacksOff(t *testing.T) {
+	t.Parallel()
+	e, hook := setupFull(t)
+	warns := &warnCounter{}
+	s := e.scheduler(t, nil, Config{Logger: slog.New(warns)})
+	must(t, s.RegisterInterval("fast", MinInterval, nil))
+
+	r := redistest.Background(t, "Scheduler.Run", 5*time.Second, s.Run)
+	redistest.WaitFor(t, 5*time.Second, "a first tick attempt", func() bool { return hook.calls.Load() >= 1 })
+	// Watch for 1.5 s from the first attempt. The backoff waits at least
+	// 25, 50, 100, 200, 400 and 800 ms (half of 50 ms doubling, the jitter's
+	// floor), so attempt 7 comes 1575 ms after the first at the earliest.
+	window := time.NewTimer(1500 * time.Millisecond)
+	defer window.Stop()
+	select {
+	case <-window.C:
+	case <-r.Done():
+		t.Fatalf("Run returned early: %v", r.Err())
+	}
+	// One more call than attempts if the script was not cached yet (EVALSHA,
+	// then EVAL).
+	calls, logged := hook.calls.Load(), warns.n.Load()
+	if calls < 3 || calls > 7 {
+		t.Errorf("%d tick script calls in 1.5 s while the queue is full, want 3 to 7 (backoff from 50 ms)", calls)
+	}
+	if logged < 1 || logged > 6 {
+		t.Errorf("%d warnings in 1.5 s, want one per attempt (1 to 6)", logged)
+	}
+	if n := e.rdb.XLen(context.Background(), e.q.StreamKey()).Val(); n != 2 {
+		t.Fatalf("%d entries in a full stream of 2", n)
+	}
+
+	// Room again: the next retry (within the current delay, at most 3.2 s)
+	// enqueues the latest due tick.
+	must(t, e.rdb.XTrimMaxLen(context.Background(), e.q.StreamKey(), 0).Err())
+	redistest.WaitFor(t, 10*time.Second, "a periodic job once the stream has room", func() bool {
+		return e.rdb.XLen(context.Background(), e.q.StreamKey()).Val() > 0
+	})
+	must(t, r.Stop())
+}
+
+// TestScheduler_BackoffSteps follows the backoff with an injected clock: no
+// attempt before the delay, delays of 50 ms doubling to 5 s (each between
+// half of its ceiling and the ceiling), the failed tick itself enqueued once
+// the stream has room, and the backoff back at 50 ms after that success.
+func TestScheduler_BackoffSteps(t *testing.T) {
+	t.Parallel()
+	e, hook := setupFull(t)
+	ctx := context.Background()
+	t0 := utc("2024-05-01T10:00:00Z")
+	clk := newFakeClock(t0.Add(-time.Minute))
+	s := e.scheduler(t, clk, Config{Logger: slog.New(&warnCounter{})})
+	must(t, s.Register("hourly", "@hourly", nil))
+	sts := s.start(s.scheds, clk.Now())
+
+	step := func(now time.Time) (time.Time, bool) {
+		t.Helper()
+		clk.Set(now)
+		wake, failed, err := s.step(ctx, s.scheds, sts, now)
+		if err != nil {
+			t.Fatalf("step at %s: %v", now, err)
+		}
+		return wake, failed
+	}
+	// expectDelay checks that a failed step at now asks to wake after a
+	// delay with the given ceiling.
+	expectDelay := func(now, wake time.Time, ceiling time.Duration) {
+		t.Helper()
+		if d := wake.Sub(now); d < ceiling/2 || d > ceiling {
+			t.Fatalf("after a failure at %s: retry in %s, want %s to %s", now, d, ceiling/2, ceiling)
+		}
+	}
+
+	now := t0
+	ceilings := []time.Duration{50, 100, 200, 400, 800, 1600, 3200, 5000, 5000}
+	for i, ceiling := range ceilings {
+		calls := hook.calls.Load()
+		wake, failed := step(now)
+		if !failed {
+			t.Fatalf("attempt %d succeeded on a full stream", i+1)
+		}
+		expectDelay(now, wake, ceiling*time.Millisecond)
+		if n := hook.calls.Load() - calls; n < 1 || n > 2 { // EVALSHA, and EVAL if the script was not cached
+			t.Fatalf("attempt %d made %d script calls", i+1, n)
+		}
+		// A step before the retry time (a timer that fired early, another
+		// schedule's tick) does not try again.
+		calls = hook.calls.Load()
+		if early, _ := step(wake.Add(-time.Millisecond)); !early.Equal(wake) {
+			t.Fatalf("step before the retry time moved the retry from %s to %s", wake, early)
+		}
+		if n := hook.calls.Load() - calls; n != 0 {
+			t.Fatalf("%d script calls before the retry time", n)
+		}
+		now = wake
+	}
+
+	// Room again: the retry enqueues the 10:00 tick, the one that failed.
+	must(t, e.rdb.XTrimMaxLen(ctx, e.q.StreamKey(), 0).Err())
+	wake, failed := step(now)
+	if failed {
+		t.Fatal("retry failed with room in the stream")
+	}
+	sameTicks(t, ticksOf(e.jobs(t)), t0)
+	if !wake.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("wake %s after the success, want the next tick %s", wake, t0.Add(time.Hour))
+	}
+
+	// Full again at 11:00: the backoff starts over at 50 ms.
+	e.fill(t)
+	now = t0.Add(time.Hour)
+	wake, failed = step(now)
+	if !failed {
+		t.Fatal("11:00 succeeded on a full stream")
+	}
+	expectDelay(now, wake, 50*time.Millisecond)
 }
 
 func TestScheduler_Run(t *testing.T) {
