@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -74,7 +76,7 @@ func benchQueue(b *testing.B, poolSize int, hooks ...redis.Hook) (*streamq.Queue
 	return q, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = rdb.Unlink(ctx, q.StreamKey(), q.DeadLetterKey(), q.DelayedKey(), q.Key("delayed:jobs")).Err()
+		_ = rdb.Unlink(ctx, core.Of(q).Keys.Stream, core.Of(q).Keys.Dead, core.Of(q).Keys.Delayed, core.Of(q).Keys.Part("delayed:jobs")).Err()
 		_ = rdb.Close()
 	}
 }
@@ -153,7 +155,7 @@ func BenchmarkConsumer_EndToEnd(b *testing.B) {
 			acks := &ackHook{target: int64(b.N), done: make(chan struct{})}
 			q, cleanup := benchQueue(b, c+10, acks)
 			defer cleanup()
-			acks.stream = q.StreamKey()
+			acks.stream = core.Of(q).Keys.Stream
 			ctx := context.Background()
 			p, err := streamq.NewProducer(q, nil)
 			if err != nil {

@@ -4,17 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
-
-	"github.com/streamq/streamq/internal/pool"
+	"github.com/streamq/streamq/internal/engine"
 )
 
 // Consumer defaults. A zero ConsumerConfig field takes these values.
@@ -26,16 +22,17 @@ const (
 	DefaultMinIdle           = 30 * time.Second
 	DefaultMaxDeliveries     = 10
 	DefaultSchedulerInterval = 50 * time.Millisecond
-	DefaultSchedulerBatch    = 500
-	DefaultAckBatch          = 512
 	DefaultPruneIdle         = time.Hour
-	// ackLinger is how long the ack loop waits for more finished jobs before
-	// sending a small XACK batch; readGather is how long the read loop waits
-	// for every handler slot to free up while a backlog exists.
-	ackLinger  = time.Millisecond
-	readGather = 500 * time.Microsecond
-	// opTimeout bounds one bookkeeping call (ack, retry, dead-letter) made
-	// after the job ran, including during shutdown.
+)
+
+const (
+	// schedulerBatch is the most due jobs one scheduler call moves.
+	schedulerBatch = 500
+	// ackBatch is the most finished jobs acknowledged by one call.
+	ackBatch = 512
+	// reclaimBatch is the most entries one reclaim call takes over.
+	reclaimBatch = 100
+	// opTimeout bounds one bookkeeping call made for a job.
 	opTimeout = 5 * time.Second
 )
 
@@ -73,8 +70,11 @@ type ConsumerConfig struct {
 	// MinIdle is how long an entry must sit unacknowledged and untouched before
 	// the reaper of any consumer takes it over (the owner is presumed dead).
 	// Running jobs keep their claim fresh every MinIdle/4, so a healthy worker's
-	// long job is never taken over. Use the same value on every consumer of a
-	// queue. Defaults to DefaultMinIdle.
+	// long job is never taken over. Entries delivered to this consumer by a
+	// read whose reply was lost (the connection broke and the client re-sent
+	// the read) are found and taken back uncharged within
+	// min(MinIdle/4, 2s). Use the same value on every consumer of a queue.
+	// Defaults to DefaultMinIdle.
 	MinIdle time.Duration
 
 	// ReclaimInterval is how often the reaper looks for abandoned entries.
@@ -92,8 +92,11 @@ type ConsumerConfig struct {
 	// to DefaultPruneIdle; -1 disables pruning.
 	PruneIdle time.Duration
 
-	// MaxDeliveries is the number of attempts (retries plus redeliveries after
-	// crashes) after which a failing job is dead-lettered. Defaults to
+	// MaxDeliveries is the number of attempts after which a failing job is
+	// dead-lettered. An attempt is a handler start: one that failed, or one
+	// cut short because its worker died while the handler ran. A job that was
+	// read or taken over but never started is not charged, and neither is a
+	// run that handed the job back ([Postpone], a shutdown). Defaults to
 	// DefaultMaxDeliveries.
 	MaxDeliveries int
 
@@ -124,16 +127,19 @@ type EventKind int
 
 // Event kinds.
 const (
-	// EventRetried: a failed job was moved to the delayed set for a retry.
+	// EventRetried: a failed job was written again for a retry (or handed
+	// back uncharged at shutdown).
 	EventRetried EventKind = iota + 1
 	// EventDeadLettered: a job was moved to the dead-letter stream.
 	EventDeadLettered
-	// EventReclaimed: the reaper took over a job abandoned by another consumer.
+	// EventReclaimed: the reaper took over a job abandoned by another consumer
+	// (for a priority worker: returned an expired lease to the ready set).
 	EventReclaimed
-	// EventDeleted: XAUTOCLAIM found a pending entry whose data was deleted
-	// from the stream (trimmed or XDELed by someone else). Its job is gone;
-	// the entry was acknowledged so it leaves the pending list. With the safe
-	// trimming of this package it only happens if something else deletes entries.
+	// EventDeleted: a job's data was gone when it was taken over (a pending
+	// stream entry trimmed or XDELed by someone else, a priority job whose
+	// data was deleted). The job is lost; it leaves the pending list. With
+	// the safe trimming of this package it only happens if something else
+	// deletes entries.
 	EventDeleted
 	// EventClaimLost: a running job was taken over by another consumer.
 	EventClaimLost
@@ -164,18 +170,27 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind    EventKind
 	Queue   string
-	ID      string        // stream entry ID
+	ID      string        // the job's ID
 	Message *Message      // the job, when it could be decoded; nil for EventDeleted
 	Err     error         // the failure that caused a retry or dead letter
-	Delay   time.Duration // retry delay, for EventRetried
+	Delay   time.Duration // retry delay, for EventRetried and EventPostponed
 	Reason  string        // dead-letter reason, for EventDeadLettered
+}
+
+// newEvent converts an engine event.
+func newEvent(e engine.Event, group string) Event {
+	ev := Event{Kind: EventKind(e.Kind), Queue: e.Queue, ID: e.ID, Err: e.Err, Delay: e.Delay, Reason: e.Reason}
+	if e.Run != nil {
+		ev.Message = newMessage(e.Run, group)
+	}
+	return ev
 }
 
 // ConsumerStats are counters since the consumer was created.
 type ConsumerStats struct {
 	Processed    int64 // handler returned nil and the job was acknowledged
 	Failed       int64 // handler returned an error or panicked
-	Retried      int64 // moved to the delayed set for a retry
+	Retried      int64 // written again for a retry
 	DeadLettered int64 // moved to the dead-letter stream
 	Reclaimed    int64 // taken over from other consumers by the reaper
 	Deleted      int64 // pending entries found deleted from the stream (see EventDeleted)
@@ -188,12 +203,10 @@ type ConsumerStats struct {
 // it with [Consumer.Run].
 type Consumer struct {
 	q       *Queue
-	h       Handler
 	cfg     ConsumerConfig
-	log     *slog.Logger
+	eng     *engine.Engine
+	mon     *engine.Monitor
 	running atomic.Bool
-
-	processed, failed, retried, dead, reclaimed, deleted, claimsLost, postponed atomic.Int64
 }
 
 // NewConsumer returns a consumer that runs h for every job of q. cfg may be
@@ -217,11 +230,31 @@ func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	f := front(Chain(h, c.Middleware...), c.OnEvent, q.group)
+	mon := engine.NewMonitor(q.name, log.With("queue", q.name, "consumer", c.Name), f.OnEvent)
 	return &Consumer{
 		q:   q,
-		h:   Chain(h, c.Middleware...),
 		cfg: c,
-		log: log.With("queue", q.name, "consumer", c.Name),
+		mon: mon,
+		eng: engine.New(engine.Config{
+			Queue:           q.name,
+			Concurrency:     c.Concurrency,
+			Block:           c.Block,
+			JobTimeout:      max(c.JobTimeout, 0),
+			ShutdownTimeout: c.ShutdownTimeout,
+			// A refresh that takes longer than MinIdle/2 is too late
+			// anyway; the next tick tries again.
+			TouchEvery:    max(c.MinIdle/4, 5*time.Millisecond),
+			TouchTimeout:  min(c.MinIdle/2, opTimeout),
+			MaxDeliveries: c.MaxDeliveries,
+			Backoff:       c.Backoff,
+			FinishBatch:   ackBatch,
+			ShutdownCause: ErrShutdown,
+			LostCause:     ErrClaimLost,
+			TimeoutCause:  ErrJobTimeout,
+			Exec:          f.Exec,
+			Monitor:       mon,
+		}),
 	}, nil
 }
 
@@ -322,25 +355,32 @@ func (c *Consumer) Queue() *Queue { return c.q }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
+	s := c.mon.Stats()
 	return ConsumerStats{
-		Processed:    c.processed.Load(),
-		Failed:       c.failed.Load(),
-		Retried:      c.retried.Load(),
-		DeadLettered: c.dead.Load(),
-		Reclaimed:    c.reclaimed.Load(),
-		Deleted:      c.deleted.Load(),
-		ClaimsLost:   c.claimsLost.Load(),
-		Postponed:    c.postponed.Load(),
+		Processed:    s.Processed,
+		Failed:       s.Failed,
+		Retried:      s.Retried,
+		DeadLettered: s.DeadLettered,
+		Reclaimed:    s.Reclaimed,
+		Deleted:      s.Deleted,
+		ClaimsLost:   s.ClaimsLost,
+		Postponed:    s.Postponed,
 	}
 }
+
+// Health reports the state of the consumer's run, for readiness and
+// liveness probes.
+func (c *Consumer) Health() Health { return Health(c.mon.Health()) }
 
 // Run consumes jobs until ctx is cancelled, then shuts down gracefully: it
 // stops reading at once, lets running handlers finish for up to
 // ShutdownTimeout (their contexts are detached from ctx), then cancels them
 // with cause [ErrShutdown], waits for every handler goroutine to return,
-// flushes acknowledgements and returns. Jobs that did not finish stay pending
-// and are taken over by another consumer's reaper after MinIdle; no job is
-// ever put back while its handler may still be running.
+// flushes acknowledgements and returns. A job whose handler returned because
+// of the shutdown, and a job that waited to make its last attempt alone,
+// are handed back at once without charging an attempt; a job whose handler
+// never returned stays pending (Run waits for it). No job is ever put back
+// while its handler may still be running.
 //
 // Run returns nil after a shutdown caused by ctx, and an error only when
 // Redis answers with one that retrying cannot fix (wrong key type, missing
@@ -352,342 +392,5 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	r := &run{c: c, acks: make(chan ackItem, 2*c.cfg.Concurrency)}
-	r.pool = pool.New(ctx, pool.Config{
-		Concurrency:     c.cfg.Concurrency,
-		ShutdownTimeout: c.cfg.ShutdownTimeout,
-		ShutdownCause:   ErrShutdown,
-		LostCause:       ErrClaimLost,
-		JobTimeout:      max(c.cfg.JobTimeout, 0),
-		TimeoutCause:    ErrJobTimeout,
-	}, r.process)
-
-	ackDone := make(chan struct{})
-	go func() {
-		defer close(ackDone)
-		pool.Batch(r.acks, DefaultAckBatch, min(c.cfg.Concurrency, DefaultAckBatch), ackLinger, r.flushAcks)
-	}()
-	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
-	kaDone := make(chan struct{})
-	go func() { defer close(kaDone); r.keepAlive(kaCtx) }()
-
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return r.readLoop(gctx) })
-	if c.cfg.ReclaimInterval > 0 {
-		g.Go(func() error { return r.reapLoop(gctx) })
-	}
-	if c.cfg.SchedulerInterval > 0 {
-		g.Go(func() error { return r.promoteLoop(gctx) })
-	}
-	err := g.Wait()
-
-	r.pool.Drain(func(running int) {
-		c.log.Warn("streamq: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", running, "timeout", c.cfg.ShutdownTimeout)
-	})
-	r.pool.Close()
-	close(r.acks)
-	<-ackDone // claims of acknowledged jobs stay fresh until the XACK is sent
-	stopKA()
-	<-kaDone
-	return err
-}
-
-// run is the state of one Run call.
-type run struct {
-	c    *Consumer
-	pool *pool.Pool[entry] // jobs by stream entry ID
-	acks chan ackItem
-}
-
-// entry is a stream entry the run owns.
-type entry struct {
-	values     map[string]any
-	deliveries int
-}
-
-// ackItem is a finished job waiting to be acknowledged. It stays registered
-// until its XACK was sent, so its claim stays fresh and the reaper cannot
-// start it again.
-type ackItem struct {
-	job      *pool.Job[entry]
-	lockKey  string // unique-key lock to release, if any
-	keyToken string
-}
-
-// readLoop reads new entries, never more than there are free handler slots.
-func (r *run) readLoop(ctx context.Context) error {
-	c := r.c
-	if err := r.ensureGroup(ctx); err != nil {
-		return err
-	}
-	var bo pool.Backoff
-	full := false // the last read returned as many entries as it asked for
-	conc := int64(c.cfg.Concurrency)
-	for {
-		// While a backlog is likely, wait briefly for all the slots rather
-		// than read one or two entries at a time: every XREADGROUP costs a
-		// round trip and CPU on both sides, and with fast handlers the
-		// slots free up within the wait. (Waiting for half of them read
-		// half as many entries per call and cost 12-20 % more CPU per job
-		// at concurrency 16 and 64.) Slow handlers are not held up for
-		// longer than readGather.
-		n, err := r.pool.Slots(ctx, conc, full, conc, readGather)
-		if err != nil {
-			return nil // ctx cancelled
-		}
-		streams, err := c.q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group:    c.q.group,
-			Consumer: c.cfg.Name,
-			Streams:  []string{c.q.stream, ">"},
-			Count:    n,
-			Block:    c.cfg.Block,
-		}).Result()
-		if err != nil {
-			r.pool.Release(n)
-			full = false
-			if errors.Is(err, redis.Nil) {
-				bo.Reset()
-				continue
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			if isNoGroup(err) {
-				if err := r.ensureGroup(ctx); err != nil {
-					return err
-				}
-				continue
-			}
-			if pool.Fatal(err) {
-				return fmt.Errorf("streamq: xreadgroup %s: %w", c.q.stream, err)
-			}
-			c.log.WarnContext(ctx, "streamq: read failed, retrying", "error", err, "retry_in", bo.Peek())
-			if !bo.Wait(ctx) {
-				return nil
-			}
-			continue
-		}
-		bo.Reset()
-		var read, started int64
-		var alone []*pool.Job[entry]
-		for _, s := range streams {
-			for _, m := range s.Messages {
-				read++
-				j := r.pool.Register(m.ID, entry{values: m.Values, deliveries: 1})
-				// A copy handed back after crashes, at its last attempt.
-				if conc > 1 && LastAttemptAfterCrash(m.Values, 1, c.cfg.MaxDeliveries) {
-					c.log.InfoContext(ctx, "streamq: job whose earlier runs were cut short makes its last attempt alone", "msg_id", m.ID)
-					alone = append(alone, j)
-					continue
-				}
-				r.start(j, 1)
-				started++
-			}
-		}
-		r.pool.Release(n - started)
-		full = read == n
-		if !r.pool.RunAlone(ctx, alone, r.handBack) {
-			return nil
-		}
-	}
-}
-
-// ensureGroup creates the group, retrying transient errors until ctx ends.
-func (r *run) ensureGroup(ctx context.Context) error {
-	var bo pool.Backoff
-	for {
-		err := r.c.q.Setup(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		if pool.Fatal(errors.Unwrap(err)) {
-			return err
-		}
-		r.c.log.WarnContext(ctx, "streamq: cannot create consumer group, retrying", "error", err, "retry_in", bo.Peek())
-		if !bo.Wait(ctx) {
-			return nil
-		}
-	}
-}
-
-// start runs a registered job in a new goroutine. The caller holds weight
-// handler slots for it.
-func (r *run) start(j *pool.Job[entry], weight int64) {
-	r.pool.Launch(j, weight)
-}
-
-// process runs the handler for one entry and settles the outcome: ack,
-// retry, or dead letter. It reports true when the job went to the ack loop,
-// which unregisters it once acknowledged.
-func (r *run) process(j *pool.Job[entry]) bool {
-	c := r.c
-	msg, err := DecodeMessage(c.q.name, j.Key, j.Val.values, j.Val.deliveries)
-	msg.Group = c.q.group
-	if err != nil {
-		r.deadLetter(msg, ReasonMalformed, err, max(msg.Deliveries, 1))
-		return false
-	}
-	if v, cause, over := Exhausted(msg, c.cfg.MaxDeliveries); over {
-		r.deadLetter(msg, v.Reason, cause, v.Attempts)
-		return false
-	}
-	var jctx context.Context = j // cancelled on timeout, lost claim or shutdown
-	err = CallHandler(jctx, c.h, msg)
-	r.pool.Settle(j)
-	if err == nil {
-		c.processed.Add(1)
-		a := ackItem{job: j}
-		if msg.Key != "" {
-			a.lockKey, a.keyToken = c.q.uniqueKey(msg.Key), msg.keyToken
-		}
-		r.acks <- a
-		return true
-	}
-	cause := context.Cause(jctx)
-	switch {
-	case errors.Is(cause, ErrClaimLost):
-		// Another consumer owns the job now; settling it here would race.
-		c.failed.Add(1)
-		c.log.Info("streamq: job failed after its claim was lost; the new owner settles it", "msg_id", msg.ID, "error", err)
-	case errors.Is(cause, ErrShutdown):
-		// The handler stopped because of the shutdown: hand the job back at
-		// once without charging an attempt. Its handler has returned, so it
-		// cannot run twice.
-		c.failed.Add(1)
-		r.retry(msg, err, Verdict{Postponed: true}, EventRetried)
-	default:
-		r.fail(msg, err)
-	}
-	return false
-}
-
-// fail retries, postpones or dead-letters a failed attempt, as [Decide] says.
-func (r *run) fail(msg *Message, err error) {
-	v := Decide(msg, err, r.c.cfg.MaxDeliveries, r.c.cfg.Backoff)
-	if !v.Postponed {
-		r.c.failed.Add(1)
-	}
-	if v.DeadLetter {
-		r.deadLetter(msg, v.Reason, err, v.Attempts)
-		return
-	}
-	kind := EventRetried
-	if v.Postponed {
-		kind = EventPostponed
-	}
-	r.retry(msg, err, v, kind)
-}
-
-// retry moves the job to the delayed set in one script, due after v.Delay;
-// with v.Postponed the attempt is not charged (see [RetryFields]). kind is
-// the event to report: EventRetried or EventPostponed. If it cannot (Redis
-// unreachable), the job stays pending and the reaper retries it later.
-func (r *run) retry(msg *Message, cause error, v Verdict, kind EventKind) {
-	c := r.c
-	now := time.Now()
-	args := append([]any{c.q.group, c.cfg.Name, msg.ID, millis(now.Add(v.Delay)), newToken()}, RetryFields(msg, cause, !v.Postponed, now)...)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	moved, err := scriptRetry.Run(ctx, c.q.rdb, []string{c.q.stream, c.q.delayed, c.q.jobs}, args...).Int()
-	switch {
-	case err != nil:
-		c.log.Error("streamq: cannot schedule retry; the job stays pending and will be reclaimed", "msg_id", msg.ID, "error", err)
-	case moved == 0:
-		c.log.Info("streamq: job was taken over by another consumer before its retry; leaving it", "msg_id", msg.ID)
-	case kind == EventPostponed:
-		c.postponed.Add(1)
-		c.log.Debug("streamq: job postponed", "msg_id", msg.ID, "retry_in", v.Delay, "reason", cause)
-		c.event(ctx, Event{Kind: EventPostponed, ID: msg.ID, Message: msg, Err: cause, Delay: v.Delay})
-	default:
-		c.retried.Add(1)
-		c.log.Debug("streamq: job failed, retrying", "msg_id", msg.ID, "attempt", msg.Attempts(), "retry_in", v.Delay, "error", cause)
-		c.event(ctx, Event{Kind: EventRetried, ID: msg.ID, Message: msg, Err: cause, Delay: v.Delay})
-	}
-}
-
-func (c *Consumer) event(ctx context.Context, e Event) {
-	if c.cfg.OnEvent != nil {
-		e.Queue = c.q.name
-		c.cfg.OnEvent(ctx, e)
-	}
-}
-
-// flushAcks acknowledges a batch in one XACK, or, when some of its jobs hold
-// unique-key locks, in one script that also releases the locks. It tries
-// three times; jobs it cannot acknowledge stay pending and run again later.
-func (r *run) flushAcks(batch []ackItem) {
-	c := r.c
-	ids := make([]string, len(batch))
-	var lockKeys []string
-	for i, a := range batch {
-		ids[i] = a.job.Key
-		if a.lockKey != "" {
-			lockKeys = append(lockKeys, a.lockKey)
-		}
-	}
-	var keys []string
-	var args []any
-	if len(lockKeys) > 0 {
-		keys = append([]string{c.q.stream}, lockKeys...)
-		args = make([]any, 0, 2+len(ids)+len(lockKeys))
-		args = append(args, c.q.group, len(ids))
-		for _, id := range ids {
-			args = append(args, id)
-		}
-		for _, a := range batch {
-			if a.lockKey != "" {
-				args = append(args, a.keyToken)
-			}
-		}
-	}
-	var bo pool.Backoff
-	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		var err error
-		if len(lockKeys) == 0 {
-			err = c.q.rdb.XAck(ctx, c.q.stream, c.q.group, ids...).Err()
-		} else {
-			err = scriptAck.Run(ctx, c.q.rdb, keys, args...).Err()
-		}
-		cancel()
-		if err == nil || try == 3 {
-			if err != nil {
-				c.log.Error("streamq: cannot acknowledge jobs; they stay pending and will run again", "count", len(ids), "error", err)
-			}
-			jobs := make([]*pool.Job[entry], len(batch))
-			for i, a := range batch {
-				jobs[i] = a.job
-			}
-			r.pool.UnregisterAll(jobs)
-			return
-		}
-		time.Sleep(bo.Next())
-	}
-}
-
-// keepAlive refreshes the claims of the jobs this run owns every MinIdle/4,
-// so that the reaper of another consumer does not take them over, and
-// cancels running jobs whose claim was lost.
-func (r *run) keepAlive(ctx context.Context) {
-	c := r.c
-	// A refresh that takes longer than MinIdle/2 is too late anyway; the
-	// next tick tries again.
-	r.pool.KeepAlive(ctx, max(c.cfg.MinIdle/4, 5*time.Millisecond), min(c.cfg.MinIdle/2, opTimeout),
-		func(ctx context.Context, ids []string) ([]string, error) {
-			args := make([]any, 0, 2+len(ids))
-			args = append(args, c.q.group, c.cfg.Name)
-			for _, id := range ids {
-				args = append(args, id)
-			}
-			return scriptTouch.Run(ctx, c.q.rdb, []string{c.q.stream}, args...).StringSlice()
-		},
-		func(j *pool.Job[entry]) {
-			c.claimsLost.Add(1)
-			c.log.Warn("streamq: running job was taken over by another consumer; cancelling it here", "msg_id", j.Key)
-			c.event(ctx, Event{Kind: EventClaimLost, ID: j.Key})
-		},
-		func(err error) { c.log.Warn("streamq: cannot refresh claims of running jobs", "error", err) })
+	return c.eng.Run(ctx, newStreamBackend(c))
 }

@@ -3,9 +3,13 @@ package streamq
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 var noop = HandlerFunc(func(context.Context, *Message) error { return nil })
@@ -110,7 +114,7 @@ func TestChain_Order(t *testing.T) {
 
 func TestSafeHandle_RecoversPanics(t *testing.T) {
 	t.Parallel()
-	err := CallHandler(context.Background(), HandlerFunc(func(context.Context, *Message) error {
+	err := callHandler(context.Background(), HandlerFunc(func(context.Context, *Message) error {
 		panic(errors.New("kaput"))
 	}), &Message{})
 	var pe *PanicError
@@ -143,18 +147,6 @@ func TestErrorHelpers(t *testing.T) {
 	}
 }
 
-func TestMessage_Attempts(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ attempt, deliveries, want int }{
-		{0, 1, 1}, {0, 0, 1}, {2, 1, 3}, {0, 3, 3}, {4, 2, 6},
-	} {
-		m := &Message{Attempt: tc.attempt, Deliveries: tc.deliveries}
-		if got := m.Attempts(); got != tc.want {
-			t.Errorf("Attempt %d Deliveries %d: Attempts() = %d, want %d", tc.attempt, tc.deliveries, got, tc.want)
-		}
-	}
-}
-
 func TestBackoff(t *testing.T) {
 	t.Parallel()
 	for attempt := 1; attempt <= 40; attempt++ {
@@ -180,64 +172,44 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-func TestParseAutoClaim(t *testing.T) {
+func TestExec_Classify(t *testing.T) {
 	t.Parallel()
-	reply := []any{
-		"5-0",
-		[]any{
-			[]any{"1-0", []any{"v", "1", "payload", "a"}},
-			[]any{"2-0", nil}, // Redis 6.2 style deleted entry
-		},
-		[]any{"3-0", "4-0"},
-	}
-	next, msgs, deleted, err := parseAutoClaim(reply)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next != "5-0" || len(msgs) != 2 || msgs[0].Values["payload"] != "a" || msgs[1].Values != nil {
-		t.Errorf("next %q msgs %+v", next, msgs)
-	}
-	if strings.Join(deleted, ",") != "3-0,4-0" {
-		t.Errorf("deleted = %v", deleted)
-	}
-	if _, _, _, err := parseAutoClaim([]any{"0-0"}); err == nil {
-		t.Error("short reply accepted")
-	}
-}
-
-func TestLastAttemptAfterCrash(t *testing.T) {
-	t.Parallel()
+	boom := errors.New("boom")
 	tests := []struct {
-		name       string
-		attempt    string // "" for no attempt field
-		crashed    bool   // the copy carries crashed=1 (handed back after crashes)
-		deliveries int
-		want       bool
+		name string
+		err  error
+		want engine.Outcome
 	}{
-		{"first delivery", "", false, 1, false},
-		{"taken over, attempts left", "", false, 2, false},
-		{"taken over, last attempt", "", false, 3, true},
-		{"retried then taken over, last attempt", "1", false, 2, true},
-		{"over the limit: dead-lettered, not run", "", false, 4, false},
-		{"fresh read at the last attempt", "2", false, 1, false},
-		{"handed back after crashes, last attempt", "2", true, 1, true},
-		{"handed back after a crash, attempts left", "1", true, 1, false},
-		{"handed back after crashes, taken over again", "2", true, 2, false},
-		{"malformed attempt field", "x", false, 3, false},
+		{"plain error", boom, engine.Outcome{Kind: engine.Fail}},
+		{"panic", &PanicError{Value: "x"}, engine.Outcome{Kind: engine.Fail}},
+		{"permanent", Permanent(boom), engine.Outcome{Kind: engine.Permanent}},
+		{"wrapped permanent", errors.Join(boom, Permanent(boom)), engine.Outcome{Kind: engine.Permanent}},
+		{"retry after", RetryAfter(7*time.Second, boom), engine.Outcome{Kind: engine.RetryAfter, Delay: 7 * time.Second}},
+		{"postpone", Postpone(time.Second, nil), engine.Outcome{Kind: engine.Postpone, Delay: time.Second}},
+		{"postpone wins over permanent", Postpone(time.Second, Permanent(boom)), engine.Outcome{Kind: engine.Postpone, Delay: time.Second}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			fields := map[string]any{"v": "1", "payload": "x"}
-			if tt.attempt != "" {
-				fields["attempt"] = tt.attempt
-			}
-			if tt.crashed {
-				fields["crashed"] = "1"
-			}
-			if got := LastAttemptAfterCrash(fields, tt.deliveries, 3); got != tt.want {
-				t.Errorf("LastAttemptAfterCrash(attempt=%q, deliveries=%d, 3) = %v, want %v", tt.attempt, tt.deliveries, got, tt.want)
+			if got := (exec{}).Classify(tt.err); got != tt.want {
+				t.Errorf("Classify(%v) = %+v, want %+v", tt.err, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestExec_Message(t *testing.T) {
+	t.Parallel()
+	wj := &wire.Job{Payload: []byte("p"), EnqMillis: 1_700_000_000_000, Key: "k", KeyToken: "t", FirstFail: 1_700_000_001_000, LastError: "e", Attempt: 2}
+	run := &engine.Run{Queue: "q", ID: "9-0", Job: wj, Headers: map[string]string{"h": "v"}, Attempt: 3}
+	var got *Message
+	err := exec{h: HandlerFunc(func(_ context.Context, m *Message) error { got = m; return nil }), group: "g"}.Call(context.Background(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Message{ID: "9-0", Queue: "q", Group: "g", Payload: []byte("p"), Headers: map[string]string{"h": "v"},
+		EnqueuedAt: time.UnixMilli(1_700_000_000_000), Attempt: 3, Key: "k", FirstFailedAt: time.UnixMilli(1_700_000_001_000), LastError: "e"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("message\n got %+v\nwant %+v", got, want)
 	}
 }

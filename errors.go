@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // Sentinel errors. Check them with [errors.Is].
@@ -12,11 +15,11 @@ var (
 	// a consumer group has QueueConfig.MaxLen jobs it has not acknowledged yet
 	// (pending or not yet delivered), or the stream has no group and holds
 	// MaxLen entries. The refused jobs were not enqueued.
-	ErrQueueFull = errors.New("streamq: queue full: MaxLen jobs are not acknowledged yet")
+	ErrQueueFull = rdb.ErrQueueFull
 
 	// ErrMalformed marks a stream entry that does not follow the wire format.
 	// Consumers dead-letter such entries with the reason instead of running them.
-	ErrMalformed = errors.New("streamq: malformed job")
+	ErrMalformed = wire.ErrMalformed
 
 	// ErrDuplicate is returned by Enqueue when a job with the same unique key is
 	// still pending or running. The returned ID is the existing job's ID.
@@ -34,8 +37,9 @@ var (
 	// the job over (this consumer could not keep its claim alive in time).
 	ErrClaimLost = errors.New("streamq: job was claimed by another consumer")
 
-	// ErrRunning is returned by [Consumer.Run] when the consumer is already running.
-	ErrRunning = errors.New("streamq: consumer is already running")
+	// ErrRunning is returned by Run ([Consumer.Run], and the Run of a priority
+	// worker or a periodic scheduler) when it is already running.
+	ErrRunning = errors.New("streamq: already running")
 
 	// ErrNotFound is returned when a job or dead letter does not exist.
 	ErrNotFound = errors.New("streamq: not found")

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 )
 
 // ExampleProcessIn delays jobs: ProcessIn by a duration, ProcessAt until a
@@ -136,7 +137,7 @@ func ExampleQueue_Cancel() {
 // cleanupQueue deletes every key of q, unique-key locks included.
 func cleanupQueue(rdb *redis.Client, q *streamq.Queue) {
 	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, q.Key("*"), 100).Iterator()
+	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 100).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -177,5 +179,5 @@ func ExampleConsumer_Run() {
 }
 
 func cleanup(rdb *redis.Client, q *streamq.Queue) {
-	rdb.Del(context.Background(), q.StreamKey(), q.DeadLetterKey(), q.DelayedKey(), q.Key("delayed:jobs"))
+	rdb.Del(context.Background(), core.Of(q).Keys.Stream, core.Of(q).Keys.Dead, core.Of(q).Keys.Delayed, core.Of(q).Keys.Part("delayed:jobs"))
 }

@@ -2,7 +2,11 @@ package streamq
 
 import (
 	"context"
+	"errors"
 	"runtime/debug"
+
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/engine"
 )
 
 // Handler runs one job. Returning nil acknowledges the job; returning an error
@@ -36,14 +40,48 @@ func Chain(h Handler, mws ...Middleware) Handler {
 	return h
 }
 
-// CallHandler calls h.Handle and turns a panic into a [*PanicError] with the
-// stack, so that one bad job cannot crash the worker. Consumers call every
-// handler through it; adapters that run handlers themselves should too.
-func CallHandler(ctx context.Context, h Handler, msg *Message) (err error) {
+// callHandler calls h.Handle and turns a panic into a [*PanicError] with the
+// stack, so that one bad job cannot crash the worker.
+func callHandler(ctx context.Context, h Handler, msg *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
 	return h.Handle(ctx, msg)
+}
+
+// exec is the engine's view of a handler.
+type exec struct {
+	h     Handler
+	group string
+}
+
+func (x exec) Call(ctx context.Context, r *engine.Run) error {
+	return callHandler(ctx, x.h, newMessage(r, x.group))
+}
+
+// Classify says what a handler error asks for: [Postpone], [Permanent],
+// [RetryAfter], or a plain failure.
+func (exec) Classify(err error) engine.Outcome {
+	if pe, ok := errors.AsType[*PostponeError](err); ok {
+		return engine.Outcome{Kind: engine.Postpone, Delay: pe.Delay}
+	}
+	if _, ok := errors.AsType[*PermanentError](err); ok {
+		return engine.Outcome{Kind: engine.Permanent}
+	}
+	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
+		return engine.Outcome{Kind: engine.RetryAfter, Delay: ra.Delay}
+	}
+	return engine.Outcome{Kind: engine.Fail}
+}
+
+// front is the root package's part of every engine (see internal/core): h
+// is a Handler, onEvent a func(context.Context, Event) or nil.
+func front(h any, onEvent any, group string) core.Front {
+	f := core.Front{Exec: exec{h: h.(Handler), group: group}}
+	if fn, ok := onEvent.(func(context.Context, Event)); ok && fn != nil {
+		f.OnEvent = func(ctx context.Context, e engine.Event) { fn(ctx, newEvent(e, group)) }
+	}
+	return f
 }

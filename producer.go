@@ -7,10 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // MaxBatchChunk is the number of jobs [Producer.EnqueueBatch] writes per Redis
@@ -30,9 +31,12 @@ type ProducerConfig struct {
 
 // Producer enqueues jobs into a [Queue]. It is safe for concurrent use.
 type Producer struct {
-	q   *Queue
-	cfg ProducerConfig
+	producerHandle // shared with streamq's other packages (internal/core)
+	q              *Queue
+	cfg            ProducerConfig
 }
+
+type producerHandle = core.ProducerHandle
 
 // NewProducer returns a producer for q. cfg may be nil.
 func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
@@ -44,11 +48,14 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 		p.cfg = *cfg
 		p.cfg.Hooks = append([]EnqueueHook(nil), cfg.Hooks...)
 	}
+	hooks := make([]func(context.Context, map[string]string), len(p.cfg.Hooks))
 	for i, h := range p.cfg.Hooks {
 		if h == nil {
 			return nil, configErr(fmt.Sprintf("ProducerConfig.Hooks[%d]", i), "is nil: remove it")
 		}
+		hooks[i] = h
 	}
+	p.producerHandle = core.NewProducerHandle(&core.Producer{Queue: core.Of(q), Hooks: hooks})
 	return p, nil
 }
 
@@ -188,9 +195,8 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 			args = append(args, max(p.q.cfg.MaxLen, 0), len(chunk))
 		}
 		for i, j := range chunk {
-			h := p.headers(ctx, o.headers, j.Headers)
-			jf := jobFields{payload: j.Payload, headers: h, enqMillis: enq}
-			fa := jf.args()
+			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
+			fa := jf.Args()
 			if delayed {
 				tok := newToken()
 				ids[start+i] = tok
@@ -200,19 +206,16 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 			args = append(args, fa...)
 		}
 		if delayed {
-			err := scriptSchedule.Run(ctx, p.q.rdb, []string{p.q.delayed, p.q.jobs}, args...).Err()
-			if err != nil {
+			if err := rdb.Schedule(ctx, p.q.rdb, p.q.keys, args); err != nil {
 				clear(ids[start : start+len(chunk)])
-				return ids, fmt.Errorf("streamq: schedule on %s: %w", p.q.delayed, err)
+				return ids, fmt.Errorf("streamq: schedule on %s: %w", p.q.keys.Delayed, err)
 			}
 			continue
 		}
-		res, err := scriptEnqueue.Run(ctx, p.q.rdb, []string{p.q.stream}, args...).StringSlice()
+		res, err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, args)
 		if err != nil {
-			if strings.HasPrefix(err.Error(), "QUEUEFULL") {
-				err = fmt.Errorf("%w (%s)", ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
-			} else {
-				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.stream, err)
+			if !errors.Is(err, ErrQueueFull) {
+				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 			}
 			return ids, err
 		}
@@ -222,42 +225,29 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 }
 
 func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, delayed bool) ([]string, error) {
-	jf := jobFields{
-		payload:   job.Payload,
-		headers:   p.headers(ctx, o.headers, job.Headers),
-		enqMillis: enq,
-		key:       o.uniqueKey,
-		keyToken:  newToken(),
+	jf := wire.Job{
+		Payload:   job.Payload,
+		Headers:   p.headers(ctx, o.headers, job.Headers),
+		EnqMillis: enq,
+		Key:       o.uniqueKey,
+		KeyToken:  newToken(),
 	}
 	var due int64
 	if delayed {
 		due = dueMillis(o.at)
 	}
-	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.keyToken, due, newToken()}, jf.args()...)
-	keys := []string{p.q.stream, p.q.uniqueKey(o.uniqueKey), p.q.delayed, p.q.jobs}
-	res, err := scriptEnqueueUnique.Run(ctx, p.q.rdb, keys, args...).Slice()
+	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.KeyToken, due, newToken()}, jf.Args()...)
+	ok, id, err := rdb.EnqueueUnique(ctx, p.q.rdb, p.q.keys, p.q.keys.Unique(o.uniqueKey), args)
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "QUEUEFULL") {
-			return []string{""}, fmt.Errorf("%w (%s)", ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
+		if errors.Is(err, ErrQueueFull) {
+			return []string{""}, err
 		}
-		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.stream, err)
+		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 	}
-	ok, _ := res[0].(int64)
-	id, _ := res[1].(string)
-	if ok != 1 {
+	if !ok {
 		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.uniqueKey, id)
 	}
 	return []string{id}, nil
-}
-
-// EntryFields returns the stream entry fields (wire format version 1) of a
-// job with payload and headers, after running the producer's hooks, as a
-// flat field/value list for XADD. It is for adapters that write jobs from
-// their own Lua scripts (periodic jobs, write-behind) so that their entries
-// stay in the one wire format and carry the hooks' headers (trace context).
-func (p *Producer) EntryFields(ctx context.Context, payload []byte, headers map[string]string, enqueuedAt time.Time) []any {
-	j := jobFields{payload: payload, headers: p.headers(ctx, nil, headers), enqMillis: millis(enqueuedAt)}
-	return j.args()
 }
 
 // dueMillis rounds a due time up to the next millisecond, so a delayed job is
@@ -297,23 +287,20 @@ func newToken() string {
 // key. It reports false when the job was no longer waiting: it is already in
 // the stream, ran, or never existed.
 func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
-	res, err := scriptDelayedKey.Run(ctx, q.rdb, []string{q.jobs}, id).StringSlice()
-	if errors.Is(err, redis.Nil) {
+	key, token, found, err := rdb.DelayedKey(ctx, q.rdb, q.keys, id)
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	if !found {
 		return false, nil
 	}
+	var lock string
+	if key != "" {
+		lock = q.keys.Unique(key)
+	}
+	ok, err := rdb.Cancel(ctx, q.rdb, q.keys, id, lock, token)
 	if err != nil {
 		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
 	}
-	if len(res) != 2 {
-		return false, fmt.Errorf("streamq: cancel %s: unexpected reply %q", id, res)
-	}
-	keys := []string{q.delayed, q.jobs}
-	if res[0] != "" {
-		keys = append(keys, q.uniqueKey(res[0]))
-	}
-	n, err := scriptCancel.Run(ctx, q.rdb, keys, id, res[1]).Int()
-	if err != nil {
-		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
-	}
-	return n == 1, nil
+	return ok, nil
 }

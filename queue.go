@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
 )
 
 // Queue defaults.
@@ -54,23 +56,24 @@ type QueueConfig struct {
 //
 // A Queue is cheap, immutable and safe for concurrent use.
 type Queue struct {
-	rdb   redis.UniversalClient
-	name  string
-	group string
-	cfg   QueueConfig
-
-	stream  string
-	dead    string
-	delayed string
-	jobs    string
+	handle // the state shared with streamq's other packages (internal/core)
+	rdb    redis.UniversalClient
+	name   string
+	group  string
+	cfg    QueueConfig
+	keys   rdb.Keys
 }
+
+// handle gives sibling packages of streamq the queue's state without an
+// exported method: see internal/core.
+type handle = core.Handle
 
 // NewQueue returns the queue called name on rdb. It validates the name and the
 // configuration (cfg may be nil) but does not talk to Redis: call [Queue.Setup]
-// or let a [Consumer] create the group. rdb may be a standalone, Sentinel
+// or let a [Consumer] create the group. client may be a standalone, Sentinel
 // (failover) or Cluster client; the caller owns it and closes it.
-func NewQueue(rdb redis.UniversalClient, name string, cfg *QueueConfig) (*Queue, error) {
-	if rdb == nil {
+func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Queue, error) {
+	if client == nil {
 		return nil, configErr("client", "rdb is nil: pass a redis.UniversalClient such as redis.NewClient(&redis.Options{Addr: \"127.0.0.1:6379\"})")
 	}
 	var c QueueConfig
@@ -101,11 +104,17 @@ func NewQueue(rdb redis.UniversalClient, name string, cfg *QueueConfig) (*Queue,
 	if c.DeadLetterMaxLen < 0 {
 		return nil, configErr("QueueConfig.DeadLetterMaxLen", "%d is negative: use 0 to keep every dead letter, or a positive cap", c.DeadLetterMaxLen)
 	}
-	q := &Queue{rdb: rdb, name: name, group: c.Group, cfg: c}
-	q.stream = q.Key("stream")
-	q.dead = q.Key("dead")
-	q.delayed = q.Key("delayed")
-	q.jobs = q.Key("delayed:jobs")
+	q := &Queue{rdb: client, name: name, group: c.Group, cfg: c, keys: rdb.NewKeys(c.KeyPrefix, name)}
+	q.handle = core.NewHandle(&core.Queue{
+		RDB:              client,
+		Name:             name,
+		Group:            c.Group,
+		Prefix:           c.KeyPrefix,
+		Keys:             q.keys,
+		MaxLen:           c.MaxLen,
+		DeadLetterMaxLen: c.DeadLetterMaxLen,
+		Front:            front,
+	})
 	return q, nil
 }
 
@@ -133,41 +142,13 @@ func (q *Queue) Name() string { return q.name }
 // Group returns the consumer group name.
 func (q *Queue) Group() string { return q.group }
 
-// Client returns the Redis client the queue uses.
-func (q *Queue) Client() redis.UniversalClient { return q.rdb }
-
-// MaxLen returns the effective stream cap (-1 when there is none).
-func (q *Queue) MaxLen() int64 { return q.cfg.MaxLen }
-
-// DeadLetterMaxLen returns the cap of the dead-letter stream (0: none), for
-// adapters that dead-letter jobs themselves.
-func (q *Queue) DeadLetterMaxLen() int64 { return q.cfg.DeadLetterMaxLen }
-
-// Key returns the Redis key for part of this queue, "<prefix>:{<name>}:<part>".
-// Adapters use it so that their keys share the queue's hash tag.
-func (q *Queue) Key(part string) string {
-	return q.cfg.KeyPrefix + ":{" + q.name + "}:" + part
-}
-
-func (q *Queue) uniqueKey(key string) string { return q.Key("unique:" + key) }
-
-// StreamKey returns the key of the queue's stream.
-func (q *Queue) StreamKey() string { return q.stream }
-
-// DeadLetterKey returns the key of the dead-letter stream.
-func (q *Queue) DeadLetterKey() string { return q.dead }
-
-// DelayedKey returns the key of the sorted set of delayed jobs (scheduled jobs
-// and jobs waiting for a retry), scored by due time in Unix milliseconds.
-func (q *Queue) DelayedKey() string { return q.delayed }
-
 // Setup creates the stream and the consumer group if they do not exist. It is
 // idempotent. A new group starts at the beginning of the stream, so jobs
 // enqueued before the group existed are not skipped.
 func (q *Queue) Setup(ctx context.Context) error {
-	err := q.rdb.XGroupCreateMkStream(ctx, q.stream, q.group, "0").Err()
-	if err != nil && !isBusyGroup(err) {
-		return fmt.Errorf("streamq: create group %s on %s: %w", q.group, q.stream, err)
+	err := q.rdb.XGroupCreateMkStream(ctx, q.keys.Stream, q.group, "0").Err()
+	if err != nil && !rdb.IsBusyGroup(err) {
+		return fmt.Errorf("streamq: create group %s on %s: %w", q.group, q.keys.Stream, err)
 	}
 	return nil
 }
@@ -176,9 +157,9 @@ func (q *Queue) Setup(ctx context.Context) error {
 // the oldest entry the group has not acknowledged. It never deletes a job that
 // is waiting or running. It returns the number of entries deleted.
 func (q *Queue) Trim(ctx context.Context) (int64, error) {
-	n, err := scriptTrim.Run(ctx, q.rdb, []string{q.stream}).Int64()
+	n, err := rdb.Trim(ctx, q.rdb, q.keys)
 	if err != nil {
-		return 0, fmt.Errorf("streamq: trim %s: %w", q.stream, err)
+		return 0, fmt.Errorf("streamq: trim %s: %w", q.keys.Stream, err)
 	}
 	return n, nil
 }
@@ -197,12 +178,12 @@ type QueueStats struct {
 func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	var s QueueStats
 	pipe := q.rdb.Pipeline()
-	xlen := pipe.XLen(ctx, q.stream)
-	groups := pipe.XInfoGroups(ctx, q.stream)
-	delayed := pipe.ZCard(ctx, q.delayed)
-	dead := pipe.XLen(ctx, q.dead)
+	xlen := pipe.XLen(ctx, q.keys.Stream)
+	groups := pipe.XInfoGroups(ctx, q.keys.Stream)
+	delayed := pipe.ZCard(ctx, q.keys.Delayed)
+	dead := pipe.XLen(ctx, q.keys.Dead)
 	_, err := pipe.Exec(ctx)
-	if err != nil && !errors.Is(err, redis.Nil) && !isNoSuchKey(err) {
+	if err != nil && !errors.Is(err, redis.Nil) && !rdb.IsNoSuchKey(err) {
 		return s, fmt.Errorf("streamq: stats %s: %w", q.name, err)
 	}
 	s.Length = xlen.Val()
@@ -217,14 +198,6 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 		}
 	}
 	return s, nil
-}
-
-func isBusyGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") }
-
-func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
-
-func isNoSuchKey(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "no such key")
 }
 
 // millis converts a time to Unix milliseconds.

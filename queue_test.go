@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/core"
 )
 
 // offlineClient never connects: these tests check validation and key layout
@@ -66,15 +68,18 @@ func TestNewQueue_DefaultsAndKeys(t *testing.T) {
 	if *cfg != (QueueConfig{}) {
 		t.Errorf("NewQueue changed the caller's config: %+v", cfg)
 	}
-	if q.Group() != DefaultGroup || q.MaxLen() != DefaultMaxLen || q.Name() != "orders" {
-		t.Errorf("defaults: group %q, maxlen %d", q.Group(), q.MaxLen())
+	cq := core.Of(q)
+	if q.Group() != DefaultGroup || cq.MaxLen != DefaultMaxLen || q.Name() != "orders" || cq.Group != DefaultGroup || cq.Name != "orders" {
+		t.Errorf("defaults: group %q, maxlen %d", q.Group(), cq.MaxLen)
 	}
 	for _, tc := range []struct{ got, want string }{
-		{q.StreamKey(), "streamq:{orders}:stream"},
-		{q.DeadLetterKey(), "streamq:{orders}:dead"},
-		{q.DelayedKey(), "streamq:{orders}:delayed"},
-		{q.uniqueKey("a:b"), "streamq:{orders}:unique:a:b"},
-		{q.Key("leases"), "streamq:{orders}:leases"},
+		{cq.Keys.Stream, "streamq:{orders}:stream"},
+		{cq.Keys.Dead, "streamq:{orders}:dead"},
+		{cq.Keys.Delayed, "streamq:{orders}:delayed"},
+		{cq.Keys.DelayedJobs, "streamq:{orders}:delayed:jobs"},
+		{cq.Keys.Unique("a:b"), "streamq:{orders}:unique:a:b"},
+		{cq.Keys.Priority().Leases, "streamq:{orders}:leases"},
+		{cq.Keys.Priority().Ready, "streamq:{orders}:priority"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("key = %q, want %q", tc.got, tc.want)
@@ -84,7 +89,7 @@ func TestNewQueue_DefaultsAndKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q2.MaxLen() != -1 || q2.StreamKey() != "app:{o}:stream" || q2.Group() != "g" {
-		t.Errorf("custom config not applied: %d %q", q2.MaxLen(), q2.StreamKey())
+	if c2 := core.Of(q2); c2.MaxLen != -1 || c2.Keys.Stream != "app:{o}:stream" || q2.Group() != "g" {
+		t.Errorf("custom config not applied: %d %q", c2.MaxLen, c2.Keys.Stream)
 	}
 }

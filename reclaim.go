@@ -2,233 +2,379 @@ package streamq
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/streamq/streamq/internal/pool"
+	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
-// DefaultReclaimBatch is the most entries one XAUTOCLAIM call takes over.
-const DefaultReclaimBatch = 100
+const (
+	// maxAdoptScan bounds the pages of one look for entries delivered by
+	// a read whose reply was lost.
+	maxAdoptScan = 20
+	// adoptPage is the page size of that look.
+	adoptPage = 100
+)
 
-// reapLoop takes over entries that have been idle for MinIdle: their consumer
-// crashed, hung or lost its connection. Reclaimed jobs go to the same handlers
-// and share the same slots as new ones; the semaphore is FIFO, so the reaper
-// and the reader take turns and neither starves the other.
-func (r *run) reapLoop(ctx context.Context) error {
-	c := r.c
-	t := time.NewTicker(c.cfg.ReclaimInterval)
-	defer t.Stop()
-	var bo pool.Backoff
-	cursor := "0-0"
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		// One pass over the pending list, bounded in calls.
-		for range 1000 {
-			n, err := r.pool.Slots(ctx, DefaultReclaimBatch, false, 0, 0)
-			if err != nil {
-				return nil
-			}
-			next, started, alone, err := r.reclaim(ctx, cursor, n)
-			r.pool.Release(n - started)
-			if !r.pool.RunAlone(ctx, alone, r.handBack) {
-				return nil
-			}
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				if pool.Fatal(err) {
-					return err
-				}
-				c.log.WarnContext(ctx, "streamq: reclaim failed, retrying", "error", err)
-				if !bo.Wait(ctx) {
-					return nil
-				}
-				break
-			}
-			bo.Reset()
-			cursor = next
-			if cursor == "0-0" {
-				break
-			}
-		}
-		if c.cfg.PruneIdle > 0 {
-			r.prune(ctx)
+// streamBackend is the engine's backend for a stream read by a consumer
+// group (see engine.Backend). One exists per Run.
+//
+// Attempts: XREADGROUP counts a delivery when Redis sends the reply, and the
+// engine starts what it read at once, so a read counts its jobs' starts
+// (Charged). Jobs taken over from other consumers are claimed with
+// XAUTOCLAIM ... JUSTID, which leaves the delivery counter alone: the
+// counter is the count of handler starts of the entry, each cut short by a
+// crash, and the engine counts the coming start (XCLAIM ... RETRYCOUNT)
+// right before it runs the job.
+type streamBackend struct {
+	c *Consumer
+	q *Queue
+
+	// Owned by the fetch loop.
+	boundary   string // the group's last delivered ID when the run started
+	cursor     string // of the reclaim pass
+	reclaimAt  time.Time
+	scanAt     time.Time
+	scanNow    bool
+	scanEvery  time.Duration
+	claimToken string // of a reclaim to send again after an error
+	claims     uint64
+
+	mu   sync.Mutex
+	skip map[string]struct{} // entries the engine gave up on: left to the reaper
+}
+
+func newStreamBackend(c *Consumer) *streamBackend {
+	return &streamBackend{
+		c:         c,
+		q:         c.q,
+		cursor:    "0-0",
+		scanEvery: min(max(c.cfg.MinIdle/4, 10*time.Millisecond), 2*time.Second),
+		skip:      make(map[string]struct{}),
+	}
+}
+
+// Start creates the group if needed and notes where the group's reads
+// stand: every entry pending for this consumer with a higher ID was read
+// by this run.
+func (b *streamBackend) Start(ctx context.Context) error {
+	if err := b.q.Setup(ctx); err != nil {
+		return err
+	}
+	groups, err := b.q.rdb.XInfoGroups(ctx, b.q.keys.Stream).Result()
+	if err != nil {
+		return fmt.Errorf("streamq: xinfo groups %s: %w", b.q.keys.Stream, err)
+	}
+	b.boundary = "0-0"
+	for _, g := range groups {
+		if g.Name == b.q.group {
+			b.boundary = g.LastDeliveredID
 		}
 	}
+	now := time.Now()
+	b.scanAt = now.Add(b.scanEvery)
+	if b.c.cfg.ReclaimInterval > 0 {
+		b.reclaimAt = now // take over what crashed consumers left at once
+	}
+	return nil
+}
+
+// Fetch takes over abandoned entries when the reaper is due, takes back
+// entries of lost read replies when a look is due, and otherwise reads new
+// entries, blocking no longer than until the next of those is due.
+func (b *streamBackend) Fetch(ctx context.Context, n int, wait time.Duration, owns func(string) bool) ([]engine.Delivery, error) {
+	now := time.Now()
+	if b.c.cfg.ReclaimInterval > 0 && !now.Before(b.reclaimAt) {
+		ds, done, err := b.reclaim(ctx, n, owns)
+		if err != nil {
+			return nil, err
+		}
+		if done {
+			b.reclaimAt = now.Add(b.c.cfg.ReclaimInterval)
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
+	}
+	if b.scanNow || !now.Before(b.scanAt) {
+		b.scanNow = false
+		b.scanAt = now.Add(b.scanEvery)
+		ds, err := b.adopt(ctx, n, owns)
+		if err != nil {
+			b.scanNow = true
+			return nil, err
+		}
+		if len(ds) > 0 {
+			return ds, nil
+		}
+	}
+	block := min(wait, time.Until(b.scanAt))
+	if b.c.cfg.ReclaimInterval > 0 {
+		block = min(block, time.Until(b.reclaimAt))
+	}
+	streams, err := b.q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group:    b.q.group,
+		Consumer: b.c.cfg.Name,
+		Streams:  []string{b.q.keys.Stream, ">"},
+		Count:    int64(n),
+		Block:    max(block, time.Millisecond), // 0 would block forever
+	}).Result()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		if rdb.IsNoGroup(err) { // the stream was deleted: start over
+			return nil, b.Start(ctx)
+		}
+		// The reply may have been lost after Redis delivered entries.
+		b.scanNow = true
+		return nil, fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
+	}
+	var ds []engine.Delivery
+	for _, s := range streams {
+		if ds == nil {
+			ds = make([]engine.Delivery, 0, len(s.Messages))
+		}
+		for _, m := range s.Messages {
+			ds = append(ds, engine.Delivery{Key: m.ID, ID: m.ID, Fields: m.Values, Charged: true, Suspect: wire.Crashed(m.Values)})
+		}
+	}
+	return ds, nil
+}
+
+// reclaim runs one step of the reaper's pass over the pending list: it
+// takes over up to n entries idle for MinIdle (their consumer crashed, hung
+// or lost its connection) without counting a delivery, and settles entries
+// whose data was deleted. It reports done when the pass reached the end.
+// A call whose reply was lost is sent again with the same token, which
+// returns the same entries.
+func (b *streamBackend) reclaim(ctx context.Context, n int, owns func(string) bool) ([]engine.Delivery, bool, error) {
+	c := b.c
+	tok := b.claimToken
+	if tok == "" {
+		b.claims++
+		tok = strconv.FormatUint(b.claims, 36)
+	}
+	memo := max(2*c.cfg.MinIdle, time.Minute)
+	next, jobs, deleted, err := rdb.Reclaim(ctx, b.q.rdb, b.q.keys, b.q.group, c.cfg.Name,
+		c.cfg.MinIdle.Milliseconds(), b.cursor, int64(min(n, reclaimBatch)), tok, memo.Milliseconds())
+	if err != nil {
+		if rdb.IsNoGroup(err) {
+			b.cursor = "0-0"
+			return nil, true, nil // the fetch recreates the group
+		}
+		b.claimToken = tok
+		return nil, false, fmt.Errorf("streamq: reclaim from %s: %w", b.q.keys.Stream, err)
+	}
+	b.claimToken = ""
+	b.cursor = next
+	if len(deleted) > 0 {
+		b.settleDeleted(ctx, deleted)
+	}
+	var ds []engine.Delivery
+	for _, j := range jobs {
+		if owns(j.ID) {
+			// Our own job whose claim went stale (for example Redis was
+			// unreachable for MinIdle); it is still held here.
+			continue
+		}
+		c.mon.Event(ctx, engine.Event{Kind: engine.EventReclaimed, ID: j.ID})
+		c.mon.Log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", j.ID, "crashed_runs", j.Count)
+		ds = append(ds, engine.Delivery{Key: j.ID, ID: j.ID, Fields: j.Fields, Prior: j.Count,
+			Suspect: j.Count > 0 || wire.Crashed(j.Fields)})
+	}
+	return ds, next == "0-0", nil
+}
+
+// adopt takes back entries that a read delivered to this consumer whose
+// reply never arrived: the connection broke after Redis sent it, and the
+// client sent the read again (go-redis does so by default). They are
+// pending for this consumer, were read during this run (their IDs are past
+// the boundary), and the engine does not hold them. Their handlers never
+// started, so they are taken back uncharged.
+func (b *streamBackend) adopt(ctx context.Context, n int, owns func(string) bool) ([]engine.Delivery, error) {
+	var orphans []string
+	seen := make(map[string]struct{})
+	start := "(" + b.boundary
+	for range maxAdoptScan {
+		page, err := b.q.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: b.q.keys.Stream, Group: b.q.group, Start: start, End: "+", Count: adoptPage, Consumer: b.c.cfg.Name,
+		}).Result()
+		if err != nil {
+			if rdb.IsNoGroup(err) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("streamq: xpending %s: %w", b.q.keys.Stream, err)
+		}
+		for _, p := range page {
+			seen[p.ID] = struct{}{}
+			if !owns(p.ID) && !b.skipped(p.ID) && len(orphans) < n {
+				orphans = append(orphans, p.ID)
+			}
+		}
+		if len(page) < adoptPage {
+			b.forgetSkipped(seen)
+			break
+		}
+		start = "(" + page[len(page)-1].ID
+	}
+	if len(orphans) == 0 {
+		return nil, nil
+	}
+	jobs, deleted, err := rdb.Adopt(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, orphans)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: take back unseen entries of %s: %w", b.q.keys.Stream, err)
+	}
+	if len(deleted) > 0 {
+		b.settleDeleted(ctx, deleted)
+	}
+	ds := make([]engine.Delivery, 0, len(jobs))
+	for _, j := range jobs {
+		ds = append(ds, engine.Delivery{Key: j.ID, ID: j.ID, Fields: j.Fields, Suspect: wire.Crashed(j.Fields)})
+	}
+	if len(ds) > 0 {
+		b.c.mon.Log.InfoContext(ctx, "streamq: took back jobs delivered by a read whose reply was lost", "count", len(ds))
+	}
+	return ds, nil
+}
+
+func (b *streamBackend) skipped(id string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.skip[id]
+	return ok
+}
+
+// forgetSkipped drops given-up entries that are no longer pending for this
+// consumer (taken over or settled), once a look saw all of them.
+func (b *streamBackend) forgetSkipped(pending map[string]struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id := range b.skip {
+		if _, ok := pending[id]; !ok {
+			delete(b.skip, id)
+		}
+	}
+}
+
+// Abandon leaves an entry the engine gave up on to the reaper.
+func (b *streamBackend) Abandon(key string) {
+	b.mu.Lock()
+	b.skip[key] = struct{}{}
+	b.mu.Unlock()
+}
+
+// settleDeleted acknowledges pending entries whose data is gone, so they
+// leave the pending list, and reports them: a job was lost by someone
+// deleting or trimming unacknowledged entries, which must never pass
+// silently. (XAUTOCLAIM already drops them from the pending list.)
+func (b *streamBackend) settleDeleted(ctx context.Context, ids []string) {
+	c := b.c
+	c.mon.Log.ErrorContext(ctx, "streamq: pending entries were deleted from the stream before they were processed; their jobs are lost",
+		"count", len(ids), "msg_ids", ids)
+	for _, id := range ids {
+		c.mon.Event(ctx, engine.Event{Kind: engine.EventDeleted, ID: id})
+	}
+	if err := b.q.rdb.XAck(ctx, b.q.keys.Stream, b.q.group, ids...).Err(); err != nil {
+		c.mon.Log.WarnContext(ctx, "streamq: cannot acknowledge deleted entries", "error", err)
+	}
+}
+
+// Charge sets the entry's delivery counter to its handler starts: Prior,
+// plus the coming one when charge is true.
+func (b *streamBackend) Charge(ctx context.Context, d *engine.Delivery, charge bool) (bool, error) {
+	count := d.Prior
+	if charge {
+		count++
+	}
+	return rdb.Charge(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, count)
+}
+
+// Touch keeps the claims of held entries fresh.
+func (b *streamBackend) Touch(ctx context.Context, keys []string) ([]string, error) {
+	return rdb.Touch(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, keys)
+}
+
+// Finish acknowledges finished jobs and releases their unique-key locks.
+func (b *streamBackend) Finish(ctx context.Context, done []engine.Finished) error {
+	ids := make([]string, len(done))
+	var locks, tokens []string
+	for i, f := range done {
+		ids[i] = f.Key
+		if f.Lock != "" {
+			locks = append(locks, b.q.keys.Unique(f.Lock))
+			tokens = append(tokens, f.Token)
+		}
+	}
+	return rdb.Ack(ctx, b.q.rdb, b.q.keys, b.q.group, ids, locks, tokens)
+}
+
+// Move writes the job again: into the delayed set when delay > 0, else at
+// the end of the stream.
+func (b *streamBackend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration) (bool, error) {
+	var due int64
+	if delay > 0 {
+		due = dueMillis(time.Now().Add(delay))
+	}
+	return rdb.Move(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, due, newToken(), fields)
+}
+
+// DeadLetter moves the entry to the dead-letter stream.
+func (b *streamBackend) DeadLetter(ctx context.Context, d *engine.Delivery, lock, token string, fields []any) (string, error) {
+	if lock != "" {
+		lock = b.q.keys.Unique(lock)
+	}
+	return rdb.DeadLetter(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, b.q.cfg.DeadLetterMaxLen, lock, token, fields)
+}
+
+// Loops are the scheduler of delayed jobs and the pruning of departed
+// consumers.
+func (b *streamBackend) Loops() []engine.Loop {
+	var loops []engine.Loop
+	if b.c.cfg.SchedulerInterval > 0 {
+		loops = append(loops, engine.Loop{Name: "move due jobs", Every: b.c.cfg.SchedulerInterval, Do: func(ctx context.Context) (bool, error) {
+			n, err := b.q.promote(ctx, time.Now(), schedulerBatch)
+			return n == schedulerBatch, err
+		}})
+	}
+	if b.c.cfg.ReclaimInterval > 0 && b.c.cfg.PruneIdle > 0 {
+		loops = append(loops, engine.Loop{Name: "prune consumers", Every: b.c.cfg.ReclaimInterval, Do: func(ctx context.Context) (bool, error) {
+			return false, b.prune(ctx)
+		}})
+	}
+	return loops
 }
 
 // prune deletes consumers of the group that have been idle for PruneIdle
 // and own no pending entry (their processes are gone), in one script that
 // checks and deletes atomically. This consumer is never deleted.
-func (r *run) prune(ctx context.Context) {
-	c := r.c
-	gone, err := scriptPrune.Run(ctx, c.q.rdb, []string{c.q.stream}, c.q.group, c.cfg.PruneIdle.Milliseconds(), c.cfg.Name).StringSlice()
+func (b *streamBackend) prune(ctx context.Context) error {
+	gone, err := rdb.Prune(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.PruneIdle.Milliseconds(), b.c.cfg.Name)
 	if err != nil {
-		if ctx.Err() == nil && !isNoGroup(err) {
-			c.log.WarnContext(ctx, "streamq: cannot prune departed consumers", "error", err)
+		if rdb.IsNoGroup(err) {
+			return nil
 		}
-		return
+		return err
 	}
 	if len(gone) > 0 {
-		c.log.InfoContext(ctx, "streamq: removed departed consumers from the group", "count", len(gone), "consumers", gone)
+		b.c.mon.Log.InfoContext(ctx, "streamq: removed departed consumers from the group", "count", len(gone), "consumers", gone)
 	}
+	return nil
 }
 
-// reclaim runs one XAUTOCLAIM for up to n entries from cursor, starts the
-// reclaimed jobs (the caller holds n slots, started of which are now owned by
-// job goroutines), and settles entries whose data was deleted. Jobs about to
-// make their last allowed attempt after crashes (see [LastAttemptAfterCrash])
-// are registered but not started: they are returned in alone, to run alone.
-func (r *run) reclaim(ctx context.Context, cursor string, n int64) (next string, started int64, alone []*pool.Job[entry], err error) {
-	c := r.c
-	res, err := c.q.rdb.Do(ctx, "XAUTOCLAIM", c.q.stream, c.q.group, c.cfg.Name,
-		c.cfg.MinIdle.Milliseconds(), cursor, "COUNT", n).Slice()
-	if err != nil {
-		if isNoGroup(err) {
-			return "0-0", 0, nil, nil // the read loop recreates the group
-		}
-		return cursor, 0, nil, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
-	}
-	next, msgs, deleted, err := parseAutoClaim(res)
-	if err != nil {
-		return "0-0", 0, nil, fmt.Errorf("streamq: xautoclaim %s: %w", c.q.stream, err)
-	}
-	for _, m := range msgs {
-		if m.Values == nil { // Redis 6.2 reports deleted entries inline
-			deleted = append(deleted, m.ID)
-		}
-	}
-	if len(deleted) > 0 {
-		r.settleDeleted(ctx, deleted)
-	}
-	var counts map[string]int
-	if len(msgs) > 0 {
-		counts = r.deliveryCounts(ctx, msgs)
-	}
-	for _, m := range msgs {
-		if m.Values == nil {
-			continue
-		}
-		if r.pool.Owns(m.ID) {
-			// Our own job whose claim went stale (for example Redis was
-			// unreachable for MinIdle); it is still running here.
-			continue
-		}
-		c.reclaimed.Add(1)
-		d := counts[m.ID]
-		if d < 2 {
-			d = 2 // XAUTOCLAIM counted at least this delivery and the first one
-		}
-		c.event(ctx, Event{Kind: EventReclaimed, ID: m.ID})
-		j := r.pool.Register(m.ID, entry{values: m.Values, deliveries: d})
-		if c.cfg.Concurrency > 1 && LastAttemptAfterCrash(m.Values, d, c.cfg.MaxDeliveries) {
-			c.log.InfoContext(ctx, "streamq: took over an abandoned job; its last attempt runs alone", "msg_id", m.ID, "deliveries", d)
-			alone = append(alone, j)
-			continue
-		}
-		c.log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", m.ID, "deliveries", d)
-		r.start(j, 1)
-		started++
-	}
-	return next, started, alone, nil
-}
+// Wake does nothing: a blocked read ends within Block.
+func (b *streamBackend) Wake() {}
 
-// handBack returns a claimed job that did not run to the delayed set, due at
-// once and without charging an attempt. A job that cannot be decoded stays
-// pending; whoever reclaims it dead-letters it.
-func (r *run) handBack(j *pool.Job[entry]) {
-	defer r.pool.Unregister(j)
-	msg, err := DecodeMessage(r.c.q.name, j.Key, j.Val.values, j.Val.deliveries)
-	if err != nil {
-		return
-	}
-	r.retry(msg, ErrShutdown, Verdict{Postponed: true}, EventRetried)
-}
-
-// settleDeleted acknowledges pending entries whose data is gone, so they leave
-// the pending list, and reports them: a job was lost by someone deleting or
-// trimming unacknowledged entries, which must never pass silently. (Redis 7
-// already drops them from the pending list; the XACK makes 6.2 do the same.)
-func (r *run) settleDeleted(ctx context.Context, ids []string) {
-	c := r.c
-	c.deleted.Add(int64(len(ids)))
-	c.log.ErrorContext(ctx, "streamq: pending entries were deleted from the stream before they were processed; their jobs are lost",
-		"count", len(ids), "msg_ids", ids)
-	for _, id := range ids {
-		c.event(ctx, Event{Kind: EventDeleted, ID: id})
-	}
-	if err := c.q.rdb.XAck(ctx, c.q.stream, c.q.group, ids...).Err(); err != nil {
-		c.log.WarnContext(ctx, "streamq: cannot acknowledge deleted entries", "error", err)
-	}
-}
-
-// deliveryCounts reads Redis's delivery counters of reclaimed entries, in
-// one round trip and exactly (one XPENDING per entry inside a script).
-func (r *run) deliveryCounts(ctx context.Context, msgs []redis.XMessage) map[string]int {
-	c := r.c
-	args := make([]any, 0, 1+len(msgs))
-	args = append(args, c.q.group)
-	for _, m := range msgs {
-		args = append(args, m.ID)
-	}
-	res, err := scriptDeliveries.Run(ctx, c.q.rdb, []string{c.q.stream}, args...).Int64Slice()
-	counts := make(map[string]int, len(msgs))
-	if err != nil {
-		c.log.WarnContext(ctx, "streamq: cannot read delivery counts of reclaimed jobs", "error", err)
-		return counts
-	}
-	for i, n := range res {
-		if i < len(msgs) && n > 0 {
-			counts[msgs[i].ID] = int(n)
-		}
-	}
-	return counts
-}
-
-// parseAutoClaim decodes an XAUTOCLAIM reply: [cursor, entries, deleted IDs].
-func parseAutoClaim(res []any) (next string, msgs []redis.XMessage, deleted []string, err error) {
-	if len(res) < 2 {
-		return "", nil, nil, fmt.Errorf("unexpected reply with %d elements", len(res))
-	}
-	next, ok := res[0].(string)
-	if !ok {
-		return "", nil, nil, fmt.Errorf("unexpected cursor %T", res[0])
-	}
-	entries, _ := res[1].([]any)
-	for _, e := range entries {
-		pair, ok := e.([]any)
-		if !ok || len(pair) != 2 {
-			continue
-		}
-		id, _ := pair[0].(string)
-		if id == "" {
-			continue
-		}
-		var values map[string]any
-		if kv, ok := pair[1].([]any); ok {
-			values = make(map[string]any, len(kv)/2)
-			for i := 0; i+1 < len(kv); i += 2 {
-				k, _ := kv[i].(string)
-				values[k] = kv[i+1]
-			}
-		}
-		msgs = append(msgs, redis.XMessage{ID: id, Values: values})
-	}
-	if len(res) > 2 {
-		ids, _ := res[2].([]any)
-		for _, d := range ids {
-			if s, ok := d.(string); ok {
-				deleted = append(deleted, s)
-			}
-		}
-	}
-	return next, msgs, deleted, nil
+// promote moves up to limit jobs due at now from the delayed set into the
+// stream and returns how many it moved. Any number of consumers may run it;
+// the script moves each job exactly once.
+func (q *Queue) promote(ctx context.Context, now time.Time, limit int) (int, error) {
+	return rdb.Promote(ctx, q.rdb, q.keys, millis(now), limit)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -32,7 +33,7 @@ func promoteSetup(t *testing.T, cfg *streamq.QueueConfig) (*redis.Client, *strea
 	if err != nil {
 		t.Fatal(err)
 	}
-	redistest.DeleteKeysAtCleanup(t, rdb, q.Key("*"))
+	redistest.DeleteKeysAtCleanup(t, rdb, core.Of(q).Keys.Part("*"))
 	return rdb, q, p
 }
 
@@ -115,7 +116,7 @@ func TestPromote_RacingSchedulersMoveEachJobOnce(t *testing.T) {
 		t.Errorf("schedulers report %d jobs moved, want %d", total, due)
 	}
 
-	entries, err := rdb.XRange(ctx, q.StreamKey(), "-", "+").Result()
+	entries, err := rdb.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,10 +138,10 @@ func TestPromote_RacingSchedulersMoveEachJobOnce(t *testing.T) {
 			t.Errorf("job %s moved before its due time", payload)
 		}
 	}
-	if n := rdb.ZCard(ctx, q.DelayedKey()).Val(); n != notDue {
+	if n := rdb.ZCard(ctx, core.Of(q).Keys.Delayed).Val(); n != notDue {
 		t.Errorf("delayed set holds %d jobs, want the %d not yet due", n, notDue)
 	}
-	if n := rdb.HLen(ctx, q.Key("delayed:jobs")).Val(); n != notDue {
+	if n := rdb.HLen(ctx, core.Of(q).Keys.Part("delayed:jobs")).Val(); n != notDue {
 		t.Errorf("delayed job hash holds %d bodies, want %d", n, notDue)
 	}
 }
@@ -178,7 +179,7 @@ func TestPromote_IgnoresMaxLen(t *testing.T) {
 	if n != len(jobs) {
 		t.Errorf("moved %d due jobs into the full stream, want %d", n, len(jobs))
 	}
-	if l := rdb.XLen(ctx, q.StreamKey()).Val(); l != maxLen+int64(len(jobs)) {
+	if l := rdb.XLen(ctx, core.Of(q).Keys.Stream).Val(); l != maxLen+int64(len(jobs)) {
 		t.Errorf("stream length %d, want %d: the cap %d plus the %d due jobs", l, maxLen+len(jobs), maxLen, len(jobs))
 	}
 }

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -162,7 +164,7 @@ func TestProducer_EnqueueBatch(t *testing.T) {
 	if len(ids) != len(jobs) {
 		t.Fatalf("%d ids for %d jobs", len(ids), len(jobs))
 	}
-	entries, err := rdb.XRange(ctx, q.StreamKey(), "-", "+").Result()
+	entries, err := rdb.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,14 +223,14 @@ func TestConsumer_GracefulShutdownKeepsUnfinishedJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The unfinished jobs were handed back without losing an attempt: they
-	// wait in the delayed set (due now) or stay pending, never acknowledged.
-	if st.Delayed+st.Pending != 4 || st.DeadLetters != 0 {
+	// wait in the stream again or stay pending, never acknowledged.
+	if st.Delayed+st.Pending+relUndelivered(q) != 4 || st.DeadLetters != 0 {
 		t.Fatalf("after shutdown: %+v, want the 4 unfinished jobs waiting", st)
 	}
 
 	c2, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
-		if m.Attempts() != 1 {
-			return streamq.Permanent(fmt.Errorf("job %s charged %d attempts for a shutdown", m.Payload, m.Attempts()))
+		if m.Attempt != 1 {
+			return streamq.Permanent(fmt.Errorf("job %s charged %d attempts for a shutdown", m.Payload, m.Attempt-1))
 		}
 		return cnt.add(m.Payload)
 	}), fastConsumer(streamq.ConsumerConfig{}))
@@ -269,7 +271,7 @@ func TestConsumer_PanicIsAFailureNotAnAck(t *testing.T) {
 		t.Fatal("a panicking handler acknowledged its job")
 	}
 	redistest.WaitFor(t, 5*time.Second, "the retry scheduled", func() bool { return c.Stats().Retried == 1 })
-	left, err := rdb.XRange(ctx, q.StreamKey(), id, id).Result()
+	left, err := rdb.XRange(ctx, core.Of(q).Keys.Stream, id, id).Result()
 	if err != nil || len(left) != 0 {
 		t.Fatalf("original entry still in the stream after the retry move: %v %v", left, err)
 	}
@@ -311,7 +313,7 @@ func TestProducer_MaxLenApproximateCap(t *testing.T) {
 			t.Fatal(err)
 		}
 		i += batch
-		l, _ := rdb.XLen(ctx, q.StreamKey()).Result()
+		l, _ := rdb.XLen(ctx, core.Of(q).Keys.Stream).Result()
 		maxLen = max(maxLen, l)
 	}
 	redistest.WaitFor(t, 30*time.Second, "all jobs handled", func() bool { return cnt.total.Load() >= n })

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
 )
@@ -91,7 +92,7 @@ func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 		w.WaitReady(t, crashReady)
 	}
 
-	handledKey := q.Key("test:handled")
+	handledKey := core.Of(q).Keys.Part("test:handled")
 	handled := func() int64 {
 		n, err := rdb.HLen(ctx, handledKey).Result()
 		if err != nil {
@@ -119,7 +120,7 @@ func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 		// (takeovers wait for MinIdle, and its jobs were touched or
 		// delivered less than MinIdle ago).
 		k := crashKill{worker: w.Name()}
-		cons, err := rdb.XInfoConsumers(ctx, q.StreamKey(), q.Group()).Result()
+		cons, err := rdb.XInfoConsumers(ctx, core.Of(q).Keys.Stream, q.Group()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 				k.pending = c.Pending
 			}
 		}
-		if k.unfinish, err = rdb.HLen(ctx, q.Key("test:inflight:"+w.Name())).Result(); err != nil {
+		if k.unfinish, err = rdb.HLen(ctx, core.Of(q).Keys.Part("test:inflight:"+w.Name())).Result(); err != nil {
 			t.Fatal(err)
 		}
 		kills = append(kills, k)
@@ -165,7 +166,7 @@ func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 	if len(counts) != crashJobs || len(missing) > 0 {
 		t.Errorf("%d distinct jobs handled of %d; never handled: %d %v", len(counts), crashJobs, len(missing), head(missing))
 	}
-	if n, err := rdb.XLen(ctx, q.DeadLetterKey()).Result(); err != nil || n != 0 {
+	if n, err := rdb.XLen(ctx, core.Of(q).Keys.Dead).Result(); err != nil || n != 0 {
 		t.Errorf("dead letters: %d, %v; want none", n, err)
 	}
 	var pendingAtKills, unfinishedAtKills int64
@@ -235,8 +236,8 @@ func TestCrash_PoisonPillDeadLettered(t *testing.T) {
 				workers[i] = start(i)
 			}
 		}
-		dead, err1 := rdb.XLen(ctx, q.DeadLetterKey()).Result()
-		handled, err2 := rdb.HLen(ctx, q.Key("test:handled")).Result()
+		dead, err1 := rdb.XLen(ctx, core.Of(q).Keys.Dead).Result()
+		handled, err2 := rdb.HLen(ctx, core.Of(q).Keys.Part("test:handled")).Result()
 		return err1 == nil && err2 == nil && dead == 1 && handled == jobs-1
 	})
 	relSettled(t, q, 1, crashDrain)
@@ -244,7 +245,7 @@ func TestCrash_PoisonPillDeadLettered(t *testing.T) {
 		w.Stop(t, crashStop)
 	}
 
-	started, err := rdb.HGet(ctx, q.Key("test:started"), strconv.Itoa(pill)).Int()
+	started, err := rdb.HGet(ctx, core.Of(q).Keys.Part("test:started"), strconv.Itoa(pill)).Int()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +266,7 @@ func TestCrash_PoisonPillDeadLettered(t *testing.T) {
 		t.Errorf("dead letter records %d attempts, but the job was attempted (started) %d times: error %q",
 			dl.Attempts, started, dl.Error)
 	}
-	counts, err := rdb.HGetAll(ctx, q.Key("test:handled")).Result()
+	counts, err := rdb.HGetAll(ctx, core.Of(q).Keys.Part("test:handled")).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -187,7 +188,7 @@ func TestDeadLetters_RequeueStartsAfresh(t *testing.T) {
 	rdb := redistest.NewClient(t)
 	q, _ := relQueue(t, rdb, nil)
 	ctx := context.Background()
-	letter, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: q.DeadLetterKey(), Values: []any{
+	letter, err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: core.Of(q).Keys.Dead, Values: []any{
 		"dl_queue", q.Name(), "dl_id", "5-0", "dl_reason", streamq.ReasonMaxDeliveries, "dl_error", "boom",
 		"dl_attempts", "3", "dl_first_failed", "1700000000000", "dl_failed", "1700000001000",
 		"v", "1", "payload", "job", "headers", `{"tenant":"acme"}`, "enq", "1700000000000",
@@ -200,7 +201,7 @@ func TestDeadLetters_RequeueStartsAfresh(t *testing.T) {
 	if err != nil || len(ids) != 1 || ids[0] == "" {
 		t.Fatalf("Requeue = %q, %v", ids, err)
 	}
-	e, err := rdb.XRange(ctx, q.StreamKey(), ids[0], ids[0]).Result()
+	e, err := rdb.XRange(ctx, core.Of(q).Keys.Stream, ids[0], ids[0]).Result()
 	if err != nil || len(e) != 1 {
 		t.Fatalf("XRANGE of the requeued job: %v, %v", e, err)
 	}

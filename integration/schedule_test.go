@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/periodic"
 )
@@ -40,7 +41,7 @@ func schedQueue(t *testing.T, name string) (*redis.Client, *streamq.Queue, *stre
 	if err != nil {
 		t.Fatal(err)
 	}
-	redistest.DeleteKeysAtCleanup(t, rdb, q.Key("*"))
+	redistest.DeleteKeysAtCleanup(t, rdb, core.Of(q).Keys.Part("*"))
 	return rdb, q, p
 }
 
@@ -187,7 +188,7 @@ func TestSchedule_DelayedJobsExactlyOnceNeverEarly(t *testing.T) {
 	if st.Length != jobs || st.Delayed != 0 || st.Pending != 0 {
 		t.Errorf("stats %+v: want %d stream entries, nothing delayed or pending", st, jobs)
 	}
-	if n := rdb.HLen(ctx, q.Key("delayed:jobs")).Val(); n != 0 {
+	if n := rdb.HLen(ctx, core.Of(q).Keys.Part("delayed:jobs")).Val(); n != 0 {
 		t.Errorf("%d delayed job bodies left behind", n)
 	}
 }
@@ -367,7 +368,7 @@ type schedJob struct {
 // schedReadJobs reads the stream of q and decodes its periodic jobs.
 func schedReadJobs(t *testing.T, rdb *redis.Client, q *streamq.Queue) []schedJob {
 	t.Helper()
-	entries, err := rdb.XRange(context.Background(), q.StreamKey(), "-", "+").Result()
+	entries, err := rdb.XRange(context.Background(), core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -553,10 +554,10 @@ func TestSchedule_CancelDelayedJob(t *testing.T) {
 	if ok, err := q.Cancel(ctx, live); err != nil || !ok {
 		t.Fatalf("Cancel with a scheduler running = %v, %v; want true", ok, err)
 	}
-	if err := rdb.ZScore(ctx, q.DelayedKey(), live).Err(); !errors.Is(err, redis.Nil) {
+	if err := rdb.ZScore(ctx, core.Of(q).Keys.Delayed, live).Err(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("cancelled job still in the delayed set (ZSCORE: %v)", err)
 	}
-	if rdb.HExists(ctx, q.Key("delayed:jobs"), live).Val() {
+	if rdb.HExists(ctx, core.Of(q).Keys.Part("delayed:jobs"), live).Val() {
 		t.Fatal("cancelled job's body left in the delayed job hash")
 	}
 
@@ -591,7 +592,7 @@ func TestSchedule_CancelDelayedJob(t *testing.T) {
 // schedStreamPayloads returns the payloads of q's stream entries in order.
 func schedStreamPayloads(t *testing.T, rdb *redis.Client, q *streamq.Queue) []string {
 	t.Helper()
-	entries, err := rdb.XRange(context.Background(), q.StreamKey(), "-", "+").Result()
+	entries, err := rdb.XRange(context.Background(), core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -45,7 +46,7 @@ func TestUnique_ConcurrentEnqueuesOneWins(t *testing.T) {
 			t.Errorf("enqueue %d returned ID %q, want the one job's ID %q", i, id, ids[0])
 		}
 	}
-	if n, _ := rdb.XLen(ctx, q.StreamKey()).Result(); n != 1 {
+	if n, _ := rdb.XLen(ctx, core.Of(q).Keys.Stream).Result(); n != 1 {
 		t.Errorf("stream holds %d jobs, want 1", n)
 	}
 }
@@ -152,7 +153,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if ok, err := q.Cancel(ctx, id); err != nil || !ok {
 			t.Fatalf("Cancel = %v, %v; want true", ok, err)
 		}
-		if n := rdb.Exists(ctx, q.Key("unique:k")).Val(); n != 0 {
+		if n := rdb.Exists(ctx, core.Of(q).Keys.Part("unique:k")).Val(); n != 0 {
 			t.Fatal("the lock is still there after Cancel")
 		}
 		next, err := p.Enqueue(ctx, []byte("b"), streamq.Unique("k", time.Hour))
@@ -189,7 +190,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if st.Delayed != 0 || st.Length != 0 {
 			t.Fatalf("stats %+v after Cancel: want nothing delayed and an empty stream", st)
 		}
-		if n := rdb.HLen(ctx, q.Key("delayed:jobs")).Val(); n != 0 {
+		if n := rdb.HLen(ctx, core.Of(q).Keys.Part("delayed:jobs")).Val(); n != 0 {
 			t.Fatalf("%d delayed job bodies left after Cancel", n)
 		}
 	})

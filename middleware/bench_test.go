@@ -15,6 +15,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/middleware"
 )
 
@@ -158,7 +159,7 @@ func BenchmarkChain(b *testing.B) {
 	headers := map[string]string{}
 	middleware.ProducerHook(obs.sampled)(obs.producer, headers)
 	msg := &streamq.Message{ID: "1712345678901-0", Queue: "orders", Group: "workers", Payload: []byte(`{"order":42}`),
-		Headers: headers, EnqueuedAt: time.Now(), Deliveries: 1}
+		Headers: headers, EnqueuedAt: time.Now(), Attempt: 1}
 
 	one := func(name string, mw streamq.Middleware) benchChain {
 		return benchChain{name, func(*testing.B, *streamq.Queue) []streamq.Middleware { return []streamq.Middleware{mw} }}
@@ -202,9 +203,9 @@ func BenchmarkChain(b *testing.B) {
 	}{
 		{"noop", 5000, func(*rig) streamq.Handler { return noop }},
 		{"redis", 5000, func(r *rig) streamq.Handler {
-			key := r.q.Key("bench-counter")
+			key := core.Of(r.q).Keys.Part("bench-counter")
 			return streamq.HandlerFunc(func(ctx context.Context, _ *streamq.Message) error {
-				return r.q.Client().Incr(ctx, key).Err()
+				return core.Of(r.q).RDB.Incr(ctx, key).Err()
 			})
 		}},
 		{"sleep1ms", 3000, func(*rig) streamq.Handler {
@@ -274,7 +275,7 @@ type rig struct {
 func newRig(b *testing.B, obs *benchObs) *rig {
 	b.Helper()
 	q := setup(b)
-	b.Cleanup(func() { _ = q.Client().Del(context.Background(), q.Key("bench-counter")).Err() })
+	b.Cleanup(func() { _ = core.Of(q).RDB.Del(context.Background(), core.Of(q).Keys.Part("bench-counter")).Err() })
 	return &rig{q: q, p: newProducer(b, q, middleware.ProducerHook(obs.sampled)), obs: obs}
 }
 

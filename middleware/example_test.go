@@ -220,7 +220,6 @@ func Example() {
 	//   messaging.operation.type = process
 	//   messaging.system = redis
 	//   streamq.job.attempt = 1
-	//   streamq.message.delivery_count = 1
 	// span "emails process", status Error, in the request's trace: true
 	// streamq.jobs.dead_lettered{streamq.dead_letter.reason=permanent} 1
 	// streamq.jobs.failed{error.type=permanent} 1
@@ -307,10 +306,10 @@ func ExampleLogging() {
 	})
 	h := streamq.Chain(charge, middleware.Logging(logger, nil))
 	_ = h.Handle(context.Background(), &streamq.Message{
-		ID: "1712345678901-0", Queue: "payments", Payload: []byte(`{"card":"4111…"}`), Deliveries: 1,
+		ID: "1712345678901-0", Queue: "payments", Payload: []byte(`{"card":"4111…"}`), Attempt: 1,
 	})
 	// Output:
-	// level=ERROR msg="streamq: job failed" queue=payments msg_id=1712345678901-0 attempt=1 deliveries=1 error="card declined" error_type=_OTHER
+	// level=ERROR msg="streamq: job failed" queue=payments msg_id=1712345678901-0 attempt=1 error="card declined" error_type=_OTHER
 }
 
 // ExampleProducerHook propagates trace context with the OpenTelemetry

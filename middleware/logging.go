@@ -147,8 +147,7 @@ func (l *logging) attrs(ctx context.Context, msg *streamq.Message, d time.Durati
 	attrs = append(attrs,
 		slog.String("queue", msg.Queue),
 		slog.String("msg_id", msg.ID),
-		slog.Int("attempt", msg.Attempts()),
-		slog.Int("deliveries", msg.Deliveries),
+		slog.Int("attempt", msg.Attempt),
 		slog.Duration("duration", d),
 	)
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {

@@ -92,7 +92,7 @@ func TestLogging_Options(t *testing.T) {
 	t.Parallel()
 	ok := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
 	msg := &streamq.Message{ID: "7-0", Queue: "orders", Payload: []byte("abcdefgh"),
-		Headers: map[string]string{"tenant": "acme", "secret": "s3cr3t"}, Deliveries: 1}
+		Headers: map[string]string{"tenant": "acme", "secret": "s3cr3t"}, Attempt: 1}
 
 	t.Run("successes off by default", func(t *testing.T) {
 		t.Parallel()

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -52,7 +53,7 @@ func setupQueue(t testing.TB, cfg *streamq.QueueConfig) *streamq.Queue {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		keys := []string{q.StreamKey(), q.DeadLetterKey(), q.DelayedKey(), q.Key("delayed:jobs"), q.Key("ratelimit")}
+		keys := []string{core.Of(q).Keys.Stream, core.Of(q).Keys.Dead, core.Of(q).Keys.Delayed, core.Of(q).Keys.Part("delayed:jobs"), core.Of(q).Keys.Part("ratelimit")}
 		if err := rdb.Del(ctx, keys...).Err(); err != nil {
 			t.Errorf("delete test keys: %v", err)
 		}

@@ -312,7 +312,7 @@ func (m *Metrics) Middleware() streamq.Middleware {
 // recordLatency records the enqueue-to-start latency of msg, started at
 // start, if this is its first attempt.
 func (m *Metrics) recordLatency(ctx context.Context, q *queueState, msg *streamq.Message, start time.Time) {
-	if msg.Attempts() == 1 && !msg.EnqueuedAt.IsZero() {
+	if msg.Attempt <= 1 && !msg.EnqueuedAt.IsZero() { // 0: a message built by hand
 		m.latency.Record(ctx, max(start.Sub(msg.EnqueuedAt), 0).Seconds(), q.record...)
 	}
 }

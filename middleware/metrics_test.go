@@ -276,7 +276,7 @@ func TestMetrics_Postponed(t *testing.T) {
 	t.Parallel()
 	reader, m := metricsSetup(t)
 	queue := attribute.String("messaging.destination.name", "orders")
-	msg := &streamq.Message{ID: "1-0", Queue: "orders", EnqueuedAt: time.Now().Add(-time.Second), Deliveries: 1}
+	msg := &streamq.Message{ID: "1-0", Queue: "orders", EnqueuedAt: time.Now().Add(-time.Second), Attempt: 1}
 	postpone := streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
 		return fmt.Errorf("wrapped: %w", streamq.Postpone(time.Second, errors.New("busy")))
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 )
 
 // DefaultRateLimitMaxWait is the longest a job waits for a token when
@@ -37,7 +38,7 @@ type RateLimitConfig struct {
 	Burst int
 
 	// Key is the Redis key of the shared bucket. Defaults to
-	// q.Key("ratelimit"), one limit per queue. Give several queues' limiters
+	// core.Of(q).Keys.Part("ratelimit"), one limit per queue. Give several queues' limiters
 	// the same key to share one limit between them (the script uses one key,
 	// so this works on a Redis Cluster too).
 	Key string
@@ -88,9 +89,9 @@ func NewRateLimiter(q *streamq.Queue, cfg RateLimitConfig) (*RateLimiter, error)
 		return nil, &streamq.ConfigError{Field: "RateLimitConfig.MaxWait", Reason: fmt.Sprintf("%s is negative: use a positive duration, or 0 for %s", c.MaxWait, DefaultRateLimitMaxWait)}
 	}
 	if c.Key == "" {
-		c.Key = q.Key("ratelimit")
+		c.Key = core.Of(q).Keys.Part("ratelimit")
 	}
-	return &RateLimiter{rdb: q.Client(), key: c.Key, rate: c.Rate, burst: c.Burst, maxWait: c.MaxWait}, nil
+	return &RateLimiter{rdb: core.Of(q).RDB, key: c.Key, rate: c.Rate, burst: c.Burst, maxWait: c.MaxWait}, nil
 }
 
 // Key returns the Redis key of the bucket.

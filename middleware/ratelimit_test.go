@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/middleware"
 )
@@ -118,7 +119,7 @@ func TestRateLimiter_Wait(t *testing.T) {
 
 	t.Run("takes a token, then refuses beyond MaxWait", func(t *testing.T) {
 		t.Parallel()
-		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 1, Key: q.Key("rl-maxwait"), MaxWait: 100 * time.Millisecond})
+		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 1, Key: core.Of(q).Keys.Part("rl-maxwait"), MaxWait: 100 * time.Millisecond})
 		if err := l.Wait(ctx); err != nil {
 			t.Fatalf("first Wait: %v", err)
 		}
@@ -130,13 +131,10 @@ func TestRateLimiter_Wait(t *testing.T) {
 		if pe.Delay <= 100*time.Millisecond || pe.Delay > 1500*time.Millisecond {
 			t.Errorf("postpone delay %s, want the time until the next token (100ms, 1s] plus up to half of it", pe.Delay)
 		}
-		if v := streamq.Decide(&streamq.Message{Deliveries: 1}, err, 1, nil); !v.Postponed || v.DeadLetter {
-			t.Errorf("Decide(Wait's error) = %+v, want postponed, not dead-lettered, even on the last attempt", v)
-		}
 	})
 	t.Run("never waits past the deadline", func(t *testing.T) {
 		t.Parallel()
-		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 1, Key: q.Key("rl-deadline"), MaxWait: time.Minute})
+		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 1, Key: core.Of(q).Keys.Part("rl-deadline"), MaxWait: time.Minute})
 		if err := l.Wait(ctx); err != nil {
 			t.Fatalf("first Wait: %v", err)
 		}
@@ -149,7 +147,7 @@ func TestRateLimiter_Wait(t *testing.T) {
 	t.Run("waits for a reserved token", func(t *testing.T) {
 		t.Parallel()
 		const interval = 200 * time.Millisecond // 1/rate
-		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 5, Key: q.Key("rl-reserve")})
+		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 5, Key: core.Of(q).Keys.Part("rl-reserve")})
 		first := time.Now()
 		if err := l.Wait(ctx); err != nil {
 			t.Fatalf("first Wait: %v", err)
@@ -166,7 +164,7 @@ func TestRateLimiter_Wait(t *testing.T) {
 	})
 	t.Run("returns the context's cause", func(t *testing.T) {
 		t.Parallel()
-		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 1, Key: q.Key("rl-cancel")})
+		l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 1, Key: core.Of(q).Keys.Part("rl-cancel")})
 		if err := l.Wait(ctx); err != nil {
 			t.Fatalf("first Wait: %v", err)
 		}
@@ -388,7 +386,7 @@ func TestNewRateLimiter_Validation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := l.Key(), q.Key("ratelimit"); got != want {
+	if got, want := l.Key(), core.Of(q).Keys.Part("ratelimit"); got != want {
 		t.Errorf("Key() = %q, want %q", got, want)
 	}
 }

@@ -30,11 +30,8 @@ const DefaultMessagingSystem = "redis"
 // conventions ask for attributes they do not define.
 const (
 	// AttrAttempt is the attempt number of the job, 1 on the first run
-	// (see [streamq.Message.Attempts]).
+	// (see [streamq.Message.Attempt]).
 	AttrAttempt = attribute.Key("streamq.job.attempt")
-	// AttrDeliveries is Redis's delivery counter of the stream entry (above 1
-	// when the job was taken over from a crashed worker).
-	AttrDeliveries = attribute.Key("streamq.message.delivery_count")
 	// AttrPostponeDelay is the attribute of a [SpanEventPostponed] event:
 	// the delay, in seconds, after which the job runs again.
 	AttrPostponeDelay = attribute.Key("streamq.job.postpone.delay")
@@ -127,7 +124,7 @@ func propagatorOf(cfg *TracingConfig) propagation.TextMapPropagator {
 // that is empty), messaging.operation.type and messaging.operation.name
 // ("process") are set at the start, where samplers see them (unless
 // TracingConfig.NoStartAttributes); messaging.message.id (the stream entry
-// ID), [AttrAttempt] and [AttrDeliveries] are added only when the span is
+// ID), [AttrAttempt] are added only when the span is
 // recording, so unsampled jobs cost less.
 //
 // A failed job's span records the error as an exception event, has status
@@ -280,20 +277,18 @@ func (t *tracing) start(ctx context.Context, msg *streamq.Message) (context.Cont
 	}
 	if t.late {
 		// One call with every attribute: the span grows its slice once.
-		attrs := make([]attribute.KeyValue, 0, len(qs.attrs)+3)
+		attrs := make([]attribute.KeyValue, 0, len(qs.attrs)+2)
 		attrs = append(attrs, qs.attrs...)
 		attrs = append(attrs,
 			semconv.MessagingMessageID(msg.ID),
-			AttrAttempt.Int(msg.Attempts()),
-			AttrDeliveries.Int(msg.Deliveries),
+			AttrAttempt.Int(msg.Attempt),
 		)
 		span.SetAttributes(attrs...)
 		return ctx, span
 	}
 	span.SetAttributes(
 		semconv.MessagingMessageID(msg.ID),
-		AttrAttempt.Int(msg.Attempts()),
-		AttrDeliveries.Int(msg.Deliveries),
+		AttrAttempt.Int(msg.Attempt),
 	)
 	return ctx, span
 }

@@ -133,7 +133,6 @@ func TestTracing_EndToEnd(t *testing.T) {
 			"messaging.operation.type":      attribute.StringValue("process"),
 			"messaging.operation.name":      attribute.StringValue("process"),
 			middleware.AttrAttempt:          attribute.IntValue(1),
-			middleware.AttrDeliveries:       attribute.IntValue(1),
 		}
 		for k, v := range want {
 			if attrs[k] != v {
@@ -292,7 +291,7 @@ func TestTracing_NoStartAttributes(t *testing.T) {
 			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 			h := streamq.Chain(streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }),
 				middleware.Tracing(&middleware.TracingConfig{TracerProvider: tp, NoStartAttributes: late}))
-			if err := h.Handle(context.Background(), &streamq.Message{ID: "1-0", Queue: "orders", Group: "billing", Deliveries: 1}); err != nil {
+			if err := h.Handle(context.Background(), &streamq.Message{ID: "1-0", Queue: "orders", Group: "billing", Attempt: 1}); err != nil {
 				t.Fatal(err)
 			}
 			s, ok := consumerSpans(sr)["1-0"]
@@ -309,14 +308,13 @@ func TestTracing_NoStartAttributes(t *testing.T) {
 				"messaging.operation.name":      attribute.StringValue("process"),
 				"messaging.message.id":          attribute.StringValue("1-0"),
 				middleware.AttrAttempt:          attribute.IntValue(1),
-				middleware.AttrDeliveries:       attribute.IntValue(1),
 			} {
 				if attrs[k] != v {
 					t.Errorf("%s = %v, want %v", k, attrs[k].Emit(), v.Emit())
 				}
 			}
-			if got := len(s.Attributes()); got != 8 {
-				t.Errorf("%d attributes, want 8 (no duplicates): %v", got, s.Attributes())
+			if got := len(s.Attributes()); got != 7 {
+				t.Errorf("%d attributes, want 7 (no duplicates): %v", got, s.Attributes())
 			}
 			// The sampler sees the queue's attributes only without the option.
 			seen := attrMap(sampler.seen)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/periodic"
 )
@@ -123,7 +124,7 @@ func exampleQueueName(base string) string {
 // cleanupQueue deletes every key of q: stream, tick keys, last-tick keys.
 func cleanupQueue(rdb *redis.Client, q *streamq.Queue) {
 	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, q.Key("*"), 100).Iterator()
+	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 100).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())

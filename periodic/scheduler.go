@@ -13,7 +13,10 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/pool"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // Headers set on every periodic job. Register refuses user headers with
@@ -32,9 +35,6 @@ const MinInterval = 100 * time.Millisecond
 // dormantRecheck is how long Run waits before looking again at a schedule
 // that has no tick within the five years robfig/cron searches.
 const dormantRecheck = 24 * time.Hour
-
-// ErrRunning is returned by [Scheduler.Run] when the scheduler is already running.
-var ErrRunning = errors.New("streamq: periodic scheduler is already running")
 
 // MissedPolicy says what happens to ticks that passed while no scheduler of
 // the queue was running.
@@ -147,7 +147,7 @@ type schedule struct {
 // [Scheduler.Register] or [Scheduler.RegisterInterval], then call
 // [Scheduler.Run]. Its methods are safe for concurrent use.
 type Scheduler struct {
-	p   *streamq.Producer
+	p   *core.Producer
 	q   *streamq.Queue
 	cfg Config
 	log *slog.Logger
@@ -162,7 +162,7 @@ type Scheduler struct {
 // is copied, defaulted and validated, never changed.
 //
 // Jobs are written by the scheduler's own script in the stream's wire format
-// (version 1), with the fields from [streamq.Producer.EntryFields], so p's
+// (version 1), with p's headers, so p's
 // [streamq.EnqueueHook]s run for them as for any other job (a trace context
 // reaches periodic jobs too). The hooks run each time a scheduler tries a
 // tick, before it knows whether another scheduler enqueued that tick first,
@@ -191,7 +191,7 @@ func New(p *streamq.Producer, cfg *Config) (*Scheduler, error) {
 	}
 	q := p.Queue()
 	return &Scheduler{
-		p:      p,
+		p:      core.OfProducer(p),
 		q:      q,
 		cfg:    c,
 		log:    log.With("queue", q.Name()),
@@ -396,14 +396,14 @@ func (st *state) wake() time.Time {
 // unreachable, [streamq.ErrQueueFull]), Run logs a warning and tries again
 // after a backoff of 50 ms doubling to 5 s, with jitter, per schedule; the
 // backoff starts over after a success. Run returns nil once ctx is done,
-// [ErrRunning] if it is already running, and an error when no schedule is
+// [streamq.ErrRunning] if it is already running, and an error when no schedule is
 // registered or Redis answers with an error that retrying cannot fix (wrong
 // key type, missing permission). Run composes with errgroup.
 func (s *Scheduler) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.running {
 		s.mu.Unlock()
-		return ErrRunning
+		return streamq.ErrRunning
 	}
 	if len(s.scheds) == 0 {
 		s.mu.Unlock()
@@ -537,24 +537,14 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 	h[HeaderName] = sc.name
 	h[HeaderTick] = tick.UTC().Format(time.RFC3339Nano)
 	tickMs := tick.UnixMilli()
-	keys := []string{
-		s.q.StreamKey(),
-		s.q.Key("periodic:" + sc.name + ":" + strconv.FormatInt(tickMs, 10)),
-		s.q.Key("periodic-last:" + sc.name),
-	}
-	flag := "0"
-	if catchUp {
-		flag = "1"
-	}
-	args := []any{
-		tickMs, tickKeyTTL(sc.t, tick).Milliseconds(), flag, max(s.q.MaxLen(), 0),
-	}
-	args = append(args, s.p.EntryFields(ctx, sc.payload, h, s.cfg.Now())...)
+	wj := wire.Job{Payload: sc.payload, Headers: s.p.RunHooks(ctx, h), EnqMillis: s.cfg.Now().UnixMilli()}
+	fields := wj.Args()
+	cq := s.p.Queue
 	var res []any
 	var err error
 	for attempt := 0; ; attempt++ {
-		res, err = scriptTick.Run(ctx, s.q.Client(), keys, args...).Slice()
-		if err == nil || !strings.HasPrefix(err.Error(), "QUEUEFULL") || attempt > 0 {
+		res, err = rdb.Tick(ctx, cq.RDB, cq.Keys, sc.name, tickMs, tickKeyTTL(sc.t, tick).Milliseconds(), catchUp, cq.MaxLen, fields)
+		if err == nil || !errors.Is(err, streamq.ErrQueueFull) || attempt > 0 {
 			break
 		}
 		if n, terr := s.q.Trim(ctx); terr != nil || n == 0 {
@@ -562,10 +552,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 		}
 	}
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "QUEUEFULL") {
-			err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
-		}
-		fatal := pool.Fatal(err)
+		fatal := rdb.Fatal(err)
 		err = fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)
 		if fatal {
 			return "", 0, &fatalError{err}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -85,7 +86,7 @@ type job struct {
 // jobs reads every entry of the queue's stream.
 func (e *env) jobs(t *testing.T) []job {
 	t.Helper()
-	msgs, err := e.rdb.XRange(context.Background(), e.q.StreamKey(), "-", "+").Result()
+	msgs, err := e.rdb.XRange(context.Background(), core.Of(e.q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestScheduler_OneJobPerTick(t *testing.T) {
 		}
 	}
 	// The tick key holds the job's ID and expires.
-	key := e.q.Key("periodic:beat:" + strconv.FormatInt(base.Add(time.Second).UnixMilli(), 10))
+	key := core.Of(e.q).Keys.Part("periodic:beat:" + strconv.FormatInt(base.Add(time.Second).UnixMilli(), 10))
 	if id, err := e.rdb.Get(ctx, key).Result(); err != nil || id != js[0].id {
 		t.Fatalf("tick key = %q, %v; want %s", id, err, js[0].id)
 	}
@@ -358,7 +359,7 @@ func TestScheduler_DaylightSaving(t *testing.T) {
 				t.Fatalf("jobs for ticks\n %s\nwant\n %s", formatIn(got, specZone(t, tt.spec)), tt.want)
 			}
 			for i, tick := range want {
-				key := e.q.Key("periodic:dst:" + strconv.FormatInt(tick.UnixMilli(), 10))
+				key := core.Of(e.q).Keys.Part("periodic:dst:" + strconv.FormatInt(tick.UnixMilli(), 10))
 				if id, err := e.rdb.Get(ctx, key).Result(); err != nil || id != js[i].id {
 					t.Errorf("tick key %s = %q, %v; want %s", key, id, err, js[i].id)
 				}
@@ -477,7 +478,7 @@ func TestScheduler_QueueFull(t *testing.T) {
 	if !errors.Is(err, streamq.ErrQueueFull) {
 		t.Fatalf("err = %v, want ErrQueueFull", err)
 	}
-	if n := e.rdb.Exists(ctx, e.q.Key("periodic-last:i")).Val(); n != 0 {
+	if n := e.rdb.Exists(ctx, core.Of(e.q).Keys.Part("periodic-last:i")).Val(); n != 0 {
 		t.Fatal("last-tick key written for a tick that was not enqueued")
 	}
 }
@@ -527,7 +528,7 @@ func setupFull(t *testing.T) (*env, *tickHook) {
 func (e *env) fill(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
-	for range e.q.MaxLen() - e.rdb.XLen(ctx, e.q.StreamKey()).Val() {
+	for range core.Of(e.q).MaxLen - e.rdb.XLen(ctx, core.Of(e.q).Keys.Stream).Val() {
 		if _, err := e.p.Enqueue(ctx, []byte("backlog")); err != nil {
 			t.Fatal(err)
 		}
@@ -565,15 +566,15 @@ func TestScheduler_RunBacksOff(t *testing.T) {
 	if logged < 1 || logged > 6 {
 		t.Errorf("%d warnings in 1.5 s, want one per attempt (1 to 6)", logged)
 	}
-	if n := e.rdb.XLen(context.Background(), e.q.StreamKey()).Val(); n != 2 {
+	if n := e.rdb.XLen(context.Background(), core.Of(e.q).Keys.Stream).Val(); n != 2 {
 		t.Fatalf("%d entries in a full stream of 2", n)
 	}
 
 	// Room again: the next retry (within the current delay, at most 3.2 s)
 	// enqueues the latest due tick.
-	must(t, e.rdb.XTrimMaxLen(context.Background(), e.q.StreamKey(), 0).Err())
+	must(t, e.rdb.XTrimMaxLen(context.Background(), core.Of(e.q).Keys.Stream, 0).Err())
 	redistest.WaitFor(t, 10*time.Second, "a periodic job once the stream has room", func() bool {
-		return e.rdb.XLen(context.Background(), e.q.StreamKey()).Val() > 0
+		return e.rdb.XLen(context.Background(), core.Of(e.q).Keys.Stream).Val() > 0
 	})
 	must(t, r.Stop())
 }
@@ -635,7 +636,7 @@ func TestScheduler_BackoffSteps(t *testing.T) {
 	}
 
 	// Room again: the retry enqueues the 10:00 tick, the one that failed.
-	must(t, e.rdb.XTrimMaxLen(ctx, e.q.StreamKey(), 0).Err())
+	must(t, e.rdb.XTrimMaxLen(ctx, core.Of(e.q).Keys.Stream, 0).Err())
 	wake, failed := step(now)
 	if failed {
 		t.Fatal("retry failed with room in the stream")
@@ -668,9 +669,9 @@ func TestScheduler_Run(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	redistest.WaitFor(t, 5*time.Second, "3 periodic jobs", func() bool {
-		return e.rdb.XLen(context.Background(), e.q.StreamKey()).Val() >= 3
+		return e.rdb.XLen(context.Background(), core.Of(e.q).Keys.Stream).Val() >= 3
 	})
-	if err := s.Run(ctx); !errors.Is(err, ErrRunning) {
+	if err := s.Run(ctx); !errors.Is(err, streamq.ErrRunning) {
 		t.Errorf("second Run: %v, want ErrRunning", err)
 	}
 	if err := s.RegisterInterval("late", time.Second, nil); err == nil || !strings.Contains(err.Error(), "before calling Run") {
@@ -698,7 +699,7 @@ func TestScheduler_RunFatal(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)
 	ctx := context.Background()
-	must(t, e.rdb.Set(ctx, e.q.StreamKey(), "not a stream", time.Minute).Err())
+	must(t, e.rdb.Set(ctx, core.Of(e.q).Keys.Stream, "not a stream", time.Minute).Err())
 	s := e.scheduler(t, nil, Config{})
 	must(t, s.RegisterInterval("fast", MinInterval, nil))
 	done := make(chan error, 1)

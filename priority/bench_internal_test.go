@@ -12,6 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -73,8 +75,8 @@ func benchQueue(b *testing.B, rdb *redis.Client) *streamq.Queue {
 func deleteKeys(q *streamq.Queue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := q.Client()
-	iter := rdb.Scan(ctx, 0, q.Key("*"), 1000).Iterator()
+	rdb := core.Of(q).RDB
+	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 1000).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
@@ -122,7 +124,7 @@ func benchStream(b *testing.B, c int) time.Duration {
 	q := benchQueue(b, rdb)
 	defer deleteKeys(q)
 	h.match = func(cmd redis.Cmder) int64 {
-		if ic, ok := cmd.(*redis.IntCmd); ok && cmd.Name() == "xack" && ic.Err() == nil && len(cmd.Args()) > 1 && cmd.Args()[1] == q.StreamKey() {
+		if ic, ok := cmd.(*redis.IntCmd); ok && cmd.Name() == "xack" && ic.Err() == nil && len(cmd.Args()) > 1 && cmd.Args()[1] == core.Of(q).Keys.Stream {
 			return ic.Val()
 		}
 		return 0
@@ -150,15 +152,15 @@ func benchStream(b *testing.B, c int) time.Duration {
 }
 
 func benchPriority(b *testing.B, c int) time.Duration {
-	rdb, h := benchClient(b, c)
-	defer rdb.Close()
-	q := benchQueue(b, rdb)
+	client, h := benchClient(b, c)
+	defer client.Close()
+	q := benchQueue(b, client)
 	defer deleteKeys(q)
 	pq, err := NewQueue(q, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	finish := scriptFinish.Hash()
+	finish := rdb.Scripts()["priority_finish"].Hash()
 	h.match = func(cmd redis.Cmder) int64 {
 		args := cmd.Args()
 		if cmd.Name() != "evalsha" || len(args) < 2 || args[1] != finish || cmd.Err() != nil {
@@ -171,10 +173,8 @@ func benchPriority(b *testing.B, c int) time.Duration {
 		return 0
 	}
 	ctx := context.Background()
-	for _, s := range []*redis.Script{scriptPop, scriptFinish, scriptKeepAlive, scriptReap} {
-		if err := s.Load(ctx, rdb).Err(); err != nil {
-			b.Fatal(err)
-		}
+	if err := rdb.Load(ctx, client); err != nil {
+		b.Fatal(err)
 	}
 	jobs := make([]Job, streamq.MaxBatchChunk)
 	for i := range jobs {

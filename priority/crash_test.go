@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/priority"
@@ -49,7 +50,7 @@ func startProc(t *testing.T, bin string, q *streamq.Queue, name, logDir string, 
 // leasedBy counts the leases of the worker named name.
 func leasedBy(t *testing.T, e *env, name string) int64 {
 	t.Helper()
-	lms, err := e.rdb.ZRange(context.Background(), e.pq.LeaseKey(), 0, -1).Result()
+	lms, err := e.rdb.ZRange(context.Background(), core.Of(e.q).Keys.Priority().Leases, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestCrash_WorkerKilled(t *testing.T) {
 	for _, p := range procs {
 		p.WaitReady(t, crashReady)
 	}
-	handledKey := e.q.Key("test:handled")
+	handledKey := core.Of(e.q).Keys.Part("test:handled")
 	handled := func() int64 {
 		n, err := e.rdb.HLen(ctx, handledKey).Result()
 		if err != nil {
@@ -133,7 +134,7 @@ func TestCrash_WorkerKilled(t *testing.T) {
 		// Read what the dead worker held before its leases expire (500 ms).
 		k := kill{name: p.Name(), leased: leasedBy(t, e, p.Name())}
 		var err error
-		if k.unfinish, err = e.rdb.HLen(ctx, e.q.Key("test:inflight:"+p.Name())).Result(); err != nil {
+		if k.unfinish, err = e.rdb.HLen(ctx, core.Of(e.q).Keys.Part("test:inflight:"+p.Name())).Result(); err != nil {
 			t.Fatal(err)
 		}
 		kills = append(kills, k)
@@ -170,8 +171,8 @@ func TestCrash_WorkerKilled(t *testing.T) {
 	if dl := deadLetters(t, e.q); len(dl) != 0 {
 		t.Errorf("%d dead letters, want none", len(dl))
 	}
-	if n, _ := e.rdb.HLen(ctx, e.pq.JobsKey()).Result(); n != 0 {
-		t.Errorf("%d job records left in %s, want none", n, e.pq.JobsKey())
+	if n, _ := e.rdb.HLen(ctx, core.Of(e.q).Keys.Priority().Jobs).Result(); n != 0 {
+		t.Errorf("%d job records left in %s, want none", n, core.Of(e.q).Keys.Priority().Jobs)
 	}
 	var leasedAtKills, unfinishedAtKills int64
 	var perKill bytes.Buffer
@@ -248,7 +249,7 @@ func TestCrash_ForwardKilled(t *testing.T) {
 			t.Errorf("%s exited cleanly after its dying line, want killed", name)
 		}
 		pending, err := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: e.q.StreamKey(), Group: e.q.Group(), Start: "-", End: "+", Count: 1000, Consumer: name,
+			Stream: core.Of(e.q).Keys.Stream, Group: e.q.Group(), Start: "-", End: "+", Count: 1000, Consumer: name,
 		}).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -268,7 +269,7 @@ func TestCrash_ForwardKilled(t *testing.T) {
 
 	// Every entry is in the priority set exactly once, under its own ID, at
 	// its priority.
-	members, err := e.rdb.ZRangeWithScores(ctx, e.pq.ReadyKey(), 0, -1).Result()
+	members, err := e.rdb.ZRangeWithScores(ctx, core.Of(e.q).Keys.Priority().Ready, 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

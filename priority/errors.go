@@ -16,7 +16,4 @@ var (
 	// forwarded into the priority set of its own queue, whose keys share the
 	// stream's hash tag.
 	ErrWrongQueue = errors.New("priority: job belongs to another queue")
-
-	// ErrRunning is returned by [Worker.Run] when the worker is already running.
-	ErrRunning = errors.New("priority: worker is already running")
 )

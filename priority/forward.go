@@ -3,9 +3,10 @@ package priority
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // Forward returns a [streamq.Handler] for a [streamq.Consumer] of pq's stream
@@ -36,9 +37,9 @@ func Forward(pq *Queue) streamq.Handler {
 }
 
 func (pq *Queue) forward(ctx context.Context, msg *streamq.Message) error {
-	if msg.Queue != pq.q.Name() {
+	if msg.Queue != pq.core.Name {
 		return streamq.Permanent(fmt.Errorf("%w: job %s of queue %q cannot be forwarded into the priority set of queue %q: run priority.Forward on a consumer of its own queue",
-			ErrWrongQueue, msg.ID, msg.Queue, pq.q.Name()))
+			ErrWrongQueue, msg.ID, msg.Queue, pq.core.Name))
 	}
 	p := pq.cfg.DefaultPriority
 	if s, ok := msg.Headers[HeaderPriority]; ok {
@@ -47,18 +48,20 @@ func (pq *Queue) forward(ctx context.Context, msg *streamq.Message) error {
 			return streamq.Permanent(fmt.Errorf("job %s: header %s: %w", msg.ID, HeaderPriority, err))
 		}
 	}
-	// The job's fields as enqueued: this stream delivery is not an attempt
-	// of the job (the forwarder ran, not the job's handler), so it is not
-	// charged; earlier attempts and the last error are kept. The priority
-	// is kept in the job's score.
-	m := *msg
-	m.Deliveries = 1
-	fields := streamq.RetryFields(&m, nil, false, time.Now())
-
-	args := []any{pq.q.Group(), msg.ID, pq.score(p), packFields(fields)}
-	keys := []string{pq.q.StreamKey(), pq.keys.ready, pq.keys.jobs, pq.keys.seq, pq.keys.notify}
-	if err := scriptForward.Run(ctx, pq.q.Client(), keys, args...).Err(); err != nil {
-		return fmt.Errorf("priority: forward %s into %s: %w", msg.ID, pq.keys.ready, err)
+	// The job's fields as enqueued: this run is not an attempt of the job
+	// (the forwarder ran, not the job's handler), so it is not charged;
+	// earlier attempts and the last error are kept. The priority is kept in
+	// the job's score.
+	wj := wire.Job{
+		Payload:   msg.Payload,
+		Headers:   msg.Headers,
+		EnqMillis: wire.Millis(msg.EnqueuedAt),
+		Attempt:   max(msg.Attempt-1, 0),
+		FirstFail: wire.Millis(msg.FirstFailedAt),
+		LastError: msg.LastError,
+	}
+	if err := rdb.Forward(ctx, pq.core.RDB, pq.core.Keys, pq.keys, pq.core.Group, msg.ID, pq.score(p), wire.Pack(wj.Args())); err != nil {
+		return fmt.Errorf("priority: forward %s into %s: %w", msg.ID, pq.keys.Ready, err)
 	}
 	return nil
 }

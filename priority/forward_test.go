@@ -11,7 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/wire"
 	"github.com/streamq/streamq/priority"
 )
 
@@ -39,15 +41,23 @@ func streamSettled(t testing.TB, q *streamq.Queue) bool {
 func readEntry(t testing.TB, e *env) *streamq.Message {
 	t.Helper()
 	res, err := e.rdb.XReadGroup(context.Background(), &redis.XReadGroupArgs{
-		Group: e.q.Group(), Consumer: "manual", Streams: []string{e.q.StreamKey(), ">"}, Count: 1, Block: -1,
+		Group: e.q.Group(), Consumer: "manual", Streams: []string{core.Of(e.q).Keys.Stream, ">"}, Count: 1, Block: -1,
 	}).Result()
 	if err != nil || len(res) != 1 || len(res[0].Messages) != 1 {
 		t.Fatalf("XREADGROUP: %v %v", res, err)
 	}
 	m := res[0].Messages[0]
-	msg, err := streamq.DecodeMessage(e.q.Name(), m.ID, m.Values, 1)
+	j, err := wire.Decode(m.Values)
 	if err != nil {
 		t.Fatal(err)
+	}
+	msg := &streamq.Message{ID: m.ID, Queue: e.q.Name(), Group: e.q.Group(), Payload: j.Payload, Headers: j.Headers,
+		Attempt: j.Attempt + 1, Key: j.Key, LastError: j.LastError}
+	if j.EnqMillis > 0 {
+		msg.EnqueuedAt = time.UnixMilli(j.EnqMillis)
+	}
+	if j.FirstFail > 0 {
+		msg.FirstFailedAt = time.UnixMilli(j.FirstFail)
 	}
 	return msg
 }
@@ -89,9 +99,9 @@ func TestForward_MovesJobsWithPriority(t *testing.T) {
 	for _, w := range want {
 		msg := recv(t, ch, "job "+w.payload)
 		p, ok := priority.Of(msg)
-		if string(msg.Payload) != w.payload || msg.ID != w.id || !ok || p != w.prio || msg.Attempts() != 1 || msg.EnqueuedAt.IsZero() {
+		if string(msg.Payload) != w.payload || msg.ID != w.id || !ok || p != w.prio || msg.Attempt != 1 || msg.EnqueuedAt.IsZero() {
 			t.Errorf("got %q (ID %s, priority %d %v, attempts %d), want %q (ID %s, priority %d, attempt 1)",
-				msg.Payload, msg.ID, p, ok, msg.Attempts(), w.payload, w.id, w.prio)
+				msg.Payload, msg.ID, p, ok, msg.Attempt, w.payload, w.id, w.prio)
 		}
 		if w.payload == "high" && msg.Headers["user"] != "ada" {
 			t.Errorf("headers %v, want user=ada kept", msg.Headers)
@@ -234,7 +244,7 @@ func TestForward_KeepsAttempts(t *testing.T) {
 	ch := make(chan *streamq.Message, 1)
 	run(t, e.newWorker(t, recorder(ch), priority.WorkerConfig{}))
 	msg := recv(t, ch, "the forwarded job")
-	if msg.Attempt != 1 || msg.Attempts() != 2 || msg.LastError != "first try fails in the stream" || msg.FirstFailedAt.IsZero() {
-		t.Errorf("message attempt %d attempts %d last error %q, want the stream's failed attempt carried over", msg.Attempt, msg.Attempts(), msg.LastError)
+	if msg.Attempt != 2 || msg.LastError != "first try fails in the stream" || msg.FirstFailedAt.IsZero() {
+		t.Errorf("message attempt %d last error %q, want the stream's failed attempt carried over", msg.Attempt, msg.LastError)
 	}
 }

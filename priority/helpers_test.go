@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/priority"
 )
@@ -65,8 +66,8 @@ func setupClient(t testing.TB, rdb *redis.Client, cfg *priority.QueueConfig) *en
 func deleteQueueKeys(q *streamq.Queue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := q.Client()
-	iter := rdb.Scan(ctx, 0, q.Key("*"), 1000).Iterator()
+	rdb := core.Of(q).RDB
+	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 1000).Iterator()
 	var batch []string
 	for iter.Next(ctx) {
 		batch = append(batch, iter.Val())

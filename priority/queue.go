@@ -7,12 +7,14 @@ import (
 	"maps"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // Priorities.
@@ -32,17 +34,6 @@ const (
 	// [Of], and dead letters keep it, so a job requeued from the dead-letter
 	// stream and forwarded again gets its priority back.
 	HeaderPriority = "streamq-priority"
-)
-
-// Redis key parts, under the queue's hash tag (see [streamq.Queue.Key]).
-const (
-	partReady      = "priority"
-	partLeases     = "leases"
-	partDelayed    = "priority:delayed"
-	partJobs       = "priority:jobs"
-	partDeliveries = "priority:deliveries"
-	partSeq        = "priority:seq"
-	partNotify     = "priority:notify"
 )
 
 // QueueConfig configures a [Queue]. The zero value is valid.
@@ -71,15 +62,9 @@ type QueueConfig struct {
 // A Queue is cheap, immutable and safe for concurrent use.
 type Queue struct {
 	q    *streamq.Queue
-	p    *streamq.Producer // EntryFields with the hooks
+	core *core.Queue
 	cfg  QueueConfig
-	keys keys
-}
-
-// keys are the Redis keys of one priority queue; they share the queue's hash
-// tag.
-type keys struct {
-	ready, leases, delayed, jobs, deliveries, seq, notify string
+	keys rdb.PriorityKeys
 }
 
 // NewQueue returns the priority set of q. cfg may be nil. It copies cfg,
@@ -98,49 +83,17 @@ func NewQueue(q *streamq.Queue, cfg *QueueConfig) (*Queue, error) {
 		return nil, &streamq.ConfigError{Field: "priority.QueueConfig.DefaultPriority",
 			Reason: fmt.Sprintf("%d is out of range: use a priority from %d to %d", c.DefaultPriority, MinPriority, MaxPriority)}
 	}
-	p, err := streamq.NewProducer(q, &streamq.ProducerConfig{Hooks: c.Hooks})
-	if err != nil {
-		var ce *streamq.ConfigError
-		if errors.As(err, &ce) {
-			return nil, &streamq.ConfigError{Field: strings.Replace(ce.Field, "ProducerConfig", "priority.QueueConfig", 1), Reason: ce.Reason}
+	for i, h := range c.Hooks {
+		if h == nil {
+			return nil, &streamq.ConfigError{Field: fmt.Sprintf("priority.QueueConfig.Hooks[%d]", i), Reason: "is nil: remove it"}
 		}
-		return nil, err
 	}
-	return &Queue{
-		q:   q,
-		p:   p,
-		cfg: c,
-		keys: keys{
-			ready:      q.Key(partReady),
-			leases:     q.Key(partLeases),
-			delayed:    q.Key(partDelayed),
-			jobs:       q.Key(partJobs),
-			deliveries: q.Key(partDeliveries),
-			seq:        q.Key(partSeq),
-			notify:     q.Key(partNotify),
-		},
-	}, nil
+	cq := core.Of(q)
+	return &Queue{q: q, core: cq, cfg: c, keys: cq.Keys.Priority()}, nil
 }
 
 // Queue returns the stream queue the priority set belongs to.
 func (pq *Queue) Queue() *streamq.Queue { return pq.q }
-
-// ReadyKey returns the key of the sorted set of jobs waiting to run.
-func (pq *Queue) ReadyKey() string { return pq.keys.ready }
-
-// LeaseKey returns the key of the sorted set of leased (running) jobs,
-// scored by lease deadline in Unix milliseconds of the Redis server's clock.
-func (pq *Queue) LeaseKey() string { return pq.keys.leases }
-
-// DelayedKey returns the key of the sorted set of jobs waiting for a retry,
-// scored by due time in Unix milliseconds of the Redis server's clock.
-func (pq *Queue) DelayedKey() string { return pq.keys.delayed }
-
-// JobsKey returns the key of the hash that holds every job's fields by job
-// ID: the wire format version 1 fields of a stream entry as one MessagePack
-// array of strings (field, value, field, value, ...), which Lua's
-// cmsgpack.unpack reads.
-func (pq *Queue) JobsKey() string { return pq.keys.jobs }
 
 // Job is one job for [Queue.Push] and [Queue.PushBatch].
 type Job struct {
@@ -188,20 +141,34 @@ func (pq *Queue) PushBatch(ctx context.Context, jobs []Job) (ids []string, err e
 		for _, j := range chunk {
 			// The priority is kept in the job's place (its score), not in
 			// its fields: the worker sets the header from the score.
-			h := j.Headers
-			if _, ok := h[HeaderPriority]; ok {
-				h = maps.Clone(h)
-				delete(h, HeaderPriority)
-			}
-			args = append(args, pq.score(j.Priority), packFields(pq.p.EntryFields(ctx, j.Payload, h, now)))
+			args = append(args, pq.score(j.Priority), wire.Pack(pq.fields(ctx, j, now)))
 		}
-		res, err := scriptPush.Run(ctx, pq.q.Client(), []string{pq.keys.ready, pq.keys.jobs, pq.keys.seq, pq.keys.notify}, args...).StringSlice()
+		res, err := rdb.Push(ctx, pq.core.RDB, pq.keys, args)
 		if err != nil {
-			return ids, fmt.Errorf("priority: push to %s: %w", pq.keys.ready, err)
+			return ids, fmt.Errorf("priority: push to %s: %w", pq.keys.Ready, err)
 		}
 		copy(ids[start:], res)
 	}
 	return ids, nil
+}
+
+// fields returns the wire fields of a pushed job, after the hooks ran. The
+// priority is kept in the job's place (its score), not in its fields: the
+// worker sets the header from the score.
+func (pq *Queue) fields(ctx context.Context, j Job, now time.Time) []any {
+	var h map[string]string
+	if len(j.Headers) > 0 || len(pq.cfg.Hooks) > 0 {
+		h = maps.Clone(j.Headers)
+		if h == nil {
+			h = make(map[string]string)
+		}
+		for _, hook := range pq.cfg.Hooks {
+			hook(ctx, h)
+		}
+		delete(h, HeaderPriority)
+	}
+	wj := wire.Job{Payload: j.Payload, Headers: h, EnqMillis: now.UnixMilli()}
+	return wj.Args()
 }
 
 // Stats is a snapshot of a priority set.
@@ -214,12 +181,12 @@ type Stats struct {
 // Stats reads the priority set's counters in one round trip.
 func (pq *Queue) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
-	pipe := pq.q.Client().Pipeline()
-	ready := pipe.ZCard(ctx, pq.keys.ready)
-	leased := pipe.ZCard(ctx, pq.keys.leases)
-	delayed := pipe.ZCard(ctx, pq.keys.delayed)
+	pipe := pq.core.RDB.Pipeline()
+	ready := pipe.ZCard(ctx, pq.keys.Ready)
+	leased := pipe.ZCard(ctx, pq.keys.Leases)
+	delayed := pipe.ZCard(ctx, pq.keys.Delayed)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return s, fmt.Errorf("priority: stats %s: %w", pq.q.Name(), err)
+		return s, fmt.Errorf("priority: stats %s: %w", pq.core.Name, err)
 	}
 	s.Ready, s.Leased, s.Delayed = ready.Val(), leased.Val(), delayed.Val()
 	return s, nil

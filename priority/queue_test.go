@@ -88,7 +88,7 @@ func TestQueue_Push_HeadersAndHooks(t *testing.T) {
 	p, ok := priority.Of(msg)
 	if msg.ID != id || string(msg.Payload) != "reset" || msg.Headers["user"] != "ada" ||
 		msg.Headers["traceparent"] != "00-abc-def-01" || !ok || p != 7 || msg.Queue != e.q.Name() ||
-		msg.Attempts() != 1 || msg.EnqueuedAt.IsZero() {
+		msg.Attempt != 1 || msg.EnqueuedAt.IsZero() {
 		t.Errorf("message %+v (priority %d, %v), want ID %s, payload reset, headers user, traceparent and priority 7, attempt 1", msg, p, ok, id)
 	}
 }

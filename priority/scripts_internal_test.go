@@ -15,10 +15,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 var quietLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
@@ -27,8 +29,8 @@ var quietLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{L
 // test ends.
 func newTestQueue(t testing.TB, cfg *QueueConfig) *Queue {
 	t.Helper()
-	rdb := redistest.NewClient(t)
-	q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
+	client := redistest.NewClient(t)
+	q, err := streamq.NewQueue(client, redistest.Name(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,13 +40,13 @@ func newTestQueue(t testing.TB, cfg *QueueConfig) *Queue {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		iter := rdb.Scan(ctx, 0, q.Key("*"), 1000).Iterator()
+		iter := client.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 1000).Iterator()
 		var keys []string
 		for iter.Next(ctx) {
 			keys = append(keys, iter.Val()) // a test's own few keys
 		}
 		if len(keys) > 0 {
-			rdb.Unlink(ctx, keys...)
+			client.Unlink(ctx, keys...)
 		}
 	})
 	pq, err := NewQueue(q, cfg)
@@ -54,36 +56,70 @@ func newTestQueue(t testing.TB, cfg *QueueConfig) *Queue {
 	return pq
 }
 
-// testRun returns the state of a worker run on pq, to pop jobs as a worker
-// would (and then, for a test, crash: nothing finishes or extends them).
-func testRun(t testing.TB, pq *Queue, cfg WorkerConfig) *run {
+// testRun returns the backend of a worker run on pq, to pop jobs as a
+// worker would (and then, for a test, crash: nothing finishes or extends
+// them).
+func testRun(t testing.TB, pq *Queue, cfg WorkerConfig) *backend {
 	t.Helper()
 	cfg.Logger = quietLogger
 	w, err := NewWorker(pq, streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }), &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newRun(w, context.Background())
+	return &backend{w: w, pq: pq, run: randHex(3), credits: make([]int64, len(w.bands))}
+}
+
+// pop leases up to n jobs as the worker's fetch does (without waiting for
+// work when there is none).
+func pop(t testing.TB, b *backend, n int) []engine.Delivery {
+	t.Helper()
+	ds, err := b.Fetch(context.Background(), n, time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ds
+}
+
+// payload returns the payload of a popped job.
+func payload(t testing.TB, d engine.Delivery) string {
+	t.Helper()
+	f, err := wire.Unpack(d.Packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(f["payload"])
 }
 
 // popAll pops every ready job in order and returns the payloads.
-func popAll(t testing.TB, r *run) []string {
+func popAll(t testing.TB, b *backend) []string {
 	t.Helper()
 	var out []string
 	for range 10_000 {
-		res, err := r.pop(context.Background(), 7) // odd batches: order across pops matters too
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.jobs) == 0 {
+		ds := pop(t, b, 7) // odd batches: order across pops matters too
+		if len(ds) == 0 {
 			return out
 		}
-		for _, j := range res.jobs {
-			out = append(out, fmt.Sprint(j.fields()["payload"]))
+		for _, d := range ds {
+			out = append(out, payload(t, d))
 		}
 	}
 	t.Fatal("more than 70,000 jobs popped")
 	return nil
+}
+
+// reapUntil reaps until a lease expired and returns the IDs reaped.
+func reapUntil(t testing.TB, pq *Queue) []string {
+	t.Helper()
+	var ids []string
+	redistest.WaitFor(t, 10*time.Second, "the lease to expire and be reaped", func() bool {
+		var err error
+		ids, _, err = rdb.Reap(context.Background(), pq.core.RDB, pq.keys, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ids) > 0
+	})
+	return ids
 }
 
 // TestQueue_FIFOBeyond2to32 sets the sequence counter just below 2^32, 2^53
@@ -98,7 +134,7 @@ func TestQueue_FIFOBeyond2to32(t *testing.T) {
 			t.Parallel()
 			pq := newTestQueue(t, &QueueConfig{LowerFirst: lowerFirst})
 			ctx := context.Background()
-			rdb := pq.q.Client()
+			client := pq.core.RDB
 			prios := []int{MaxPriority, MaxPriority - 1, 1, 0, -1, MinPriority + 1, MinPriority}
 			type pushed struct {
 				prio int
@@ -107,7 +143,7 @@ func TestQueue_FIFOBeyond2to32(t *testing.T) {
 			var all []pushed
 			starts := []uint64{1<<32 - 3, 1<<53 - 3, math.MaxInt64 - 3*uint64(len(prios))}
 			for si, start := range starts {
-				if err := rdb.Set(ctx, pq.keys.seq, strconv.FormatUint(start, 10), 0).Err(); err != nil {
+				if err := client.Set(ctx, pq.keys.Seq, strconv.FormatUint(start, 10), 0).Err(); err != nil {
 					t.Fatal(err)
 				}
 				// Three rounds over every priority cross the boundary.
@@ -127,11 +163,11 @@ func TestQueue_FIFOBeyond2to32(t *testing.T) {
 					t.Errorf("first ID after setting the counter to %d: %s, want %s", start, ids[0], want)
 				}
 			}
-			if n, _ := rdb.Get(ctx, pq.keys.seq).Uint64(); n <= 1<<62 {
+			if n, _ := client.Get(ctx, pq.keys.Seq).Uint64(); n <= 1<<62 {
 				t.Fatalf("sequence counter %d: the test did not reach the int64 range end", n)
 			}
 			// Members hold exact 20-digit sequence numbers past 2^32 and 2^53.
-			ms, err := rdb.ZRange(ctx, pq.keys.ready, 0, -1).Result()
+			ms, err := client.ZRange(ctx, pq.keys.Ready, 0, -1).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,43 +212,53 @@ func TestLease_ExpiryReturnsJobInPlace(t *testing.T) {
 	t.Parallel()
 	pq := newTestQueue(t, nil)
 	ctx := context.Background()
-	rdb := pq.q.Client()
+	client := pq.core.RDB
 	if _, err := pq.PushBatch(ctx, []Job{{Priority: 5, Payload: []byte("a")}, {Priority: 5, Payload: []byte("b")}, {Priority: 1, Payload: []byte("c")}}); err != nil {
 		t.Fatal(err)
 	}
-	before, _ := rdb.ZRangeWithScores(ctx, pq.keys.ready, 0, -1).Result()
+	before, _ := client.ZRangeWithScores(ctx, pq.keys.Ready, 0, -1).Result()
 	crashed := testRun(t, pq, WorkerConfig{Lease: 30 * time.Millisecond})
-	res, err := crashed.pop(ctx, 1)
-	if err != nil || len(res.jobs) != 1 || res.jobs[0].fields()["payload"] != "a" || res.jobs[0].deliveries != 1 {
-		t.Fatalf("pop: %+v, %v; want job a, first delivery", res, err)
+	res := pop(t, crashed, 1)
+	if len(res) != 1 || payload(t, res[0]) != "a" || res[0].Prior != 0 || !res[0].Charged {
+		t.Fatalf("pop: %+v; want job a, charged, no crashed run before", res)
 	}
-	if n, _ := rdb.ZCard(ctx, pq.keys.leases).Result(); n != 1 {
+	if n, _ := client.ZCard(ctx, pq.keys.Leases).Result(); n != 1 {
 		t.Fatalf("%d leases, want 1", n)
 	}
-	// Not expired yet: reaping moves nothing (the lease has 30 ms).
-	var ids []any
-	redistest.WaitFor(t, 10*time.Second, "the lease to expire and be reaped", func() bool {
-		r, err := scriptReap.Run(ctx, rdb, []string{pq.keys.leases, pq.keys.delayed, pq.keys.ready, pq.keys.notify, pq.keys.deliveries}, 100).Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids, _ = r[0].([]any)
-		return len(ids) > 0
-	})
-	if len(ids) != 1 || ids[0] != res.jobs[0].id {
-		t.Errorf("reaped %v, want [%s]", ids, res.jobs[0].id)
+	if ids := reapUntil(t, pq); len(ids) != 1 || ids[0] != res[0].ID {
+		t.Errorf("reaped %v, want [%s]", ids, res[0].ID)
 	}
-	after, _ := rdb.ZRangeWithScores(ctx, pq.keys.ready, 0, -1).Result()
+	after, _ := client.ZRangeWithScores(ctx, pq.keys.Ready, 0, -1).Result()
 	if fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("ready set after the expiry %v, want it as before the pop %v", after, before)
 	}
-	if n, _ := rdb.ZCard(ctx, pq.keys.leases).Result(); n != 0 {
+	if n, _ := client.ZCard(ctx, pq.keys.Leases).Result(); n != 0 {
 		t.Errorf("%d leases left, want 0", n)
 	}
 	next := testRun(t, pq, WorkerConfig{})
-	res, err = next.pop(ctx, 1)
-	if err != nil || len(res.jobs) != 1 || res.jobs[0].fields()["payload"] != "a" || res.jobs[0].deliveries != 2 {
-		t.Errorf("pop after expiry: %+v, %v; want job a again, second delivery", res, err)
+	res = pop(t, next, 1)
+	if len(res) != 1 || payload(t, res[0]) != "a" || res[0].Prior != 1 || !res[0].Suspect {
+		t.Errorf("pop after expiry: %+v; want job a again, its crashed run counted", res)
+	}
+
+	// A lease marked waiting (its job was to run alone and had not started)
+	// expires without counting a crashed run: job b, popped by a worker
+	// that then dies.
+	waiting := testRun(t, pq, WorkerConfig{Lease: 30 * time.Millisecond})
+	res = pop(t, waiting, 1)
+	if held, err := waiting.Charge(ctx, &res[0], false); err != nil || !held {
+		t.Fatalf("mark waiting: %v %v", held, err)
+	}
+	reapUntil(t, pq)
+	if payload(t, res[0]) != "b" {
+		t.Fatalf("popped %q, want b (a is leased)", payload(t, res[0]))
+	}
+	res = pop(t, testRun(t, pq, WorkerConfig{}), 1)
+	if len(res) != 1 || payload(t, res[0]) != "b" || res[0].Prior != 0 {
+		t.Errorf("pop after the waiting lease expired: %+v; want job b with no crashed run counted", res)
+	}
+	if n, _ := client.HLen(ctx, pq.keys.Waiting).Result(); n != 0 {
+		t.Errorf("%d waiting marks left after the expiry, want 0", n)
 	}
 }
 
@@ -221,27 +267,17 @@ func TestLease_ExpiryReturnsJobInPlace(t *testing.T) {
 func TestFinish_Cases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	finish := func(pq *Queue, j leased) []int64 {
+	finish := func(pq *Queue, j engine.Delivery) []int64 {
 		t.Helper()
-		res, err := scriptFinish.Run(ctx, pq.q.Client(), []string{pq.keys.leases, pq.keys.ready, pq.keys.delayed, pq.keys.jobs, pq.keys.deliveries}, j.lease, j.id).Int64Slice()
+		done, left, err := rdb.Finish(ctx, pq.core.RDB, pq.keys, []string{j.Key}, []string{j.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res
+		return []int64{done, left}
 	}
-	reap := func(pq *Queue) {
-		t.Helper()
-		redistest.WaitFor(t, 10*time.Second, "the lease to expire", func() bool {
-			r, err := scriptReap.Run(ctx, pq.q.Client(), []string{pq.keys.leases, pq.keys.delayed, pq.keys.ready, pq.keys.notify, pq.keys.deliveries}, 100).Slice()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids, _ := r[0].([]any)
-			return len(ids) > 0
-		})
-	}
+	reap := func(pq *Queue) { t.Helper(); reapUntil(t, pq) }
 	empty := func(pq *Queue) bool {
-		n, _ := pq.q.Client().Exists(ctx, pq.keys.ready, pq.keys.leases, pq.keys.delayed, pq.keys.jobs, pq.keys.deliveries).Result()
+		n, _ := pq.core.RDB.Exists(ctx, pq.keys.Ready, pq.keys.Leases, pq.keys.Delayed, pq.keys.Jobs, pq.keys.Deliveries).Result()
 		return n == 0
 	}
 
@@ -251,11 +287,11 @@ func TestFinish_Cases(t *testing.T) {
 		if _, err := pq.Push(ctx, Job{Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
-		res, _ := testRun(t, pq, WorkerConfig{}).pop(ctx, 1)
-		if got := finish(pq, res.jobs[0]); got[0] != 1 || !empty(pq) {
+		res := pop(t, testRun(t, pq, WorkerConfig{}), 1)
+		if got := finish(pq, res[0]); got[0] != 1 || !empty(pq) {
 			t.Errorf("finish: %v, want 1 finished and nothing left", got)
 		}
-		if got := finish(pq, res.jobs[0]); got[0] != 0 || got[1] != 1 {
+		if got := finish(pq, res[0]); got[0] != 0 || got[1] != 1 {
 			t.Errorf("second finish: %v, want nothing done", got)
 		}
 	})
@@ -265,10 +301,10 @@ func TestFinish_Cases(t *testing.T) {
 		if _, err := pq.Push(ctx, Job{Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
-		res, _ := testRun(t, pq, WorkerConfig{Lease: minLease}).pop(ctx, 1)
+		res := pop(t, testRun(t, pq, WorkerConfig{Lease: minLease}), 1)
 		reap(pq)
 		// The job is done although its lease expired: it must not run again.
-		if got := finish(pq, res.jobs[0]); got[0] != 1 || !empty(pq) {
+		if got := finish(pq, res[0]); got[0] != 1 || !empty(pq) {
 			t.Errorf("finish after expiry: %v, want 1 finished and nothing left", got)
 		}
 	})
@@ -278,32 +314,27 @@ func TestFinish_Cases(t *testing.T) {
 		if _, err := pq.Push(ctx, Job{Payload: []byte("x")}); err != nil {
 			t.Fatal(err)
 		}
-		old, _ := testRun(t, pq, WorkerConfig{Lease: minLease}).pop(ctx, 1)
+		old := pop(t, testRun(t, pq, WorkerConfig{Lease: minLease}), 1)
 		reap(pq)
-		other := testRun(t, pq, WorkerConfig{})
-		cur, _ := other.pop(ctx, 1)
-		if len(cur.jobs) != 1 || cur.jobs[0].lease == old.jobs[0].lease {
+		cur := pop(t, testRun(t, pq, WorkerConfig{}), 1)
+		if len(cur) != 1 || cur[0].Key == old[0].Key {
 			t.Fatalf("second pop %+v: want the job under a new lease", cur)
 		}
-		if got := finish(pq, old.jobs[0]); got[0] != 0 || got[1] != 1 {
+		if got := finish(pq, old[0]); got[0] != 0 || got[1] != 1 {
 			t.Errorf("stale finish: %v, want it left to the new holder", got)
 		}
 		// Neither can the stale holder extend, retry or dead-letter it.
-		lost, _ := scriptKeepAlive.Run(ctx, pq.q.Client(), []string{pq.keys.leases}, 1000, old.jobs[0].lease, cur.jobs[0].lease).StringSlice()
-		if len(lost) != 1 || lost[0] != old.jobs[0].lease {
+		lost, _ := rdb.KeepAlive(ctx, pq.core.RDB, pq.keys, 1000, []string{old[0].Key, cur[0].Key})
+		if len(lost) != 1 || lost[0] != old[0].Key {
 			t.Errorf("keep-alive reported %v lost, want only the stale lease", lost)
 		}
-		moved, _ := scriptRetry.Run(ctx, pq.q.Client(), []string{pq.keys.leases, pq.keys.ready, pq.keys.delayed, pq.keys.jobs, pq.keys.deliveries, pq.keys.notify},
-			old.jobs[0].lease, 0, packFields([]any{"v", "1", "payload", "changed"})).Int()
-		if moved != 0 {
+		if moved, _ := rdb.Retry(ctx, pq.core.RDB, pq.keys, old[0].Key, 0, wire.Pack([]any{"v", "1", "payload", "changed"})); moved {
 			t.Error("a stale lease retried the job")
 		}
-		err := scriptDeadLetter.Run(ctx, pq.q.Client(), []string{pq.keys.leases, pq.keys.ready, pq.keys.jobs, pq.keys.deliveries, pq.q.DeadLetterKey()},
-			old.jobs[0].lease, 0, "dl_reason", "x").Err()
-		if err != redis.Nil {
-			t.Errorf("stale dead letter: %v, want nothing done", err)
+		if id, err := rdb.PriorityDeadLetter(ctx, pq.core.RDB, pq.core.Keys, pq.keys, old[0].Key, 0, []any{"dl_reason", "x"}); id != "" || err != nil {
+			t.Errorf("stale dead letter: %q %v, want nothing done", id, err)
 		}
-		if got := finish(pq, cur.jobs[0]); got[0] != 1 || !empty(pq) {
+		if got := finish(pq, cur[0]); got[0] != 1 || !empty(pq) {
 			t.Errorf("finish by the holder: %v, want 1 finished and nothing left", got)
 		}
 	})
@@ -322,11 +353,11 @@ func TestWorker_ExpiredLeaseRunsAgain(t *testing.T) {
 	}
 	crashed := testRun(t, pq, WorkerConfig{Lease: minLease})
 	// "again" crashed once; "over" crashed twice (MaxDeliveries 2).
-	if res, err := crashed.pop(ctx, 2); err != nil || len(res.jobs) != 2 {
-		t.Fatalf("pop: %+v %v", res, err)
+	if res := pop(t, crashed, 2); len(res) != 2 {
+		t.Fatalf("pop: %+v", res)
 	}
 	// A delivery of "over" before this one was cut short too.
-	if err := pq.q.Client().HIncrBy(ctx, pq.keys.deliveries, "2", 1).Err(); err != nil {
+	if err := pq.core.RDB.HIncrBy(ctx, pq.keys.Deliveries, "2", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ran := make(chan *streamq.Message, 2)
@@ -348,8 +379,8 @@ func TestWorker_ExpiredLeaseRunsAgain(t *testing.T) {
 	}()
 	select {
 	case m := <-ran:
-		if string(m.Payload) != "again" || m.Deliveries != 2 || m.Attempts() != 2 {
-			t.Errorf("rerun %q: deliveries %d attempts %d, want job again on its second delivery", m.Payload, m.Deliveries, m.Attempts())
+		if string(m.Payload) != "again" || m.Attempt != 2 {
+			t.Errorf("rerun %q: attempt %d, want job again on its second attempt", m.Payload, m.Attempt)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the expired job did not run again")
@@ -375,10 +406,9 @@ func TestWorker_Malformed(t *testing.T) {
 	t.Parallel()
 	pq := newTestQueue(t, nil)
 	ctx := context.Background()
-	rdb := pq.q.Client()
+	client := pq.core.RDB
 	// As scriptPush would store it, but with format version 9.
-	if _, err := scriptPush.Run(ctx, rdb, []string{pq.keys.ready, pq.keys.jobs, pq.keys.seq, pq.keys.notify},
-		"0", packFields([]any{"v", "9", "payload", "p"})).Result(); err != nil {
+	if _, err := rdb.Push(ctx, client, pq.keys, []any{"0", wire.Pack([]any{"v", "9", "payload", "p"})}); err != nil {
 		t.Fatal(err)
 	}
 	w, err := NewWorker(pq, streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
@@ -423,13 +453,13 @@ func TestPopWeighted_Proportions(t *testing.T) {
 	}})
 	count := map[string]int{}
 	taken := 0
-	for _, n := range []int64{1, 2, 3, 4, 10, 30, 50} { // 100 in all
-		res, err := r.pop(ctx, n)
-		if err != nil || int64(len(res.jobs)) != n {
-			t.Fatalf("pop %d: %d jobs, %v", n, len(res.jobs), err)
+	for _, n := range []int{1, 2, 3, 4, 10, 30, 50} { // 100 in all
+		res := pop(t, r, n)
+		if len(res) != n {
+			t.Fatalf("pop %d: %d jobs", n, len(res))
 		}
-		for _, j := range res.jobs {
-			count[j.fields()["payload"].(string)]++
+		for _, j := range res {
+			count[payload(t, j)]++
 		}
 		taken += int(n)
 	}
@@ -439,15 +469,12 @@ func TestPopWeighted_Proportions(t *testing.T) {
 	// Take the rest: band 20 (300) runs out first; then 10 and 0 share 3:1.
 	clear(count)
 	for range 1000 {
-		res, err := r.pop(ctx, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.jobs) == 0 {
+		res := pop(t, r, 10)
+		if len(res) == 0 {
 			break
 		}
-		for _, j := range res.jobs {
-			count[j.fields()["payload"].(string)]++
+		for _, j := range res {
+			count[payload(t, j)]++
 		}
 	}
 	if count["20"] != 240 || count["10"] != 270 || count["0"] != 290 {
@@ -493,47 +520,6 @@ func TestParseLease(t *testing.T) {
 // TestPackFields checks that job data round-trips and is what Lua's
 // cmsgpack makes of a table of strings, both ways, for every string length
 // class.
-func TestPackFields(t *testing.T) {
-	t.Parallel()
-	rdb := redistest.NewClient(t)
-	ctx := context.Background()
-	long := strings.Repeat("x", 70_000)
-	fields := []any{"v", "1", "payload", []byte("\x00\xff binary"), "e", "", "f31", strings.Repeat("y", 31),
-		"f255", strings.Repeat("z", 255), "f256", strings.Repeat("w", 256), "long", long}
-	packed := packFields(fields)
-	got, err := unpackFields(string(packed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < len(fields); i += 2 {
-		want := fmt.Sprint(fields[i+1])
-		if b, ok := fields[i+1].([]byte); ok {
-			want = string(b)
-		}
-		if got[fields[i].(string)] != want {
-			t.Errorf("field %s: %q, want %q", fields[i], got[fields[i].(string)], want)
-		}
-	}
-	args := make([]any, len(fields))
-	copy(args, fields)
-	lua, err := rdb.Eval(ctx, "return cmsgpack.pack(ARGV)", nil, args...).Text()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if lua != string(packed) {
-		t.Errorf("cmsgpack.pack differs from packFields")
-	}
-	back, err := rdb.Eval(ctx, "return cmsgpack.unpack(ARGV[1])", nil, packed).StringSlice()
-	if err != nil || len(back) != len(fields) || back[len(back)-1] != long {
-		t.Errorf("cmsgpack.unpack(packFields(...)): %d values, %v", len(back), err)
-	}
-	for _, bad := range []string{"", "\x92\xa1", "\xc0", "\x91\xdb\x00\x00\x01\x00x"} {
-		if _, err := unpackFields(bad); err == nil {
-			t.Errorf("unpackFields(%q) accepted corrupt data", bad)
-		}
-	}
-}
-
 // TestWorker_LastAttemptRunsAlone gives a job as many cut-short runs as make
 // its next run the last one MaxDeliveries allows: the worker runs it alone,
 // after the jobs popped with it finished and before it takes any other. The
@@ -567,11 +553,11 @@ func testLastAttemptRunsAlone(t *testing.T, handedBack bool) {
 	}
 	// Two runs of "last" were cut short: its next run is its third.
 	if handedBack {
-		data := packFields([]any{"v", "1", "payload", "last", "attempt", "2", "crashed", "1"})
-		if err := pq.q.Client().HSet(ctx, pq.keys.jobs, ids[0], data).Err(); err != nil {
+		data := wire.Pack([]any{"v", "1", "payload", "last", "attempt", "2", "crashed", "1"})
+		if err := pq.core.RDB.HSet(ctx, pq.keys.Jobs, ids[0], data).Err(); err != nil {
 			t.Fatal(err)
 		}
-	} else if err := pq.q.Client().HSet(ctx, pq.keys.deliveries, ids[0], 2).Err(); err != nil {
+	} else if err := pq.core.RDB.HSet(ctx, pq.keys.Deliveries, ids[0], 2).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var running, overlap atomic.Int64
@@ -582,7 +568,7 @@ func testLastAttemptRunsAlone(t *testing.T, handedBack bool) {
 		n := running.Add(1)
 		defer running.Add(-1)
 		if string(m.Payload) == "last" {
-			if n != 1 || m.Attempts() != 3 {
+			if n != 1 || m.Attempt != 3 {
 				overlap.Add(1)
 			}
 			lastRan.Store(true)

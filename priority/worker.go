@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,10 +14,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq"
-	"github.com/streamq/streamq/internal/pool"
+	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // Worker defaults. A zero WorkerConfig field takes these values.
@@ -30,19 +30,16 @@ const (
 	DefaultShutdownTimeout = streamq.DefaultShutdownTimeout
 	DefaultMaxDeliveries   = streamq.DefaultMaxDeliveries
 	DefaultReapInterval    = 50 * time.Millisecond
-	// DefaultReapBatch is the most expired leases and due retries one reap
-	// script moves from each set.
-	DefaultReapBatch = 500
 	// MaxPopBatch is the most jobs one pop leases.
 	MaxPopBatch = 500
-	// DefaultFinishBatch is the most finished jobs removed by one script.
-	DefaultFinishBatch = 512
+)
 
-	// finishLinger is how long the finish loop waits for more finished jobs
-	// before it sends a small batch; popGather is how long the pop loop waits
-	// for half the handler slots to free up while a backlog exists.
-	finishLinger = time.Millisecond
-	popGather    = 500 * time.Microsecond
+const (
+	// reapBatch is the most expired leases and due retries one reap script
+	// moves from each set.
+	reapBatch = 500
+	// finishBatch is the most finished jobs removed by one script.
+	finishBatch = 512
 	// opTimeout bounds one bookkeeping call (pop, finish, retry, dead
 	// letter), including during shutdown.
 	opTimeout = 5 * time.Second
@@ -90,9 +87,9 @@ type WorkerConfig struct {
 	// Defaults to DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 
-	// MaxDeliveries is the number of attempts (retries plus runs cut short
-	// by crashes) after which a failing job is dead-lettered, as for
-	// [streamq.ConsumerConfig.MaxDeliveries]. Defaults to
+	// MaxDeliveries is the number of attempts (handler starts that failed or
+	// were cut short by crashes) after which a failing job is dead-lettered,
+	// as for [streamq.ConsumerConfig.MaxDeliveries]. Defaults to
 	// DefaultMaxDeliveries.
 	MaxDeliveries int
 
@@ -148,13 +145,11 @@ type WorkerStats struct {
 // [Worker.Run].
 type Worker struct {
 	pq      *Queue
-	h       streamq.Handler
 	cfg     WorkerConfig
 	bands   []band
-	log     *slog.Logger
+	eng     *engine.Engine
+	mon     *engine.Monitor
 	running atomic.Bool
-
-	processed, failed, retried, postponed, dead, expired, claimsLost, missing atomic.Int64
 }
 
 // NewWorker returns a worker that runs h for the jobs of pq. cfg may be nil.
@@ -183,12 +178,30 @@ func NewWorker(pq *Queue, h streamq.Handler, cfg *WorkerConfig) (*Worker, error)
 	if log == nil {
 		log = slog.Default()
 	}
+	f := pq.core.Front(streamq.Chain(h, c.Middleware...), c.OnEvent, "")
+	mon := engine.NewMonitor(pq.core.Name, log.With("queue", pq.core.Name, "worker", c.Name), f.OnEvent)
 	return &Worker{
 		pq:    pq,
-		h:     streamq.Chain(h, c.Middleware...),
 		cfg:   c,
 		bands: bands,
-		log:   log.With("queue", pq.q.Name(), "worker", c.Name),
+		mon:   mon,
+		eng: engine.New(engine.Config{
+			Queue:           pq.core.Name,
+			Concurrency:     c.Concurrency,
+			Block:           c.Block,
+			JobTimeout:      max(c.JobTimeout, 0),
+			ShutdownTimeout: c.ShutdownTimeout,
+			TouchEvery:      max(c.Lease/4, 5*time.Millisecond),
+			TouchTimeout:    min(c.Lease/2, opTimeout),
+			MaxDeliveries:   c.MaxDeliveries,
+			Backoff:         c.Backoff,
+			FinishBatch:     finishBatch,
+			ShutdownCause:   streamq.ErrShutdown,
+			LostCause:       streamq.ErrClaimLost,
+			TimeoutCause:    streamq.ErrJobTimeout,
+			Exec:            f.Exec,
+			Monitor:         mon,
+		}),
 	}, nil
 }
 
@@ -298,256 +311,128 @@ func (w *Worker) Queue() *Queue { return w.pq }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
+	s := w.mon.Stats()
 	return WorkerStats{
-		Processed:    w.processed.Load(),
-		Failed:       w.failed.Load(),
-		Retried:      w.retried.Load(),
-		Postponed:    w.postponed.Load(),
-		DeadLettered: w.dead.Load(),
-		Expired:      w.expired.Load(),
-		ClaimsLost:   w.claimsLost.Load(),
-		Missing:      w.missing.Load(),
+		Processed:    s.Processed,
+		Failed:       s.Failed,
+		Retried:      s.Retried,
+		Postponed:    s.Postponed,
+		DeadLettered: s.DeadLettered,
+		Expired:      s.Reclaimed,
+		ClaimsLost:   s.ClaimsLost,
+		Missing:      s.Deleted,
 	}
 }
+
+// Health reports the state of the worker's run, for readiness and liveness
+// probes.
+func (w *Worker) Health() streamq.Health { return streamq.Health(w.mon.Health()) }
 
 // Run runs jobs until ctx is cancelled, then shuts down gracefully: it stops
 // taking jobs at once (also while it waits for work), lets running handlers
 // finish for up to ShutdownTimeout (their contexts are detached from ctx),
 // then cancels them with cause [streamq.ErrShutdown], waits for every handler
 // goroutine to return, removes the finished jobs and returns. A job whose
-// handler returned because of the shutdown goes back to the ready set at
-// once, without charging an attempt; a job whose handler did not finish
-// keeps its lease until it returns. No job is ever put back while its
-// handler may still be running.
+// handler returned because of the shutdown, and a job that waited to make
+// its last attempt alone, go back to the ready set without being charged an
+// attempt; a job whose handler did not finish keeps its lease until it
+// returns. No job is ever put back while its handler may still be running.
 //
 // Run returns nil after a shutdown caused by ctx, and an error only when
 // Redis answers with one that retrying cannot fix (wrong key type, missing
 // permission). Transient Redis errors are logged and retried with backoff.
-// Run composes with errgroup. A Worker runs at most once at a time.
+// Run composes with errgroup. A Worker runs at most once at a time; a second
+// Run returns [streamq.ErrRunning].
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
-		return ErrRunning
+		return streamq.ErrRunning
 	}
 	defer w.running.Store(false)
-
-	r := newRun(w, ctx)
-
-	finDone := make(chan struct{})
-	go func() {
-		defer close(finDone)
-		pool.Batch(r.finishes, DefaultFinishBatch, min(w.cfg.Concurrency, DefaultFinishBatch), finishLinger, r.flushFinishes)
-	}()
-	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
-	kaDone := make(chan struct{})
-	go func() { defer close(kaDone); r.keepAlive(kaCtx) }()
-
-	g, gctx := errgroup.WithContext(ctx)
-	// A cancelled Run must not wait out a blocked XREAD: wake it.
-	wakeDone := make(chan struct{})
-	stopWake := context.AfterFunc(gctx, func() { defer close(wakeDone); r.wakeIfWaiting() })
-	g.Go(func() error { return r.popLoop(gctx) })
-	if w.cfg.ReapInterval > 0 {
-		g.Go(func() error { return r.reapLoop(gctx) })
-	}
-	err := g.Wait()
-	if !stopWake() {
-		<-wakeDone
-	}
-
-	r.pool.Drain(func(running int) {
-		w.log.Warn("priority: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", running, "timeout", w.cfg.ShutdownTimeout)
-	})
-	r.pool.Close()
-	close(r.finishes)
-	<-finDone // leases of finished jobs stay fresh until they are removed
-	stopKA()
-	<-kaDone
-	return err
+	return w.eng.Run(ctx, &backend{w: w, pq: w.pq, run: randHex(3), credits: make([]int64, len(w.bands))})
 }
 
-// run is the state of one Run call.
-type run struct {
-	w        *Worker
-	pool     *pool.Pool[item] // jobs by lease member: every job whose lease this run holds
-	finishes chan *pool.Job[item]
-	waiting  atomic.Bool // the pop loop waits for a wake-up
+// backend is the engine's backend for a priority set (see engine.Backend).
+// One exists per Run.
+//
+// Attempts: a lease counts as a handler start, and the reaper counts a
+// lease that expires as a start cut short by a crash (the job's delivery
+// counter). A job leased but made to wait (it must run alone) is marked
+// waiting, so that its lease expires without counting anything, until the
+// engine charges it right before it runs.
+type backend struct {
+	w  *Worker
+	pq *Queue
 
-	// Owned by the pop loop.
-	runID   string
+	waiting atomic.Bool // Fetch waits for a wake-up
+
+	// Owned by the fetch loop.
+	run     string
 	pops    uint64
 	credits []int64
 }
 
-func newRun(w *Worker, ctx context.Context) *run {
-	r := &run{
-		w:        w,
-		finishes: make(chan *pool.Job[item], 2*w.cfg.Concurrency),
-		runID:    randHex(3),
-		credits:  make([]int64, len(w.bands)),
-	}
-	r.pool = pool.New(ctx, pool.Config{
-		Concurrency:     w.cfg.Concurrency,
-		ShutdownTimeout: w.cfg.ShutdownTimeout,
-		ShutdownCause:   streamq.ErrShutdown,
-		LostCause:       streamq.ErrClaimLost,
-		JobTimeout:      max(w.cfg.JobTimeout, 0),
-		TimeoutCause:    streamq.ErrJobTimeout,
-	}, r.process)
-	return r
-}
+func (b *backend) Start(context.Context) error { return nil }
 
-// item is a leased job.
-type item struct {
-	id         string
-	prio       int    // from the member's score
-	data       string // packed fields, decoded by fields
-	deliveries int
-}
-
-// popLoop leases jobs, never more than there are free handler slots, and
-// waits for a wake-up when there are none.
-func (r *run) popLoop(ctx context.Context) error {
-	w := r.w
-	var bo pool.Backoff
-	full := false // the last pop leased as many jobs as it asked for
-	most := int64(min(w.cfg.Concurrency, MaxPopBatch))
-	for {
-		// While a backlog is likely, wait briefly for three quarters of the
-		// slots rather than pop one or two jobs at a time.
-		n, err := r.pool.Slots(ctx, most, full, most*3/4, popGather)
-		if err != nil {
-			return nil // ctx cancelled
-		}
-		if ctx.Err() != nil {
-			r.pool.Release(n)
-			return nil
-		}
-		res, err := r.pop(ctx, n)
-		if err != nil {
-			r.pool.Release(n)
-			full = false
-			if ctx.Err() != nil {
-				return nil
-			}
-			if pool.Fatal(err) {
-				return err
-			}
-			w.log.WarnContext(ctx, "priority: pop failed, retrying", "error", err, "retry_in", bo.Peek())
-			if !bo.Wait(ctx) {
-				return nil
-			}
-			continue
-		}
-		bo.Reset()
-		if res.missing > 0 {
-			w.missing.Add(res.missing)
-			w.log.ErrorContext(ctx, "priority: jobs in the ready set had no data (deleted by someone else); they are lost", "count", res.missing)
-		}
-		var alone []*pool.Job[item]
-		for _, it := range res.jobs {
-			j := r.pool.Register(it.lease, it.item)
-			if w.cfg.Concurrency > 1 && streamq.LastAttemptAfterCrash(j.Val.fields(), j.Val.deliveries, w.cfg.MaxDeliveries) {
-				w.log.Info("priority: job whose earlier runs were cut short makes its last attempt alone", "job_id", j.Val.id, "deliveries", j.Val.deliveries)
-				alone = append(alone, j)
-				continue
-			}
-			r.pool.Launch(j, 1) // owns one of the n slots
-		}
-		r.pool.Release(n - int64(len(res.jobs)-len(alone)))
-		full = int64(len(res.jobs)) == n
-		if !r.pool.RunAlone(ctx, alone, r.handBack) {
-			return nil
-		}
-		if len(res.jobs) == 0 && res.missing == 0 {
-			if !r.waitForWork(ctx, res.notify, &bo) {
-				return nil
-			}
+// Fetch leases up to n jobs and waits for a wake-up when there are none.
+// The pop script runs to completion even if ctx is cancelled meanwhile, so
+// a shutdown does not strand leased jobs; a pop re-sent after a lost reply
+// returns the same jobs (its token prefix is unique to the call).
+func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(string) bool) ([]engine.Delivery, error) {
+	w := b.w
+	b.pops++
+	prefix := w.cfg.Name + ":" + b.run + "." + strconv.FormatUint(b.pops, 36) + ":"
+	var bands []any
+	if len(w.bands) > 0 {
+		bands = make([]any, 0, 4*len(w.bands))
+		for i, bd := range w.bands {
+			bands = append(bands, bd.lo, bd.hi, bd.weight, b.credits[i])
 		}
 	}
-}
-
-// fields decodes the job's data. Data that cannot be decoded is returned
-// under "data", so that the job is dead-lettered as malformed with it.
-func (it item) fields() map[string]any {
-	f, err := unpackFields(it.data)
-	if err != nil {
-		return map[string]any{"data": it.data}
-	}
-	return f
-}
-
-// popResult is what one pop script returned.
-type popResult struct {
-	notify  string // newest wake-up entry, when the ready set was empty
-	missing int64
-	jobs    []leased
-}
-
-// leased is a job one pop leased.
-type leased struct {
-	lease string // lease member
-	item
-}
-
-// pop leases up to n jobs. The script runs to completion even if ctx is
-// cancelled meanwhile, so a shutdown does not strand leased jobs.
-func (r *run) pop(ctx context.Context, n int64) (popResult, error) {
-	w := r.w
-	pq := w.pq
-	r.pops++
-	prefix := w.cfg.Name + ":" + r.runID + "." + strconv.FormatUint(r.pops, 36) + ":"
-	keys := []string{pq.keys.ready, pq.keys.leases, pq.keys.jobs, pq.keys.deliveries, pq.keys.notify}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	defer cancel()
-	args := make([]any, 0, 4+4*len(w.bands))
-	args = append(args, w.cfg.Lease.Milliseconds(), n, prefix)
-	var (
-		res []any
-		err error
-	)
-	if len(w.bands) == 0 {
-		res, err = scriptPop.Run(pctx, pq.q.Client(), keys, args...).Slice()
-	} else {
-		args = append(args, len(w.bands))
-		for i, b := range w.bands {
-			args = append(args, b.lo, b.hi, b.weight, r.credits[i])
-		}
-		res, err = scriptPopWeighted.Run(pctx, pq.q.Client(), keys, args...).Slice()
-	}
+	res, err := rdb.Pop(pctx, b.pq.core.RDB, b.pq.keys, b.run, w.cfg.Lease.Milliseconds(), int64(min(n, MaxPopBatch)), prefix, bands)
+	cancel()
 	if err != nil {
-		return popResult{}, fmt.Errorf("priority: pop from %s: %w", pq.keys.ready, err)
+		return nil, fmt.Errorf("priority: pop from %s: %w", b.pq.keys.Ready, err)
 	}
-	return r.parsePop(res)
+	if len(res.Credits) == len(b.credits) {
+		copy(b.credits, res.Credits)
+	}
+	if res.Missing > 0 {
+		w.mon.Log.ErrorContext(ctx, "priority: jobs in the ready set had no data (deleted by someone else); they are lost", "count", res.Missing)
+		for range res.Missing {
+			w.mon.Event(ctx, engine.Event{Kind: engine.EventDeleted})
+		}
+	}
+	if len(res.Jobs) == 0 {
+		if res.Missing == 0 {
+			return nil, b.waitForWork(ctx, res.Notify, wait)
+		}
+		return nil, nil
+	}
+	ds := make([]engine.Delivery, len(res.Jobs))
+	for i, p := range res.Jobs {
+		id, score := parseLease(p.Lease)
+		prio := int(score)
+		if !b.pq.cfg.LowerFirst {
+			prio = int(-score)
+		}
+		ds[i] = engine.Delivery{
+			Key:     p.Lease,
+			ID:      id,
+			Packed:  p.Data,
+			Prior:   p.Count,
+			Charged: true,
+			Suspect: p.Count > 0 || strings.Contains(p.Data, crashedMark),
+			Headers: map[string]string{HeaderPriority: strconv.Itoa(prio)},
+		}
+	}
+	return ds, nil
 }
 
-// parsePop decodes a pop script's reply: {notify ID, missing, credits,
-// lease member, deliveries, data, ...}. The jobs' data is decoded later, by
-// their own goroutines, off the pop loop.
-func (r *run) parsePop(res []any) (popResult, error) {
-	var out popResult
-	if len(res) < 3 || (len(res)-3)%3 != 0 {
-		return out, fmt.Errorf("priority: unexpected pop reply with %d elements", len(res))
-	}
-	out.notify, _ = res[0].(string)
-	out.missing, _ = res[1].(int64)
-	if credits, ok := res[2].([]any); ok && len(credits) == len(r.credits) {
-		for i, c := range credits {
-			r.credits[i], _ = c.(int64)
-		}
-	}
-	for i := 3; i+2 < len(res); i += 3 {
-		lm, _ := res[i].(string)
-		d, _ := res[i+1].(int64)
-		data, _ := res[i+2].(string)
-		id, score := parseLease(lm)
-		p := int(score)
-		if !r.w.pq.cfg.LowerFirst {
-			p = int(-score)
-		}
-		out.jobs = append(out.jobs, leased{lease: lm, item: item{id: id, prio: p, data: data, deliveries: int(d)}})
-	}
-	return out, nil
-}
+// crashedMark is how the crashed field and its value "1" look in packed
+// data (two MessagePack fixstr): a match inside a payload only costs a
+// decode of the job's attempt field.
+const crashedMark = "\xa7crashed\xa11"
 
 // parseLease returns the job ID and score in a lease member
 // "<seq>:<score>:<id>|<token>".
@@ -563,205 +448,103 @@ func parseLease(lm string) (id string, score int64) {
 	return parts[2], score
 }
 
-// waitForWork blocks until a wake-up entry newer than from arrives, Block
-// passes, or ctx is cancelled (Run wakes the read then). It reports false
-// when ctx ended.
-func (r *run) waitForWork(ctx context.Context, from string, bo *pool.Backoff) bool {
-	w := r.w
-	r.waiting.Store(true)
-	defer r.waiting.Store(false)
-	// Checked after waiting is set, and Run's wake-up checks waiting after
-	// ctx is cancelled: one of the two sees the other.
+// waitForWork blocks until a wake-up entry newer than from arrives, wait
+// passes, or ctx is cancelled (Wake ends the read then).
+func (b *backend) waitForWork(ctx context.Context, from string, wait time.Duration) error {
+	b.waiting.Store(true)
+	defer b.waiting.Store(false)
+	// Checked after waiting is set, and Wake checks waiting after ctx is
+	// cancelled: one of the two sees the other.
 	if ctx.Err() != nil {
-		return false
+		return nil
 	}
-	err := w.pq.q.Client().XRead(ctx, &redis.XReadArgs{
-		Streams: []string{w.pq.keys.notify, from},
+	err := b.pq.core.RDB.XRead(ctx, &redis.XReadArgs{
+		Streams: []string{b.pq.keys.Notify, from},
 		Count:   1,
-		Block:   w.cfg.Block,
+		Block:   wait,
 	}).Err()
-	if err == nil || errors.Is(err, redis.Nil) {
-		bo.Reset()
-		return ctx.Err() == nil
+	if err == nil || errors.Is(err, redis.Nil) || ctx.Err() != nil {
+		return nil
 	}
-	if ctx.Err() != nil {
-		return false
-	}
-	w.log.WarnContext(ctx, "priority: waiting for work failed, retrying", "error", err, "retry_in", bo.Peek())
-	return bo.Wait(ctx)
+	return fmt.Errorf("priority: wait for work on %s: %w", b.pq.keys.Notify, err)
 }
 
-// wakeIfWaiting ends the pop loop's blocked XREAD by appending a wake-up
-// entry. Other idle workers of the queue wake up too, look for work and wait
-// again.
-func (r *run) wakeIfWaiting() {
-	if !r.waiting.Load() {
+// Wake ends a blocked wait for work by appending a wake-up entry. Other
+// idle workers of the queue wake up too, look for work and wait again.
+func (b *backend) Wake() {
+	if !b.waiting.Load() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	err := r.w.pq.q.Client().XAdd(ctx, &redis.XAddArgs{
-		Stream: r.w.pq.keys.notify, MaxLen: 100, Approx: true, Values: []any{"w", "0"},
+	err := b.pq.core.RDB.XAdd(ctx, &redis.XAddArgs{
+		Stream: b.pq.keys.Notify, MaxLen: 100, Approx: true, Values: []any{"w", "0"},
 	}).Err()
 	if err != nil {
-		r.w.log.Debug("priority: cannot wake the pop loop; it notices the shutdown within Block", "error", err)
+		b.w.mon.Log.Debug("priority: cannot wake the worker; it notices the shutdown within Block", "error", err)
 	}
 }
 
-// process runs the handler for one job and settles the outcome: finish,
-// retry, or dead letter. It reports true when the job went to the finish
-// loop, which unregisters it once removed.
-func (r *run) process(j *pool.Job[item]) bool {
-	w := r.w
-	msg, err := streamq.DecodeMessage(w.pq.q.Name(), j.Val.id, j.Val.fields(), j.Val.deliveries)
+// Charge marks the lease charged (its expiry counts a crashed start) or
+// waiting (its expiry counts nothing).
+func (b *backend) Charge(ctx context.Context, d *engine.Delivery, charge bool) (bool, error) {
+	return rdb.MarkWaiting(ctx, b.pq.core.RDB, b.pq.keys, d.Key, !charge)
+}
+
+// Touch extends the leases of held jobs.
+func (b *backend) Touch(ctx context.Context, leases []string) ([]string, error) {
+	return rdb.KeepAlive(ctx, b.pq.core.RDB, b.pq.keys, b.w.cfg.Lease.Milliseconds(), leases)
+}
+
+// Finish removes finished jobs.
+func (b *backend) Finish(ctx context.Context, done []engine.Finished) error {
+	leases := make([]string, len(done))
+	ids := make([]string, len(done))
+	for i, f := range done {
+		leases[i], ids[i] = f.Key, f.ID
+	}
+	_, left, err := rdb.Finish(ctx, b.pq.core.RDB, b.pq.keys, leases, ids)
+	if err == nil && left > 0 {
+		b.w.mon.Log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
+	}
+	return err
+}
+
+// Move puts the job back with new fields: into the delayed set, or straight
+// into the ready set without delay; either way with its priority and place.
+func (b *backend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration) (bool, error) {
+	ms := int64((delay + time.Millisecond - 1) / time.Millisecond)
+	return rdb.Retry(ctx, b.pq.core.RDB, b.pq.keys, d.Key, ms, wire.Pack(fields))
+}
+
+// DeadLetter moves the job to the queue's dead-letter stream.
+func (b *backend) DeadLetter(ctx context.Context, d *engine.Delivery, _, _ string, fields []any) (string, error) {
+	return rdb.PriorityDeadLetter(ctx, b.pq.core.RDB, b.pq.core.Keys, b.pq.keys, d.Key, b.pq.core.DeadLetterMaxLen, fields)
+}
+
+// Abandon does nothing: the lease expires and the reaper returns the job.
+func (b *backend) Abandon(string) {}
+
+// Loops returns the reaper of expired leases and due retries.
+func (b *backend) Loops() []engine.Loop {
+	if b.w.cfg.ReapInterval <= 0 {
+		return nil
+	}
+	return []engine.Loop{{Name: "reap expired leases and due retries", Every: b.w.cfg.ReapInterval, Do: b.reap}}
+}
+
+// reap returns expired leases and due retries to the ready set. Any number
+// of workers may run it; the script moves each job exactly once.
+func (b *backend) reap(ctx context.Context) (bool, error) {
+	ids, due, err := rdb.Reap(ctx, b.pq.core.RDB, b.pq.keys, reapBatch)
 	if err != nil {
-		r.pool.Settle(j)
-		r.deadLetter(j, msg, streamq.ReasonMalformed, err, max(j.Val.deliveries, 1))
-		return false
+		return false, err
 	}
-	msg.Headers[HeaderPriority] = strconv.Itoa(j.Val.prio)
-	if v, cause, over := streamq.Exhausted(msg, w.cfg.MaxDeliveries); over {
-		r.pool.Settle(j)
-		r.deadLetter(j, msg, v.Reason, cause, v.Attempts)
-		return false
-	}
-	var jctx context.Context = j // cancelled on timeout, lost claim or shutdown
-	err = streamq.CallHandler(jctx, w.h, msg)
-	r.pool.Settle(j)
-	if err == nil {
-		w.processed.Add(1)
-		r.finishes <- j // the finish loop unregisters it once removed
-		return true
-	}
-	cause := context.Cause(jctx)
-	switch {
-	case errors.Is(cause, streamq.ErrClaimLost):
-		// Its lease expired and the job is back in the ready set or runs
-		// elsewhere; whoever runs it next settles it.
-		w.failed.Add(1)
-		w.log.Info("priority: job failed after its lease was lost; leaving it to its next run", "job_id", j.Val.id, "error", err)
-	case errors.Is(cause, streamq.ErrShutdown):
-		// The handler stopped because of the shutdown: hand the job back at
-		// once without charging an attempt. Its handler has returned, so it
-		// cannot run twice.
-		w.failed.Add(1)
-		r.retry(j, msg, err, streamq.Verdict{Postponed: true}, streamq.EventRetried)
-	default:
-		r.fail(j, msg, err)
-	}
-	return false
-}
-
-// fail retries, postpones or dead-letters a failed attempt, as
-// [streamq.Decide] says.
-func (r *run) fail(j *pool.Job[item], msg *streamq.Message, err error) {
-	v := streamq.Decide(msg, err, r.w.cfg.MaxDeliveries, r.w.cfg.Backoff)
-	if !v.Postponed {
-		r.w.failed.Add(1)
-	}
-	if v.DeadLetter {
-		r.deadLetter(j, msg, v.Reason, err, v.Attempts)
-		return
-	}
-	kind := streamq.EventRetried
-	if v.Postponed {
-		kind = streamq.EventPostponed
-	}
-	r.retry(j, msg, err, v, kind)
-}
-
-// handBack returns a leased job that did not run to the ready set at once,
-// without charging an attempt.
-func (r *run) handBack(j *pool.Job[item]) {
-	defer r.pool.Unregister(j)
-	r.pool.Settle(j)
-	msg, err := streamq.DecodeMessage(r.w.pq.q.Name(), j.Val.id, j.Val.fields(), j.Val.deliveries)
-	if err != nil {
-		return // its lease expires; whoever pops it next dead-letters it
-	}
-	r.retry(j, msg, streamq.ErrShutdown, streamq.Verdict{Postponed: true}, streamq.EventRetried)
-}
-
-// retry moves the job from its lease to the delayed set (or the ready set,
-// without delay) in one script, due after v.Delay; with v.Postponed the
-// attempt is not charged (see [streamq.RetryFields]). kind is the event to
-// report: streamq.EventRetried or streamq.EventPostponed. If Redis cannot be
-// reached, the job keeps its lease until it expires, and then returns to the
-// ready set.
-func (r *run) retry(j *pool.Job[item], msg *streamq.Message, cause error, v streamq.Verdict, kind streamq.EventKind) {
-	w := r.w
-	pq := w.pq
-	ms := (v.Delay + time.Millisecond - 1) / time.Millisecond
-	args := []any{j.Key, int64(ms), packFields(streamq.RetryFields(msg, cause, !v.Postponed, time.Now()))}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	keys := []string{pq.keys.leases, pq.keys.ready, pq.keys.delayed, pq.keys.jobs, pq.keys.deliveries, pq.keys.notify}
-	moved, err := scriptRetry.Run(ctx, pq.q.Client(), keys, args...).Int()
-	switch {
-	case err != nil:
-		w.log.Error("priority: cannot schedule retry; the job returns to the ready set when its lease expires", "job_id", j.Val.id, "error", err)
-	case moved == 0:
-		w.log.Info("priority: job is held by another worker; leaving its retry to it", "job_id", j.Val.id)
-	case kind == streamq.EventPostponed:
-		w.postponed.Add(1)
-		w.log.Debug("priority: job postponed", "job_id", j.Val.id, "retry_in", v.Delay, "reason", cause)
-		w.event(ctx, streamq.Event{Kind: kind, ID: j.Val.id, Message: msg, Err: cause, Delay: v.Delay})
-	default:
-		w.retried.Add(1)
-		w.log.Debug("priority: job failed, retrying", "job_id", j.Val.id, "attempt", msg.Attempts(), "retry_in", v.Delay, "error", cause)
-		w.event(ctx, streamq.Event{Kind: kind, ID: j.Val.id, Message: msg, Err: cause, Delay: v.Delay})
-	}
-}
-
-// deadLetter moves the job to the queue's dead-letter stream in one script.
-// attempts is the number of attempts made, recorded in the dead letter. If
-// Redis cannot be reached, the job keeps its lease until it expires, runs
-// again and is dead-lettered then.
-func (r *run) deadLetter(j *pool.Job[item], msg *streamq.Message, reason string, cause error, attempts int) {
-	w := r.w
-	pq := w.pq
-	fields := streamq.DeadLetterFields(msg, reason, cause, attempts, time.Now())
-	if reason != streamq.ReasonMalformed {
-		fields = withHeaders(fields, msg.Headers)
-	}
-	args := append([]any{j.Key, pq.q.DeadLetterMaxLen()}, fields...)
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	keys := []string{pq.keys.leases, pq.keys.ready, pq.keys.jobs, pq.keys.deliveries, pq.q.DeadLetterKey()}
-	id, err := scriptDeadLetter.Run(ctx, pq.q.Client(), keys, args...).Text()
-	switch {
-	case errors.Is(err, redis.Nil):
-		w.log.Info("priority: job is held by another worker; leaving its dead letter to it", "job_id", j.Val.id)
-	case err != nil:
-		w.log.Error("priority: cannot dead-letter job; it returns to the ready set when its lease expires", "job_id", j.Val.id, "reason", reason, "error", err)
-	default:
-		w.dead.Add(1)
-		w.log.Warn("priority: job dead-lettered", "job_id", j.Val.id, "dead_letter_id", id, "reason", reason, "attempt", attempts, "error", cause)
-		w.event(ctx, streamq.Event{Kind: streamq.EventDeadLettered, ID: j.Val.id, Message: msg, Err: cause, Reason: reason})
-	}
-}
-
-// withHeaders sets the headers field of a dead letter's field list to
-// headers, which hold the job's priority: the stored fields of a pushed job
-// do not (its priority is its score), and a dead letter requeued into the
-// stream must carry it to be forwarded at its priority again.
-func withHeaders(fields []any, headers map[string]string) []any {
-	h, err := json.Marshal(headers)
-	if err != nil {
-		return fields
-	}
-	for i := 0; i+1 < len(fields); i += 2 {
-		if fields[i] == "headers" {
-			fields[i+1] = string(h)
-			return fields
+	if len(ids) > 0 {
+		b.w.mon.Log.InfoContext(ctx, "priority: returned jobs with expired leases to the ready set (their worker died, hung or lost Redis)", "count", len(ids))
+		for _, id := range ids {
+			b.w.mon.Event(ctx, engine.Event{Kind: engine.EventReclaimed, ID: id})
 		}
 	}
-	return append(fields, "headers", string(h))
-}
-
-func (w *Worker) event(ctx context.Context, e streamq.Event) {
-	if w.cfg.OnEvent != nil {
-		e.Queue = w.pq.q.Name()
-		w.cfg.OnEvent(ctx, e)
-	}
+	return len(ids) == reapBatch || due == reapBatch, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/priority"
 )
@@ -98,7 +99,7 @@ func TestWorker_Postpone(t *testing.T) {
 	}})
 	stop := run(t, w)
 	m := recv(t, last, "the job after its postpones")
-	if m.Attempt != 0 || m.LastError != "" {
+	if m.Attempt != 1 || m.LastError != "" {
 		t.Errorf("after %d postpones: attempt=%d last error=%q; want an uncharged job", postpones, m.Attempt, m.LastError)
 	}
 	e.waitStats(t, priority.Stats{})
@@ -118,13 +119,13 @@ func TestWorker_Retry(t *testing.T) {
 	e := setup(t, nil)
 	e.push(t, 3)
 	type try struct {
-		attempt, attempts, deliveries int
-		lastErr                       string
+		attempt int
+		lastErr string
 	}
 	tries := make(chan try, 10)
 	h := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
-		tries <- try{msg.Attempt, msg.Attempts(), msg.Deliveries, msg.LastError}
-		if msg.Attempt < 2 {
+		tries <- try{msg.Attempt, msg.LastError}
+		if msg.Attempt < 3 {
 			return errors.New("flaky " + strconv.Itoa(msg.Attempt))
 		}
 		return nil
@@ -139,7 +140,7 @@ func TestWorker_Retry(t *testing.T) {
 		},
 	})
 	stop := run(t, w)
-	want := []try{{0, 1, 1, ""}, {1, 2, 1, "flaky 0"}, {2, 3, 1, "flaky 1"}}
+	want := []try{{1, ""}, {2, "flaky 1"}, {3, "flaky 2"}}
 	for i, wt := range want {
 		if got := recv(t, tries, "attempt "+strconv.Itoa(i+1)); got != wt {
 			t.Errorf("attempt %d: %+v, want %+v", i+1, got, wt)
@@ -263,8 +264,8 @@ func TestWorker_DeadLetter_RequeueAndForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := recv(t, ran, "the requeued job")
-	if p, _ := priority.Of(msg); p != 8 || string(msg.Payload) != "0" || msg.Attempts() != 1 {
-		t.Errorf("requeued job: priority %d payload %q attempts %d, want priority 8, payload 0, attempt 1", p, msg.Payload, msg.Attempts())
+	if p, _ := priority.Of(msg); p != 8 || string(msg.Payload) != "0" || msg.Attempt != 1 {
+		t.Errorf("requeued job: priority %d payload %q attempt %d, want priority 8, payload 0, attempt 1", p, msg.Payload, msg.Attempt)
 	}
 }
 
@@ -274,7 +275,7 @@ func TestWorker_Panic(t *testing.T) {
 	e.push(t, 0)
 	last := make(chan string, 2)
 	h := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
-		if msg.Attempt == 0 {
+		if msg.Attempt == 1 {
 			panic("boom")
 		}
 		last <- msg.LastError
@@ -319,7 +320,7 @@ func TestWorker_JobTimeout(t *testing.T) {
 	e.push(t, 0)
 	causes := make(chan error, 2)
 	h := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
-		if msg.Attempt > 0 {
+		if msg.Attempt > 1 {
 			return nil
 		}
 		<-ctx.Done()
@@ -409,8 +410,8 @@ func TestWorker_Shutdown_HandsBackUncharged(t *testing.T) {
 	ch := make(chan *streamq.Message, 1)
 	run(t, e.newWorker(t, recorder(ch), priority.WorkerConfig{}))
 	msg := recv(t, ch, "the job to run again")
-	if msg.ID != ids[0] || msg.Attempts() != 1 || msg.Attempt != 0 {
-		t.Errorf("rerun: ID %s attempt %d attempts %d, want ID %s on attempt 1 (the shutdown is not charged)", msg.ID, msg.Attempt, msg.Attempts(), ids[0])
+	if msg.ID != ids[0] || msg.Attempt != 1 {
+		t.Errorf("rerun: ID %s attempt %d, want ID %s on attempt 1 (the shutdown is not charged)", msg.ID, msg.Attempt, ids[0])
 	}
 }
 
@@ -507,7 +508,7 @@ func TestWorker_WakeUpWithoutPolling(t *testing.T) {
 	rdb := redistest.NewClient(t)
 	rdb.AddHook(hook)
 	e := setupClient(t, rdb, nil)
-	hook.ready, hook.leases, hook.delayed = e.pq.ReadyKey(), e.pq.LeaseKey(), e.pq.DelayedKey()
+	hook.ready, hook.leases, hook.delayed = core.Of(e.q).Keys.Priority().Ready, core.Of(e.q).Keys.Priority().Leases, core.Of(e.q).Keys.Priority().Delayed
 
 	ch := make(chan *streamq.Message, 1)
 	w := e.newWorker(t, recorder(ch), priority.WorkerConfig{Block: time.Minute, ReapInterval: 10 * time.Millisecond})
@@ -635,14 +636,14 @@ func TestWorker_KeepAliveExtendsLease(t *testing.T) {
 	run(t, w)
 	recv(t, started, "the job to start")
 	ctx := context.Background()
-	first, err := e.rdb.ZRangeWithScores(ctx, e.pq.LeaseKey(), 0, -1).Result()
+	first, err := e.rdb.ZRangeWithScores(ctx, core.Of(e.q).Keys.Priority().Leases, 0, -1).Result()
 	if err != nil || len(first) != 1 {
 		t.Fatalf("leases %v, %v; want one", first, err)
 	}
 	// Wait until the lease was extended past two lease periods beyond its
 	// first deadline: the job has then run for more than two leases.
 	redistest.WaitFor(t, waitTimeout, "the lease to be extended two periods over", func() bool {
-		sc, err := e.rdb.ZScore(ctx, e.pq.LeaseKey(), first[0].Member.(string)).Result()
+		sc, err := e.rdb.ZScore(ctx, core.Of(e.q).Keys.Priority().Leases, first[0].Member.(string)).Result()
 		return err == nil && sc > first[0].Score+float64(2*lease.Milliseconds())
 	})
 	close(release)
@@ -679,7 +680,7 @@ func TestWorker_ClaimLost(t *testing.T) {
 	})
 	run(t, w)
 	recv(t, started, "the job to start")
-	if err := e.rdb.Del(context.Background(), e.pq.LeaseKey()).Err(); err != nil {
+	if err := e.rdb.Del(context.Background(), core.Of(e.q).Keys.Priority().Leases).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if got := recv(t, causes, "the handler to be cancelled"); !errors.Is(got, streamq.ErrClaimLost) {
@@ -703,7 +704,7 @@ func TestWorker_Run_Twice(t *testing.T) {
 	recv(t, ch, "a job, so Run runs")
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := w.Run(cancelled); !errors.Is(err, priority.ErrRunning) {
+	if err := w.Run(cancelled); !errors.Is(err, streamq.ErrRunning) {
 		t.Errorf("second Run: %v, want ErrRunning", err)
 	}
 	if err := stop(); err != nil {

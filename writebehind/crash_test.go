@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
@@ -172,7 +173,7 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 		i := k % len(workers)
 		// Let a few thousand changes through between kills.
 		redistest.WaitFor(t, time.Minute, "more changes written", func() bool {
-			n, err := q.Client().XLen(ctx, q.StreamKey()).Result()
+			n, err := core.Of(q).RDB.XLen(ctx, core.Of(q).Keys.Stream).Result()
 			return err == nil && n >= int64(k+1)*crashChangesPerKill
 		})
 		// Kill the worker as its sink starts a batch: with the transaction
@@ -180,8 +181,8 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 		workers[i].waitWrites(t, 1+rand.IntN(3))
 		workers[i].Kill()
 		name := workers[i].consumerName()
-		pending, err := q.Client().XPendingExt(ctx, &redis.XPendingExtArgs{
-			Stream: q.StreamKey(), Group: q.Group(), Start: "-", End: "+", Count: 10_000, Consumer: name,
+		pending, err := core.Of(q).RDB.XPendingExt(ctx, &redis.XPendingExtArgs{
+			Stream: core.Of(q).Keys.Stream, Group: q.Group(), Start: "-", End: "+", Count: 10_000, Consumer: name,
 		}).Result()
 		if err != nil {
 			t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/faultproxy"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
@@ -97,7 +98,7 @@ func TestWriteBehind_Replay(t *testing.T) {
 			// Old values, persisted.
 			expect := workload(t, w, 300, 40, 4, 10, nil)
 			waitDrained(t, q)
-			old, err := q.Client().XRange(ctx, q.StreamKey(), "-", "+").Result()
+			old, err := core.Of(q).RDB.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,9 +114,9 @@ func TestWriteBehind_Replay(t *testing.T) {
 			before := h.Stats().Changes
 
 			// Replay the old entries as they were, in one go.
-			pipe := q.Client().Pipeline()
+			pipe := core.Of(q).RDB.Pipeline()
 			for _, m := range old {
-				pipe.XAdd(ctx, &redis.XAddArgs{Stream: q.StreamKey(), Values: m.Values})
+				pipe.XAdd(ctx, &redis.XAddArgs{Stream: core.Of(q).Keys.Stream, Values: m.Values})
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)

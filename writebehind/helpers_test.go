@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
 )
@@ -211,8 +212,8 @@ func newQueue(tb testing.TB, cfg *streamq.QueueConfig) *streamq.Queue {
 func deleteQueueKeys(q *streamq.Queue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := q.Client()
-	iter := rdb.Scan(ctx, 0, q.Key("*"), 1000).Iterator()
+	rdb := core.Of(q).RDB
+	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 1000).Iterator()
 	var batch []string
 	for iter.Next(ctx) {
 		batch = append(batch, iter.Val())
@@ -289,10 +290,10 @@ func drained(ctx context.Context, q *streamq.Queue) (bool, error) {
 		stream *redis.XInfoStreamCmd
 		delay  *redis.IntCmd
 	)
-	_, err := q.Client().TxPipelined(ctx, func(p redis.Pipeliner) error {
-		groups = p.XInfoGroups(ctx, q.StreamKey())
-		stream = p.XInfoStream(ctx, q.StreamKey())
-		delay = p.ZCard(ctx, q.DelayedKey())
+	_, err := core.Of(q).RDB.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		groups = p.XInfoGroups(ctx, core.Of(q).Keys.Stream)
+		stream = p.XInfoStream(ctx, core.Of(q).Keys.Stream)
+		delay = p.ZCard(ctx, core.Of(q).Keys.Delayed)
 		return nil
 	})
 	if err != nil {
@@ -361,7 +362,7 @@ func readCache(t testing.TB, w *writebehind.Writer, keys []string) (cached, hash
 	cached = make(map[string][]byte, len(keys))
 	for start := 0; start < len(cacheKeys); start += 500 {
 		end := min(start+500, len(cacheKeys))
-		vals, err := w.Queue().Client().MGet(ctx, cacheKeys[start:end]...).Result()
+		vals, err := core.Of(w.Queue()).RDB.MGet(ctx, cacheKeys[start:end]...).Result()
 		if err != nil {
 			t.Fatalf("MGET: %v", err)
 		}
@@ -474,7 +475,7 @@ func checkConsistent(t testing.TB, w *writebehind.Writer, rows map[string]dbRow,
 func cachedHashes(t testing.TB, w *writebehind.Writer, keys []string) map[string][]byte {
 	t.Helper()
 	ctx := context.Background()
-	rdb := w.Queue().Client()
+	rdb := core.Of(w.Queue()).RDB
 	out := make(map[string][]byte)
 	for start := 0; start < len(keys); start += 500 {
 		chunk := keys[start:min(start+500, len(keys))]

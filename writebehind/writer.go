@@ -13,6 +13,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // Headers of the stream entries a [Writer] appends (wire format version 1:
@@ -123,7 +125,7 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 		}
 		return nil, err
 	}
-	return &Writer{q: q, p: p, ttl: c.TTL, version: q.Key(VersionKeyPart), hooks: len(c.Hooks) > 0}, nil
+	return &Writer{q: q, p: p, ttl: c.TTL, version: core.Of(q).Keys.Part(VersionKeyPart), hooks: len(c.Hooks) > 0}, nil
 }
 
 // Queue returns the writer's queue.
@@ -132,7 +134,7 @@ func (w *Writer) Queue() *streamq.Queue { return w.q }
 // CacheKey returns the Redis key that caches key's value,
 // <prefix>:{<queue>}:cache:<key>. It holds the value as a plain string
 // (written by [Writer.Set]) or as a hash (written by [Writer.SetFields]).
-func (w *Writer) CacheKey(key string) string { return w.q.Key(CacheKeyPrefix + key) }
+func (w *Writer) CacheKey(key string) string { return core.Of(w.q).Keys.Part(CacheKeyPrefix + key) }
 
 // Set stores value as key's value in the cache and queues the change for the
 // sink, in one atomic step, and returns the change's version.
@@ -217,7 +219,7 @@ func (w *Writer) Get(ctx context.Context, key string) (value []byte, found bool,
 	if err := (Change{Key: key, Version: 1}).Validate(); err != nil {
 		return nil, false, err
 	}
-	value, err = w.q.Client().Get(ctx, w.CacheKey(key)).Bytes()
+	value, err = core.Of(w.q).RDB.Get(ctx, w.CacheKey(key)).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, false, nil
 	}
@@ -238,7 +240,7 @@ func (w *Writer) GetFields(ctx context.Context, key string) (fields map[string]s
 	if err := (Change{Key: key, Version: 1}).Validate(); err != nil {
 		return nil, false, err
 	}
-	fields, err = w.q.Client().HGetAll(ctx, w.CacheKey(key)).Result()
+	fields, err = core.Of(w.q).RDB.HGetAll(ctx, w.CacheKey(key)).Result()
 	if isWrongType(err) {
 		return nil, false, fmt.Errorf("streamq: write-behind get fields of %q from %s: the key is cached as a string (written by Set), read it with Get: %w", key, w.CacheKey(key), err)
 	}
@@ -263,21 +265,22 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 	if err := (Change{Key: key, Value: value, Deleted: op == OpDelete, Version: 1}).Validate(); err != nil {
 		return 0, err
 	}
-	fields := w.p.EntryFields(ctx, value, map[string]string{HeaderKey: key, HeaderOp: op}, time.Now())
+	entry := wire.Job{Payload: value, Headers: core.OfProducer(w.p).RunHooks(ctx, map[string]string{HeaderKey: key, HeaderOp: op}), EnqMillis: time.Now().UnixMilli()}
+	fields := entry.Args()
 	if w.hooks {
 		fields = ownHeaders(fields, key, op)
 	}
 	args := make([]any, 0, 4+len(fields)+len(hash))
-	args = append(args, max(w.q.MaxLen(), 0), op, w.ttl.Milliseconds(), len(fields))
+	args = append(args, max(core.Of(w.q).MaxLen, 0), op, w.ttl.Milliseconds(), len(fields))
 	args = append(args, fields...)
 	args = append(args, hash...)
-	keys := []string{w.q.StreamKey(), w.CacheKey(key), w.version}
+	keys := []string{core.Of(w.q).Keys.Stream, w.CacheKey(key), w.version}
 	var (
 		version int64
 		err     error
 	)
 	for attempt := 0; ; attempt++ {
-		version, err = scriptWrite.Run(ctx, w.q.Client(), keys, args...).Int64()
+		version, err = scriptWrite.Run(ctx, core.Of(w.q).RDB, keys, args...).Int64()
 		if err == nil || !isQueueFull(err) || attempt > 0 {
 			break
 		}
@@ -289,7 +292,7 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 		if isQueueFull(err) {
 			err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
 		}
-		return 0, fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, w.q.StreamKey(), err)
+		return 0, fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, core.Of(w.q).Keys.Stream, err)
 	}
 	return version, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
 )
@@ -105,7 +106,7 @@ func TestWriter_SetGetDelete(t *testing.T) {
 	if !strings.Contains(w.CacheKey("user:1"), "{"+q.Name()+"}") {
 		t.Fatalf("CacheKey %q does not carry the queue's hash tag", w.CacheKey("user:1"))
 	}
-	if got, err := q.Client().Get(ctx, w.CacheKey("user:1")).Result(); err != nil || got != "Ada Lovelace" {
+	if got, err := core.Of(q).RDB.Get(ctx, w.CacheKey("user:1")).Result(); err != nil || got != "Ada Lovelace" {
 		t.Fatalf("GET %s = %q, %v", w.CacheKey("user:1"), got, err)
 	}
 
@@ -125,7 +126,7 @@ func TestWriter_SetGetDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	entries, err := q.Client().XRange(ctx, q.StreamKey(), "-", "+").Result()
+	entries, err := core.Of(q).RDB.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestWriter_Version(t *testing.T) {
 		}
 		last = v
 	}
-	if ttl, err := q.Client().PTTL(ctx, w.CacheKey("k2")).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
+	if ttl, err := core.Of(q).RDB.PTTL(ctx, w.CacheKey("k2")).Result(); err != nil || ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("PTTL of a cached key = %v, %v; want at most the configured hour", ttl, err)
 	}
 	// A cache entry expires; the version counter does not.
@@ -200,10 +201,10 @@ func TestWriter_Version(t *testing.T) {
 	if v != last+1 {
 		t.Fatalf("version after expiry = %d, want %d (the counter is never reset)", v, last+1)
 	}
-	if got, err := q.Client().Get(ctx, q.Key(writebehind.VersionKeyPart)).Int64(); err != nil || got != v {
-		t.Fatalf("counter %s = %d, %v; want %d", q.Key(writebehind.VersionKeyPart), got, err, v)
+	if got, err := core.Of(q).RDB.Get(ctx, core.Of(q).Keys.Part(writebehind.VersionKeyPart)).Int64(); err != nil || got != v {
+		t.Fatalf("counter %s = %d, %v; want %d", core.Of(q).Keys.Part(writebehind.VersionKeyPart), got, err, v)
 	}
-	if ttl, err := q.Client().PTTL(ctx, q.Key(writebehind.VersionKeyPart)).Result(); err != nil || ttl != -1 {
+	if ttl, err := core.Of(q).RDB.PTTL(ctx, core.Of(q).Keys.Part(writebehind.VersionKeyPart)).Result(); err != nil || ttl != -1 {
 		t.Fatalf("counter PTTL = %v, %v; want no expiry", ttl, err)
 	}
 }
@@ -249,10 +250,10 @@ func TestWriter_Limits(t *testing.T) {
 		})
 	}
 	// Only the valid change reached Redis.
-	if n, err := q.Client().XLen(t.Context(), q.StreamKey()).Result(); err != nil || n != 1 {
+	if n, err := core.Of(q).RDB.XLen(t.Context(), core.Of(q).Keys.Stream).Result(); err != nil || n != 1 {
 		t.Fatalf("XLEN = %d, %v; want 1", n, err)
 	}
-	if v, err := q.Client().Get(t.Context(), q.Key(writebehind.VersionKeyPart)).Int64(); err != nil || v != 1 {
+	if v, err := core.Of(q).RDB.Get(t.Context(), core.Of(q).Keys.Part(writebehind.VersionKeyPart)).Int64(); err != nil || v != 1 {
 		t.Fatalf("version counter = %d, %v; want 1", v, err)
 	}
 }
@@ -285,10 +286,10 @@ func TestWriter_QueueFull(t *testing.T) {
 	if _, found, _ := w.Get(ctx, "k9"); found {
 		t.Fatal("a refused Set reached the cache")
 	}
-	if v, err := q.Client().Get(ctx, q.Key(writebehind.VersionKeyPart)).Int64(); err != nil || v != 3 {
+	if v, err := core.Of(q).RDB.Get(ctx, core.Of(q).Keys.Part(writebehind.VersionKeyPart)).Int64(); err != nil || v != 3 {
 		t.Fatalf("version counter = %d, %v; want 3 (refused changes take no version)", v, err)
 	}
-	if n, _ := q.Client().XLen(ctx, q.StreamKey()).Result(); n != 3 {
+	if n, _ := core.Of(q).RDB.XLen(ctx, core.Of(q).Keys.Stream).Result(); n != 3 {
 		t.Fatalf("XLEN = %d, want 3", n)
 	}
 
@@ -324,7 +325,7 @@ func TestWriter_Hooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := q.Client().XRange(ctx, q.StreamKey(), "-", "+").Result()
+	entries, err := core.Of(q).RDB.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("XRANGE = %d entries, %v; want 1", len(entries), err)
 	}
@@ -345,7 +346,7 @@ func TestWriter_Hooks(t *testing.T) {
 // key, and the number of entries.
 func lastChanges(t *testing.T, q *streamq.Queue) (map[string]writebehind.Change, int) {
 	t.Helper()
-	entries, err := q.Client().XRange(t.Context(), q.StreamKey(), "-", "+").Result()
+	entries, err := core.Of(q).RDB.XRange(t.Context(), core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +369,7 @@ func TestWriter_SetFields(t *testing.T) {
 	ctx := t.Context()
 	q := newQueue(t, nil)
 	w := newWriter(t, q, nil)
-	rdb := q.Client()
+	rdb := core.Of(q).RDB
 
 	ada := map[string]string{"name": "Ada", "born": "1815", "note": `<"math">`}
 	v1, err := w.SetFields(ctx, "user:1", ada)
@@ -424,7 +425,7 @@ func TestWriter_SetFields(t *testing.T) {
 		t.Fatalf("versions %d %d %d %d %d: want strictly increasing", v1, v2, v3, v4, v5)
 	}
 
-	entries, err := rdb.XRange(ctx, q.StreamKey(), "-", "+").Result()
+	entries, err := rdb.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +465,7 @@ func TestWriter_SetFields_TTL(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	q := newQueue(t, nil)
-	rdb := q.Client()
+	rdb := core.Of(q).RDB
 	long := newWriter(t, q, &writebehind.WriterConfig{TTL: time.Hour})
 	short := newWriter(t, q, &writebehind.WriterConfig{TTL: 20 * time.Millisecond})
 	never := newWriter(t, q, nil)
@@ -557,10 +558,10 @@ func TestWriter_SetFields_Atomic(t *testing.T) {
 	if got, _, err := fw.GetFields(ctx, "k"); err != nil || !maps.Equal(got, old) {
 		t.Fatalf("GetFields after a refused SetFields = %v, %v; want %v", got, err, old)
 	}
-	if n, _ := full.Client().XLen(ctx, full.StreamKey()).Result(); n != 1 {
+	if n, _ := core.Of(full).RDB.XLen(ctx, core.Of(full).Keys.Stream).Result(); n != 1 {
 		t.Fatalf("XLEN = %d, want 1", n)
 	}
-	if v, _ := full.Client().Get(ctx, full.Key(writebehind.VersionKeyPart)).Int64(); v != 1 {
+	if v, _ := core.Of(full).RDB.Get(ctx, core.Of(full).Keys.Part(writebehind.VersionKeyPart)).Int64(); v != 1 {
 		t.Fatalf("version counter = %d, want 1", v)
 	}
 }
@@ -583,7 +584,7 @@ func TestWriter_SetFields_ManyFields(t *testing.T) {
 	if err != nil || !found || !maps.Equal(got, fields) {
 		t.Fatalf("GetFields: %d fields, found %v, err %v; want the 5000 fields", len(got), found, err)
 	}
-	if ttl, _ := q.Client().PTTL(ctx, w.CacheKey("big")).Result(); ttl <= 0 {
+	if ttl, _ := core.Of(q).RDB.PTTL(ctx, w.CacheKey("big")).Result(); ttl <= 0 {
 		t.Fatalf("PTTL = %v, want the TTL", ttl)
 	}
 	last, _ := lastChanges(t, q)
@@ -628,10 +629,10 @@ func TestWriter_SetFields_Limits(t *testing.T) {
 		})
 	}
 	// Nothing reached Redis.
-	if n, err := q.Client().XLen(t.Context(), q.StreamKey()).Result(); err != nil || n != 0 {
+	if n, err := core.Of(q).RDB.XLen(t.Context(), core.Of(q).Keys.Stream).Result(); err != nil || n != 0 {
 		t.Fatalf("XLEN = %d, %v; want 0", n, err)
 	}
-	if n, err := q.Client().Exists(t.Context(), q.Key(writebehind.VersionKeyPart), w.CacheKey("k")).Result(); err != nil || n != 0 {
+	if n, err := core.Of(q).RDB.Exists(t.Context(), core.Of(q).Keys.Part(writebehind.VersionKeyPart), w.CacheKey("k")).Result(); err != nil || n != 0 {
 		t.Fatalf("EXISTS counter, cache = %d, %v; want neither", n, err)
 	}
 	if _, _, err := w.GetFields(t.Context(), strings.Repeat("k", writebehind.MaxKeyBytes+1)); !errors.Is(err, writebehind.ErrInvalidChange) {

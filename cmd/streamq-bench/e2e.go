@@ -9,12 +9,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 )
 
 // ackBatch is the most IDs the baseline acknowledges in one XACK, the same
-// bound as streamq's DefaultAckBatch.
-const ackBatch = streamq.DefaultAckBatch
+// bound as streamq's consumer uses.
+const ackBatch = 512
 
 // stopTimeout bounds waiting for a consumer to return after its run.
 const stopTimeout = time.Minute
@@ -61,7 +63,7 @@ func (b *bench) e2eStreamq(ctx context.Context, c, n int, mw []streamq.Middlewar
 	if err != nil {
 		return Run{}, err
 	}
-	hook := newCountHook(q0.StreamKey(), int64(n))
+	hook := newCountHook(core.Of(q0).Keys.Stream, int64(n))
 	rdb := newClient(b.o.addr, hook, c+10)
 	defer rdb.Close()
 	q, err := streamq.NewQueue(rdb, name, nil)
@@ -74,7 +76,7 @@ func (b *bench) e2eStreamq(ctx context.Context, c, n int, mw []streamq.Middlewar
 	if err := q.Setup(ctx); err != nil {
 		return Run{}, err
 	}
-	if err := b.prefill(ctx, q.StreamKey(), n, makePayload(b.o.payload)); err != nil {
+	if err := b.prefill(ctx, core.Of(q).Keys.Stream, n, makePayload(b.o.payload)); err != nil {
 		return Run{}, err
 	}
 	noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })

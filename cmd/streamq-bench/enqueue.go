@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 )
 
 // baselineMaxLen is the MAXLEN ~ of the baseline's XADDs: streamq's default
@@ -216,7 +218,7 @@ func (b *bench) enqueueRun(ctx context.Context, sd side, g, batch, i int) (Run, 
 
 // queueKeys lists every key a streamq queue may own.
 func queueKeys(q *streamq.Queue) []string {
-	return []string{q.StreamKey(), q.DeadLetterKey(), q.DelayedKey(), q.Key("delayed:jobs")}
+	return []string{core.Of(q).Keys.Stream, core.Of(q).Keys.Dead, core.Of(q).Keys.Delayed, core.Of(q).Keys.Part("delayed:jobs")}
 }
 
 func createBaselineGroup(ctx context.Context, rdb *redis.Client, key string) error {

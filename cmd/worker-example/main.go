@@ -36,7 +36,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/middleware"
 )
 
@@ -270,7 +272,7 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 // block a shared server).
 func deleteQueue(rdb *redis.Client, q *streamq.Queue) {
 	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, q.Key("*"), 1000).Iterator()
+	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 1000).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())

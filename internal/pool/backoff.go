@@ -3,7 +3,6 @@ package pool
 import (
 	"context"
 	"math/rand/v2"
-	"strings"
 	"time"
 )
 
@@ -40,19 +39,4 @@ func (b *Backoff) Wait(ctx context.Context) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// Fatal reports Redis errors that retrying cannot fix: a wrong key type,
-// missing permissions or authentication, an unknown command.
-func Fatal(err error) bool {
-	if err == nil {
-		return false
-	}
-	s := err.Error()
-	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "ERR unknown command"} {
-		if strings.HasPrefix(s, p) {
-			return true
-		}
-	}
-	return false
 }

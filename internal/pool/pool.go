@@ -1,7 +1,6 @@
-// Package pool is the job-running machinery shared by the stream consumer
-// (package streamq) and the priority worker (package priority): a bounded
-// set of handler goroutines, a registry of the jobs a run owns, the
-// keep-alive of their claims, jobs that must run alone, the graceful drain,
+// Package pool is the job-running machinery of the engine: a bounded set of
+// handler goroutines, a registry of the jobs a run owns, the keep-alive of
+// their claims, slots for jobs that must run alone, the graceful drain,
 // batching with a short linger, and the pacing of retries of failed Redis
 // calls.
 //
@@ -114,6 +113,10 @@ type Pool[T any] struct {
 	mu       sync.Mutex
 	jobs     map[string]*Job[T]
 	stopping bool
+	// shrunk is closed (and replaced) when jobs are unregistered while
+	// someone waits in WaitHeld.
+	shrunk  chan struct{}
+	waiters int
 }
 
 // New returns a pool that runs work for every launched job. If work
@@ -154,6 +157,7 @@ func (p *Pool[T]) Unregister(j *Job[T]) {
 	if p.jobs[j.Key] == j {
 		delete(p.jobs, j.Key)
 	}
+	p.wakeLocked()
 	p.mu.Unlock()
 	j.cancel(nil)
 }
@@ -166,6 +170,7 @@ func (p *Pool[T]) UnregisterAll(jobs []*Job[T]) {
 			delete(p.jobs, j.Key)
 		}
 	}
+	p.wakeLocked()
 	p.mu.Unlock()
 	for _, j := range jobs {
 		j.cancel(nil)
@@ -325,33 +330,60 @@ func (p *Pool[T]) Close() {
 	p.workers.Wait()
 }
 
-// RunAlone launches each job only once no other job of the pool runs, and
-// lets nothing else start while it runs: it takes every slot (the semaphore
-// is FIFO, so fetches queue behind it and other work is slowed, not
-// starved). It is for a job whose earlier runs died with their worker: a
-// neighbour may have crashed it, so its last attempt must not have one. The
-// jobs must be registered (their claims stay fresh while they wait). A job
-// whose claim was lost meanwhile is dropped. If ctx ends first, the jobs not
-// started go to handBack (which must unregister them) and RunAlone reports
-// false.
-func (p *Pool[T]) RunAlone(ctx context.Context, jobs []*Job[T], handBack func(*Job[T])) bool {
+// AcquireAll takes every handler slot, waiting until no job of the pool
+// runs; nothing else starts until they are released (the semaphore is
+// FIFO, so fetches queue behind it: other work is slowed, not starved). It
+// is for a job that must run alone: launch it with weight Concurrency. It
+// returns ctx's error if ctx ended first.
+func (p *Pool[T]) AcquireAll(ctx context.Context) error {
 	all := int64(p.cfg.Concurrency)
-	for i, j := range jobs {
-		if err := p.sem.Acquire(ctx, all); err != nil {
-			for _, j := range jobs[i:] {
-				handBack(j)
-			}
-			return false
-		}
-		p.held.Add(all)
-		if errors.Is(context.Cause(j), p.cfg.LostCause) {
-			p.Release(all)
-			p.Unregister(j)
-			continue
-		}
-		p.Launch(j, all)
+	if err := p.sem.Acquire(ctx, all); err != nil {
+		return err
 	}
-	return true
+	p.held.Add(all)
+	return nil
+}
+
+// WaitHeld waits until at most n jobs are registered (for example: every
+// job but those waiting to run alone has been settled), or ctx ends.
+func (p *Pool[T]) WaitHeld(ctx context.Context, n int) error {
+	for {
+		p.mu.Lock()
+		if len(p.jobs) <= n {
+			p.mu.Unlock()
+			return nil
+		}
+		if p.shrunk == nil {
+			p.shrunk = make(chan struct{})
+		}
+		ch := p.shrunk
+		p.waiters++
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		p.mu.Lock()
+		p.waiters--
+		p.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// wakeLocked wakes WaitHeld callers; p.mu is held.
+func (p *Pool[T]) wakeLocked() {
+	if p.waiters > 0 && p.shrunk != nil {
+		close(p.shrunk)
+		p.shrunk = nil
+	}
+}
+
+// Lost reports whether the job's claim was lost (its context was cancelled
+// with Config.LostCause).
+func (p *Pool[T]) Lost(j *Job[T]) bool {
+	return errors.Is(context.Cause(j.ctx), p.cfg.LostCause)
 }
 
 // Drain waits for every launched goroutine to return. Once ShutdownTimeout

@@ -114,10 +114,10 @@ func TestPool_LaunchUnregisters(t *testing.T) {
 	}
 }
 
-// TestPool_RunAlone checks that a job running alone waits for the running
-// jobs, that nothing else starts while it runs, and that a job whose claim
-// was lost while waiting is dropped.
-func TestPool_RunAlone(t *testing.T) {
+// TestPool_AcquireAll checks that taking every slot waits for the running
+// jobs, that nothing else starts while the job launched with them runs, and
+// that a fetch queued behind it goes first afterwards (FIFO).
+func TestPool_AcquireAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var running atomic.Int64
@@ -145,14 +145,10 @@ func TestPool_RunAlone(t *testing.T) {
 		t.Fatalf("took %d slots, want 2", n)
 	}
 
-	lost := p.Register("lost", 1)
 	alone := p.Register("alone", 1)
-	lost.cancel(errLost) // as KeepAlive does when the claim is gone
-	aloneDone := make(chan bool, 1)
-	go func() {
-		aloneDone <- p.RunAlone(ctx, []*Job[int]{alone, lost}, func(*Job[int]) { t.Error("handBack called") })
-	}()
-	// A fetch queued behind RunAlone must not get a slot before the alone
+	acquired := make(chan error, 1)
+	go func() { acquired <- p.AcquireAll(ctx) }()
+	// A fetch queued behind AcquireAll must not get a slot before the alone
 	// job ran: release the normal jobs and see what starts next.
 	waitQueued(t, p)
 	fetched := make(chan int64, 1)
@@ -161,7 +157,14 @@ func TestPool_RunAlone(t *testing.T) {
 		fetched <- n
 	}()
 	release <- struct{}{}
+	if !p.Lost(alone) && len(acquired) != 0 {
+		t.Fatal("AcquireAll returned while a job ran")
+	}
 	release <- struct{}{}
+	if err := recv(t, acquired, "AcquireAll"); err != nil {
+		t.Fatal(err)
+	}
+	p.Launch(alone, 4)
 	if got := recv(t, started, "the alone job"); got != "alone" {
 		t.Fatalf("%q started, want the alone job", got)
 	}
@@ -171,18 +174,44 @@ func TestPool_RunAlone(t *testing.T) {
 	default:
 	}
 	release <- struct{}{}
-	// The queued fetch goes before the next alone job (FIFO): other work
-	// is slowed by jobs running alone, never starved.
 	p.Release(recv(t, fetched, "the fetch after the alone job"))
-	if !recv(t, aloneDone, "RunAlone") {
-		t.Error("RunAlone reported a cancelled context")
-	}
 	p.Drain(func(int) { t.Error("drain timed out") })
 	if m := maxWithAlone.Load(); m != 1 {
 		t.Errorf("%d jobs ran while the alone job ran, want only it", m)
 	}
-	if p.Owns("lost") || p.Len() != 0 {
-		t.Errorf("jobs left registered: %d (lost owned: %v)", p.Len(), p.Owns("lost"))
+}
+
+// TestPool_WaitHeld checks that WaitHeld returns once jobs were
+// unregistered down to n, and when its context ends.
+func TestPool_WaitHeld(t *testing.T) {
+	t.Parallel()
+	p := newPool(t, 2, noWork(t))
+	a, b := p.Register("a", 0), p.Register("b", 0)
+	if err := p.WaitHeld(context.Background(), 2); err != nil {
+		t.Fatalf("WaitHeld(2) with 2 held: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.WaitHeld(context.Background(), 0) }()
+	p.Unregister(a)
+	select {
+	case err := <-done:
+		t.Fatalf("WaitHeld(0) returned %v with one job held", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	p.UnregisterAll([]*Job[int]{b})
+	if err := recv(t, done, "WaitHeld(0)"); err != nil {
+		t.Fatal(err)
+	}
+	p.Register("c", 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.WaitHeld(ctx, 0); !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitHeld with a cancelled context = %v", err)
+	}
+	lost := p.Register("lost", 0)
+	lost.cancel(errLost) // as KeepAlive does when the claim is gone
+	if !p.Lost(lost) || p.Lost(p.Register("kept", 0)) {
+		t.Error("Lost does not report the lost claim")
 	}
 }
 
@@ -198,21 +227,6 @@ func waitQueued(t *testing.T, p *Pool[int]) {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-}
-
-func TestPool_RunAloneHandsBackOnCancel(t *testing.T) {
-	t.Parallel()
-	p := newPool(t, 2, noWork(t))
-	n, _ := p.Slots(context.Background(), 1, false, 0, 0) // a running job holds a slot
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	var back []string
-	j1, j2 := p.Register("x", 0), p.Register("y", 0)
-	ok := p.RunAlone(ctx, []*Job[int]{j1, j2}, func(j *Job[int]) { back = append(back, j.Key); p.Unregister(j) })
-	if ok || !slices.Equal(back, []string{"x", "y"}) {
-		t.Errorf("RunAlone = %v, handed back %v; want false and both", ok, back)
-	}
-	p.Release(n)
 }
 
 func TestPool_DrainCancelsAfterTimeout(t *testing.T) {
@@ -350,24 +364,6 @@ func TestBackoff(t *testing.T) {
 	cancel()
 	if b.Wait(ctx) {
 		t.Error("Wait with a cancelled context reported true")
-	}
-}
-
-func TestFatal(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		err  error
-		want bool
-	}{
-		{errors.New("WRONGTYPE Operation against a key"), true},
-		{errors.New("NOPERM this user has no permissions"), true},
-		{errors.New("dial tcp: connection refused"), false},
-		{errors.New("LOADING Redis is loading"), false},
-		{nil, false},
-	} {
-		if got := Fatal(tc.err); got != tc.want {
-			t.Errorf("Fatal(%v) = %v, want %v", tc.err, got, tc.want)
-		}
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 )
 
 // Flags are the flags every helper takes.
@@ -243,13 +244,13 @@ type Books struct {
 // NewBooks returns Books for the jobs of q that work for a duration picked
 // from work. Call [Books.SetOwner] before the first job runs.
 func NewBooks(q *streamq.Queue, work Range) *Books {
-	return &Books{rdb: q.Client(), started: q.Key(KeyStarted), handled: q.Key(KeyHandled), work: work, crashOn: -1}
+	return &Books{rdb: core.Of(q).RDB, started: core.Of(q).Keys.Part(KeyStarted), handled: core.Of(q).Keys.Part(KeyHandled), work: work, crashOn: -1}
 }
 
 // SetOwner names the consumer or worker of q whose jobs b handles: it sets
 // the in-flight key. Call it before the first job runs.
 func (b *Books) SetOwner(q *streamq.Queue, name string) {
-	b.inflight = q.Key(KeyInflight + name)
+	b.inflight = core.Of(q).Keys.Part(KeyInflight + name)
 }
 
 // CrashOn makes job number n a poison pill: it kills the process ([Die])

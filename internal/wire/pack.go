@@ -1,22 +1,21 @@
-package priority
+package wire
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
 
-// A job's fields are stored in the job hash as one MessagePack array of
-// strings: field, value, field, value, ... (wire format version 1 fields, as
-// in a stream entry). It is what Redis's Lua cmsgpack.pack makes of a table
-// of strings, so other clients and scripts can read it; the scripts of this
-// package only store and return it, the packing is done here, off Redis's
-// single thread.
+// Packed fields: where a job is stored outside a stream (the priority set's
+// job hash, the delayed set), its fields are one MessagePack array of
+// strings: field, value, field, value, ... It is what Redis's Lua
+// cmsgpack.pack makes of a table of strings, so other clients and scripts
+// can read it; scripts only store and return it, the packing is done here,
+// off Redis's single thread.
 
-var errPacked = errors.New("priority: corrupt job data")
+var errPacked = fmt.Errorf("%w: corrupt packed job data", ErrMalformed)
 
-// packFields encodes a flat field/value list of strings and byte slices.
-func packFields(fields []any) []byte {
+// Pack encodes a flat field/value list of strings and byte slices.
+func Pack(fields []any) []byte {
 	size := 5
 	for _, f := range fields {
 		size += 5 + fieldLen(f)
@@ -71,9 +70,9 @@ func fieldLen(f any) int {
 	return 16
 }
 
-// unpackFields decodes what packFields (or cmsgpack.pack of a table of
-// strings) encoded into a field map for streamq.DecodeMessage.
-func unpackFields(s string) (map[string]any, error) {
+// Unpack decodes what Pack (or cmsgpack.pack of a table of strings)
+// encoded into a field map for [Decode].
+func Unpack(s string) (map[string]any, error) {
 	n, s, err := arrayLen(s)
 	if err != nil || n%2 != 0 || n > len(s) {
 		return nil, errPacked
@@ -81,10 +80,10 @@ func unpackFields(s string) (map[string]any, error) {
 	m := make(map[string]any, n/2)
 	var k, v string
 	for i := 0; i+1 < n; i += 2 {
-		if k, s, err = str(s); err != nil {
+		if k, s, err = mpStr(s); err != nil {
 			return nil, err
 		}
-		if v, s, err = str(s); err != nil {
+		if v, s, err = mpStr(s); err != nil {
 			return nil, err
 		}
 		m[k] = v
@@ -110,8 +109,8 @@ func arrayLen(s string) (int, string, error) {
 	return 0, s, errPacked
 }
 
-// str decodes a MessagePack string (or binary) and returns it and the rest.
-func str(s string) (string, string, error) {
+// mpStr decodes a MessagePack string (or binary) and returns it and the rest.
+func mpStr(s string) (string, string, error) {
 	if len(s) == 0 {
 		return "", s, errPacked
 	}

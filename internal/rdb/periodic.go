@@ -1,6 +1,11 @@
-package periodic
+package rdb
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // scriptTick enqueues the job of one tick of one schedule, at most once per
 // (schedule, tick) however many schedulers call it, and without a leader: the
@@ -46,3 +51,20 @@ redis.call('SET', KEYS[2], id, 'NX', 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[1])
 return {1, id}
 `)
+
+// Tick runs scriptTick for the tick at tickMillis of schedule name; fields
+// are the job's wire fields. A refusal wraps [ErrQueueFull].
+func Tick(ctx context.Context, c redis.Scripter, k Keys, name string, tickMillis, ttlMillis int64, catchUp bool, maxLen int64, fields []any) ([]any, error) {
+	keys := []string{
+		k.Stream,
+		k.Part("periodic:" + name + ":" + strconv.FormatInt(tickMillis, 10)),
+		k.Part("periodic-last:" + name),
+	}
+	flag := "0"
+	if catchUp {
+		flag = "1"
+	}
+	args := append([]any{tickMillis, ttlMillis, flag, max(maxLen, 0)}, fields...)
+	res, err := scriptTick.Run(ctx, c, keys, args...).Slice()
+	return res, Translate(err)
+}

@@ -1,16 +1,17 @@
-package priority
+package rdb
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"errors"
+	"fmt"
 
-// All Lua scripts of the package live here. Every script touches only keys of
-// one queue (one hash tag), all declared in KEYS, so they run on Redis
-// Cluster. Each script is atomic, which is what makes every move of a job
-// (push -> ready set, stream -> ready set, ready set -> lease set, lease set
-// -> ready set, lease set -> delayed set -> ready set, lease set ->
-// dead-letter stream) lose nothing and duplicate nothing. Within a script a
-// job is always written to its new place before it is removed from the old
-// one, so that even a script aborted by an error half-way (Redis does not
-// roll scripts back) could at worst duplicate a job, never lose it.
+	"github.com/redis/go-redis/v9"
+)
+
+// The priority set of a queue: every move of a job (push -> ready set,
+// stream -> ready set, ready set -> lease set, lease set -> ready set, lease
+// set -> delayed set -> ready set, lease set -> dead-letter stream) is one
+// of these scripts.
 //
 // Members of the ready and delayed sets are "<seq>:<score>:<id>": seq is the
 // job's sequence number, zero-padded to 20 digits so that members of equal
@@ -20,13 +21,20 @@ import "github.com/redis/go-redis/v9"
 // ID, the key of its fields in the job hash.
 //
 // Members of the lease set are "<member>|<token>", scored by the lease
-// deadline; the token, "<worker name>:<run>.<pop>:<n>", is unique to one pop, so
-// that a worker whose lease expired can never finish, extend or retry the
+// deadline; the token, "<worker name>:<run>.<pop>:<n>", is unique to one pop,
+// so that a worker whose lease expired can never finish, extend or retry the
 // lease another worker holds now. Times are the server's (TIME), so clock
 // skew between workers cannot expire a lease early.
+//
+// Attempts: a lease counts as a handler start of its job, and a lease that
+// expires (its worker died, hung or lost Redis while the handler ran) adds
+// one to the job's delivery counter, which the next pop reports. A lease
+// whose job has to wait before it starts (it must run alone) is marked in
+// the waiting hash: if it expires, nothing is counted, because no handler
+// started.
 
-// luaLib holds helpers prepended to the scripts.
-const luaLib = `
+// priorityLib holds helpers prepended to the priority scripts.
+const priorityLib = `
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -66,13 +74,18 @@ local function last_notify(key)
   return e[1][1]
 end
 
+-- unwait forgets that leases wait uncharged.
+local function unwait(waiting, lms)
+  if #lms > 0 and redis.call('HLEN', waiting) > 0 then redis.call('HDEL', waiting, unpack(lms)) end
+end
+
 -- finish removes n finished jobs whose lease members are args[from ..
 -- from+n-1] and whose job IDs follow them. A job whose lease is still held
 -- is removed with its data. A job whose lease expired meanwhile and that
 -- waits in the ready set again, or in the delayed set (another run failed),
 -- is removed too: it is done. A job that another worker holds now is left to
 -- that worker. Returns {finished, left to others}.
-local function finish(leases, ready, delayed, jobs, deliveries, args, from, n)
+local function finish(leases, ready, delayed, jobs, deliveries, waiting, args, from, n)
   if n == 0 then return {0, 0} end
   local lms = {unpack(args, from, from + n - 1)}
   local scores = redis.call('ZMSCORE', leases, unpack(lms))
@@ -91,6 +104,7 @@ local function finish(leases, ready, delayed, jobs, deliveries, args, from, n)
     end
   end
   if #held > 0 then redis.call('ZREM', leases, unpack(held)) end
+  unwait(waiting, lms)
   if #ids > 0 then
     redis.call('HDEL', jobs, unpack(ids))
     redis.call('HDEL', deliveries, unpack(ids))
@@ -99,12 +113,12 @@ local function finish(leases, ready, delayed, jobs, deliveries, args, from, n)
 end
 
 -- lease adds members taken from a ready set (the caller removes them from
--- it) to the lease set and appends lease member, deliveries and data of each
--- to out. A member whose job data is missing is not leased and counted in
--- out[2]. A job's deliveries are 1 plus its delivery counter, which counts
--- the leases of the job that expired (see scriptReap).
+-- it) to the lease set and appends lease member, delivery count and data of
+-- each to out. A member whose job data is missing is not leased and counted
+-- in out[2]. Returns the lease members.
 local function lease(members, leases, jobs, deliveries, deadline, prefix, out)
-  if #members == 0 then return end
+  local lms = {}
+  if #members == 0 then return lms end
   local ids = {}
   for i, m in ipairs(members) do ids[i] = member_id(m) or '' end
   local data = redis.call('HMGET', jobs, unpack(ids))
@@ -116,8 +130,9 @@ local function lease(members, leases, jobs, deliveries, deadline, prefix, out)
       local lm = m .. '|' .. prefix .. i
       z[#z + 1] = deadline
       z[#z + 1] = lm
+      lms[#lms + 1] = lm
       out[#out + 1] = lm
-      out[#out + 1] = (tonumber(counts[i]) or 0) + 1
+      out[#out + 1] = tonumber(counts[i]) or 0
       out[#out + 1] = data[i]
     else
       gone[#gone + 1] = ids[i]
@@ -126,6 +141,31 @@ local function lease(members, leases, jobs, deliveries, deadline, prefix, out)
   end
   if #z > 0 then redis.call('ZADD', leases, unpack(z)) end
   if #gone > 0 then redis.call('HDEL', deliveries, unpack(gone)) end
+  return lms
+end
+
+-- replay returns the reply of the pop that memo remembers if it was made
+-- with token prefix (the call was re-sent after its reply was lost), else
+-- nil. Leases that are no longer held are left out.
+local function replay(memo, prefix, leases, jobs, deliveries)
+  if redis.call('HGET', memo, 'p') ~= prefix then return nil end
+  local out = {'', 0, cmsgpack.unpack(redis.call('HGET', memo, 'c'))}
+  for _, lm in ipairs(cmsgpack.unpack(redis.call('HGET', memo, 'l'))) do
+    local id = member_id(lease_member(lm) or '')
+    if id and redis.call('ZSCORE', leases, lm) then
+      out[#out + 1] = lm
+      out[#out + 1] = tonumber(redis.call('HGET', deliveries, id)) or 0
+      out[#out + 1] = redis.call('HGET', jobs, id) or ''
+    end
+  end
+  return out
+end
+
+-- remember stores what a pop leased, for replay.
+local function remember(memo, prefix, lms, credits, ttl)
+  if #lms == 0 then return end
+  redis.call('HSET', memo, 'p', prefix, 'l', cmsgpack.pack(lms), 'c', cmsgpack.pack(credits))
+  redis.call('PEXPIRE', memo, ttl)
 end
 `
 
@@ -133,10 +173,9 @@ end
 //
 // KEYS[1] ready set, KEYS[2] job hash, KEYS[3] sequence counter, KEYS[4]
 // notify stream
-// ARGV: for each job its score and its data (packed wire fields, see
-// packFields).
+// ARGV: for each job its score and its data (packed wire fields).
 // Returns the array of the new job IDs (their sequence numbers).
-var scriptPush = redis.NewScript(luaLib + `
+var scriptPush = redis.NewScript(priorityLib + `
 local ids, h, z = {}, {}, {}
 for i = 1, #ARGV, 2 do
   local score = ARGV[i]
@@ -153,17 +192,22 @@ notify(KEYS[4])
 return ids
 `)
 
+// Push runs scriptPush; args are score, data pairs.
+func Push(ctx context.Context, c redis.Scripter, k PriorityKeys, args []any) ([]string, error) {
+	return scriptPush.Run(ctx, c, []string{k.Ready, k.Jobs, k.Seq, k.Notify}, args...).StringSlice()
+}
+
 // scriptForward moves a stream entry into the ready set and acknowledges it.
 //
 // KEYS[1] stream, KEYS[2] ready set, KEYS[3] job hash, KEYS[4] sequence
 // counter, KEYS[5] notify stream
 // ARGV[1] group, ARGV[2] stream entry ID (becomes the job ID), ARGV[3] score,
-// ARGV[4] the job's data (packed wire fields, see packFields).
+// ARGV[4] the job's data (packed wire fields).
 // Returns 1 when forwarded, 0 when the entry is not pending in the group: it
 // was forwarded and acknowledged before (by an earlier attempt whose reply
 // was lost, or by another consumer that took it over), so forwarding it again
 // would double it. That makes the script idempotent.
-var scriptForward = redis.NewScript(luaLib + `
+var scriptForward = redis.NewScript(priorityLib + `
 if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then return 0 end
 local padded = next_seq(KEYS[4])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
@@ -173,19 +217,27 @@ notify(KEYS[5])
 return 1
 `)
 
+// Forward runs scriptForward.
+func Forward(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, group, id, score string, data []byte) error {
+	return scriptForward.Run(ctx, c, []string{k.Stream, pk.Ready, pk.Jobs, pk.Seq, pk.Notify}, group, id, score, data).Err()
+}
+
 // scriptPop leases up to n jobs, first in queue order (score, then member).
 //
 // KEYS[1] ready set, KEYS[2] lease set, KEYS[3] job hash, KEYS[4] delivery
-// counters, KEYS[5] notify stream
-// ARGV[1] lease (ms), ARGV[2] n, ARGV[3] token prefix
-// Returns {notify ID, missing, {}, lease member, deliveries, data, ...}: for
-// each leased job its lease member, its delivery count (this one included)
-// and its data (packed wire fields). missing counts members whose job data
-// was gone (they are dropped). When the ready set was empty, the notify ID is
-// the newest wake-up entry, from which the worker waits for the next one: a
-// push after this script appends a newer entry, so it is never missed.
-// Otherwise it is "".
-var scriptPop = redis.NewScript(luaLib + `
+// counters, KEYS[5] notify stream, KEYS[6] the run's pop memo
+// ARGV[1] lease (ms), ARGV[2] n, ARGV[3] token prefix (unique per call)
+// Returns {notify ID, missing, {}, lease member, delivery count, data, ...}:
+// for each leased job its lease member, its delivery counter (starts of this
+// copy that ended in crashes) and its data (packed wire fields). missing
+// counts members whose job data was gone (they are dropped). When the ready
+// set was empty, the notify ID is the newest wake-up entry, from which the
+// worker waits for the next one: a push after this script appends a newer
+// entry, so it is never missed. Otherwise it is "". A call re-sent with the
+// same prefix after a lost reply returns the jobs the first call leased.
+var scriptPop = redis.NewScript(priorityLib + `
+local again = replay(KEYS[6], ARGV[3], KEYS[2], KEYS[3], KEYS[4])
+if again then return again end
 local deadline = now_ms() + tonumber(ARGV[1])
 local members = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 local out = {'', 0, {}}
@@ -193,8 +245,9 @@ if #members == 0 then
   out[1] = last_notify(KEYS[5])
   return out
 end
-lease(members, KEYS[2], KEYS[3], KEYS[4], deadline, ARGV[3], out)
+local lms = lease(members, KEYS[2], KEYS[3], KEYS[4], deadline, ARGV[3], out)
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #members - 1)
+remember(KEYS[6], ARGV[3], lms, {}, ARGV[1])
 return out
 `)
 
@@ -211,7 +264,9 @@ return out
 // sum of the weights of the bands taking part; a band without jobs has its
 // credit reset to 0. With every band holding jobs, every run of
 // sum(weights) choices follows the weights exactly, interleaved.
-var scriptPopWeighted = redis.NewScript(luaLib + `
+var scriptPopWeighted = redis.NewScript(priorityLib + `
+local again = replay(KEYS[6], ARGV[3], KEYS[2], KEYS[3], KEYS[4])
+if again then return again end
 local deadline = now_ms() + tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local nb = tonumber(ARGV[4])
@@ -253,21 +308,99 @@ for b = 1, nb do
     for _, m in ipairs(ms) do members[#members + 1] = m end
   end
 end
-lease(members, KEYS[2], KEYS[3], KEYS[4], deadline, ARGV[3], out)
+local lms = lease(members, KEYS[2], KEYS[3], KEYS[4], deadline, ARGV[3], out)
 if #members > 0 then redis.call('ZREM', KEYS[1], unpack(members)) end
+remember(KEYS[6], ARGV[3], lms, credit, ARGV[1])
 return out
 `)
 
-// scriptFinish removes finished jobs (see finish in luaLib).
+// Popped is one job a pop leased.
+type Popped struct {
+	Lease string // lease member
+	Count int    // delivery counter: starts of this copy that ended in crashes
+	Data  string // packed wire fields
+}
+
+// PopResult is what a pop returned.
+type PopResult struct {
+	Notify  string // newest wake-up entry, when the ready set was empty
+	Missing int64  // ready members found without their data (dropped)
+	Credits []int64
+	Jobs    []Popped
+}
+
+// Pop runs scriptPop, or scriptPopWeighted when bands is not empty (4
+// values per band: min score, max score, weight, credit).
+func Pop(ctx context.Context, c redis.Scripter, k PriorityKeys, run string, leaseMillis int64, n int64, prefix string, bands []any) (PopResult, error) {
+	keys := []string{k.Ready, k.Leases, k.Jobs, k.Deliveries, k.Notify, k.Pops(run)}
+	args := make([]any, 0, 4+len(bands))
+	args = append(args, leaseMillis, n, prefix)
+	var (
+		res []any
+		err error
+	)
+	if len(bands) == 0 {
+		res, err = scriptPop.Run(ctx, c, keys, args...).Slice()
+	} else {
+		args = append(args, len(bands)/4)
+		args = append(args, bands...)
+		res, err = scriptPopWeighted.Run(ctx, c, keys, args...).Slice()
+	}
+	if err != nil {
+		return PopResult{}, err
+	}
+	var out PopResult
+	if len(res) < 3 || (len(res)-3)%3 != 0 {
+		return out, fmt.Errorf("unexpected pop reply with %d elements", len(res))
+	}
+	out.Notify, _ = res[0].(string)
+	out.Missing, _ = res[1].(int64)
+	if credits, ok := res[2].([]any); ok {
+		for _, c := range credits {
+			n, _ := c.(int64)
+			out.Credits = append(out.Credits, n)
+		}
+	}
+	for i := 3; i+2 < len(res); i += 3 {
+		lm, _ := res[i].(string)
+		d, _ := res[i+1].(int64)
+		data, _ := res[i+2].(string)
+		out.Jobs = append(out.Jobs, Popped{Lease: lm, Count: int(d), Data: data})
+	}
+	return out, nil
+}
+
+// scriptFinish removes finished jobs (see finish in priorityLib).
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
-// hash, KEYS[5] delivery counters
+// hash, KEYS[5] delivery counters, KEYS[6] waiting leases
 // ARGV: the lease members of n finished jobs, then their n job IDs.
 // Returns {finished, left to others}.
-var scriptFinish = redis.NewScript(luaLib + `
+var scriptFinish = redis.NewScript(priorityLib + `
 local n = #ARGV / 2
-return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV, 1, n)
+return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1, n)
 `)
+
+// Finish runs scriptFinish for the jobs with lease members leases and IDs
+// ids, and returns how many were finished and how many left to other
+// workers.
+func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, leases, ids []string) (finished, left int64, err error) {
+	args := make([]any, 0, 2*len(leases))
+	for _, lm := range leases {
+		args = append(args, lm)
+	}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	res, err := scriptFinish.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting}, args...).Int64Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("unexpected finish reply %v", res)
+	}
+	return res[0], res[1], nil
+}
 
 // scriptKeepAlive extends the leases of running jobs.
 //
@@ -275,7 +408,7 @@ return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV, 1, n)
 // ARGV[1] lease (ms), ARGV[2..] lease members of running jobs.
 // Returns the lease members that no longer exist (the lease expired and the
 // job was returned to the ready set): those jobs may run elsewhere now.
-var scriptKeepAlive = redis.NewScript(luaLib + `
+var scriptKeepAlive = redis.NewScript(priorityLib + `
 local deadline = now_ms() + tonumber(ARGV[1])
 local lost = {}
 for i = 2, #ARGV do
@@ -288,22 +421,34 @@ end
 return lost
 `)
 
+// KeepAlive runs scriptKeepAlive and returns the leases that are gone.
+func KeepAlive(ctx context.Context, c redis.Scripter, k PriorityKeys, leaseMillis int64, leases []string) ([]string, error) {
+	args := make([]any, 0, 1+len(leases))
+	args = append(args, leaseMillis)
+	for _, lm := range leases {
+		args = append(args, lm)
+	}
+	return scriptKeepAlive.Run(ctx, c, []string{k.Leases}, args...).StringSlice()
+}
+
 // scriptReap returns expired leases and due retries to the ready set with
 // their original score and member, so a job keeps its priority and its place
 // among jobs of equal priority.
 //
 // KEYS[1] lease set, KEYS[2] delayed set, KEYS[3] ready set, KEYS[4] notify
-// stream, KEYS[5] delivery counters
+// stream, KEYS[5] delivery counters, KEYS[6] waiting leases
 // ARGV[1] maximum number of jobs to move from each set
-// An expired lease counts as a delivery of its job (the run was cut short),
-// so the job's delivery counter is incremented.
+// An expired lease counts as a crashed start of its job (its worker died
+// while the handler ran), unless it waited uncharged, so the job's delivery
+// counter is incremented.
 // Returns {IDs of the jobs whose lease expired, number of due retries
 // moved}. Any number of workers may run it concurrently: a job is moved
 // exactly once.
-var scriptReap = redis.NewScript(luaLib + `
+var scriptReap = redis.NewScript(priorityLib + `
 local now = now_ms()
 local limit = tonumber(ARGV[1])
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+local waits = redis.call('HLEN', KEYS[6]) > 0
 local ids = {}
 for _, lm in ipairs(expired) do
   local m = lease_member(lm)
@@ -311,7 +456,9 @@ for _, lm in ipairs(expired) do
   if score then
     redis.call('ZADD', KEYS[3], score, m)
     local id = member_id(m)
-    redis.call('HINCRBY', KEYS[5], id, 1)
+    if not (waits and redis.call('HDEL', KEYS[6], lm) == 1) then
+      redis.call('HINCRBY', KEYS[5], id, 1)
+    end
     ids[#ids + 1] = id
   end
   redis.call('ZREM', KEYS[1], lm)
@@ -326,18 +473,62 @@ if #expired + #due > 0 then notify(KEYS[4]) end
 return {ids, #due}
 `)
 
+// Reap runs scriptReap: it returns the IDs of the jobs whose lease expired
+// and the number of due retries moved.
+func Reap(ctx context.Context, c redis.Scripter, k PriorityKeys, limit int) ([]string, int64, error) {
+	res, err := scriptReap.Run(ctx, c, []string{k.Leases, k.Delayed, k.Ready, k.Notify, k.Deliveries, k.Waiting}, limit).Slice()
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(res) != 2 {
+		return nil, 0, fmt.Errorf("unexpected reap reply with %d elements", len(res))
+	}
+	var ids []string
+	raw, _ := res[0].([]any)
+	for _, v := range raw {
+		s, _ := v.(string)
+		ids = append(ids, s)
+	}
+	due, _ := res[1].(int64)
+	return ids, due, nil
+}
+
+// scriptMarkWaiting charges or takes back the start of a leased job: a
+// waiting lease (the job must wait before it starts) expires without
+// counting a crash.
+//
+// KEYS[1] lease set, KEYS[2] waiting leases
+// ARGV[1] lease member, ARGV[2] "1" to mark it waiting, "0" to charge it
+// Returns 1 when the lease is held, else 0 (nothing changed).
+var scriptMarkWaiting = redis.NewScript(`
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+if ARGV[2] == '1' then redis.call('HSET', KEYS[2], ARGV[1], 1) else redis.call('HDEL', KEYS[2], ARGV[1]) end
+return 1
+`)
+
+// MarkWaiting runs scriptMarkWaiting.
+func MarkWaiting(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, waiting bool) (bool, error) {
+	flag := "0"
+	if waiting {
+		flag = "1"
+	}
+	n, err := scriptMarkWaiting.Run(ctx, c, []string{k.Leases, k.Waiting}, lease, flag).Int()
+	return n == 1, err
+}
+
 // scriptRetry moves a failed job from its lease to the delayed set (or, with
 // no delay, straight back to the ready set), with its new fields.
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
-// hash, KEYS[5] delivery counters, KEYS[6] notify stream
+// hash, KEYS[5] delivery counters, KEYS[6] notify stream, KEYS[7] waiting
+// leases
 // ARGV[1] lease member, ARGV[2] delay (ms), ARGV[3] the job's new data
-// (packed wire fields whose attempt field carries the deliveries of this
-// copy, so the delivery counter restarts).
+// (packed wire fields whose attempt field carries the count of this copy,
+// so the delivery counter restarts).
 // Returns 1 when moved; 0 when the lease is no longer held and the job does
 // not wait in the ready set either (another worker holds it, or it was
 // settled), in which case nothing changed.
-var scriptRetry = redis.NewScript(luaLib + `
+var scriptRetry = redis.NewScript(priorityLib + `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -357,19 +548,27 @@ else
   notify(KEYS[6])
 end
 if from == 'lease' then redis.call('ZREM', KEYS[1], lm) end
+unwait(KEYS[7], {lm})
 return 1
 `)
 
-// scriptDeadLetter moves a leased job to the queue's dead-letter stream.
+// Retry runs scriptRetry.
+func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, delayMillis int64, data []byte) (bool, error) {
+	n, err := scriptRetry.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting}, lease, delayMillis, data).Int()
+	return n == 1, err
+}
+
+// scriptPriorityDeadLetter moves a leased job to the queue's dead-letter
+// stream.
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] job hash, KEYS[4] delivery
-// counters, KEYS[5] dead-letter stream
+// counters, KEYS[5] dead-letter stream, KEYS[6] waiting leases
 // ARGV[1] lease member, ARGV[2] dead-letter cap (0: none), ARGV[3..]
 // field/value arguments of the dead letter.
 // Returns the dead letter's entry ID, or false when the lease is no longer
 // held and the job does not wait in the ready set either, in which case
 // nothing changed.
-var scriptDeadLetter = redis.NewScript(luaLib + `
+var scriptPriorityDeadLetter = redis.NewScript(priorityLib + `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -384,7 +583,19 @@ else
   dl = redis.call('XADD', KEYS[5], '*', unpack(ARGV, 3))
 end
 if held then redis.call('ZREM', KEYS[1], lm) else redis.call('ZREM', KEYS[2], m) end
+unwait(KEYS[6], {lm})
 redis.call('HDEL', KEYS[3], id)
 redis.call('HDEL', KEYS[4], id)
 return dl
 `)
+
+// PriorityDeadLetter runs scriptPriorityDeadLetter; it returns "" when the
+// lease is no longer held.
+func PriorityDeadLetter(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, lease string, dlCap int64, fields []any) (string, error) {
+	args := append([]any{lease, dlCap}, fields...)
+	id, err := scriptPriorityDeadLetter.Run(ctx, c, []string{pk.Leases, pk.Ready, pk.Jobs, pk.Deliveries, k.Dead, pk.Waiting}, args...).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return id, err
+}

@@ -1,0 +1,95 @@
+// Package core is the state of a queue shared by the root package and the
+// packages built on it (priority, writebehind, periodic, middleware, the
+// tools): its Redis client, its keys and caps, and the root package's rules
+// for running handlers. Users never see it: a *streamq.Queue carries it
+// behind an unexported field, and sibling packages read it with [Of].
+//
+// The handle works without exporting anything from the root package: Queue
+// embeds a [Handle] under an unexported alias, which promotes Handle's
+// unexported method into *streamq.Queue's method set. Only this package can
+// name that method, so [Of] is the one way to reach the state.
+package core
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/rdb"
+)
+
+// Queue is the shared state of one queue.
+type Queue struct {
+	RDB              redis.UniversalClient
+	Name             string
+	Group            string
+	Prefix           string
+	Keys             rdb.Keys
+	MaxLen           int64 // -1: no cap
+	DeadLetterMaxLen int64 // 0: keep every dead letter
+
+	// Front returns the engine's view of a streamq.Handler h: how to run it
+	// (building the streamq.Message, recovering panics) and what its errors
+	// mean, plus the conversion of engine events for onEvent (a
+	// func(context.Context, streamq.Event), or nil). group is the consumer
+	// group the handler sees in Message.Group ("" for none).
+	Front func(h any, onEvent any, group string) Front
+}
+
+// Front is what the root package supplies to an engine.
+type Front struct {
+	Exec    engine.Exec
+	OnEvent func(ctx context.Context, e engine.Event)
+}
+
+// Handle carries a *Queue inside a *streamq.Queue.
+type Handle struct{ q *Queue }
+
+// NewHandle returns a handle of q.
+func NewHandle(q *Queue) Handle { return Handle{q: q} }
+
+func (h Handle) coreQueue() *Queue { return h.q }
+
+type holder interface{ coreQueue() *Queue }
+
+// Of returns the state of a *streamq.Queue.
+func Of(q holder) *Queue { return q.coreQueue() }
+
+// Producer is the shared state of a *streamq.Producer.
+type Producer struct {
+	Queue *Queue
+	// Hooks are the producer's enqueue hooks, run on the headers of every
+	// job written for it (also by periodic schedules and write-behind).
+	Hooks []func(ctx context.Context, headers map[string]string)
+}
+
+// RunHooks returns the headers of a job after the hooks ran: a copy of h
+// (nil when there are no headers and no hooks, which keeps entries small).
+func (p *Producer) RunHooks(ctx context.Context, h map[string]string) map[string]string {
+	if len(h) == 0 && len(p.Hooks) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[k] = v
+	}
+	for _, hook := range p.Hooks {
+		hook(ctx, out)
+	}
+	return out
+}
+
+// ProducerHandle carries a *Producer inside a *streamq.Producer, as Handle
+// does for queues.
+type ProducerHandle struct{ p *Producer }
+
+// NewProducerHandle returns a handle of p.
+func NewProducerHandle(p *Producer) ProducerHandle { return ProducerHandle{p: p} }
+
+func (h ProducerHandle) coreProducer() *Producer { return h.p }
+
+type producerHolder interface{ coreProducer() *Producer }
+
+// OfProducer returns the state of a *streamq.Producer.
+func OfProducer(p producerHolder) *Producer { return p.coreProducer() }

@@ -1,0 +1,659 @@
+// Package engine runs jobs: from the moment a backend hands one over to its
+// outcome. It decodes the job, checks its attempts, runs the handler with
+// its timeout (panics are recovered by the caller's [Exec]), and settles the
+// outcome: acknowledge, retry with backoff, postpone, dead-letter, or hand
+// back on shutdown. It keeps the claims of held jobs fresh, runs a job
+// whose earlier runs crashed alone at its last attempt, drains on shutdown,
+// and reports events and counters.
+//
+// The stream consumer (package streamq) and the priority worker (package
+// priority) are this engine with two backends; what differs between them is
+// only the Redis calls of a [Backend].
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/streamq/streamq/internal/pool"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
+)
+
+// Dead-letter reasons, stored in the dl_reason field. The root package
+// exports the same values.
+const (
+	ReasonMaxDeliveries = "max_deliveries"
+	ReasonPermanent     = "permanent"
+	ReasonMalformed     = "malformed"
+)
+
+const (
+	// finishLinger is how long the finish loop waits for more finished jobs
+	// before it settles a small batch.
+	finishLinger = time.Millisecond
+	// fetchGather is how long the fetch loop waits for every handler slot
+	// to free up while a backlog exists.
+	fetchGather = 500 * time.Microsecond
+	// opTimeout bounds one settlement call (finish, retry, dead letter,
+	// charge), including during shutdown.
+	opTimeout = 5 * time.Second
+	// loopBatches bounds how often a maintenance loop runs in one tick.
+	loopBatches = 100
+)
+
+// Exec is what the engine needs from the package that owns the handler: how
+// to run it and what its errors mean.
+type Exec interface {
+	// Call runs the handler for r with ctx, recovering panics.
+	Call(ctx context.Context, r *Run) error
+	// Classify says what a handler error asks for.
+	Classify(err error) Outcome
+}
+
+// Run is one run of a job, as the handler sees it.
+type Run struct {
+	Queue   string
+	ID      string
+	Job     *wire.Job
+	Headers map[string]string // the job's headers and the backend's (Delivery.Headers)
+	// Attempt is this run's number: the starts charged to the job before it,
+	// plus one.
+	Attempt int
+}
+
+// OutcomeKind is what a handler error asks for.
+type OutcomeKind int
+
+// Outcomes.
+const (
+	Fail       OutcomeKind = iota // retry with backoff, until MaxDeliveries
+	Permanent                     // dead-letter at once
+	RetryAfter                    // retry after Outcome.Delay, until MaxDeliveries
+	Postpone                      // run again after Outcome.Delay without charging the attempt
+)
+
+// Outcome is a classified handler error.
+type Outcome struct {
+	Kind  OutcomeKind
+	Delay time.Duration
+}
+
+// Config configures an [Engine]. Every field must be set (the fronts apply
+// their documented defaults).
+type Config struct {
+	Queue           string
+	Concurrency     int
+	Block           time.Duration // how long one fetch waits for work
+	JobTimeout      time.Duration // 0: none
+	ShutdownTimeout time.Duration
+	// TouchEvery is how often held jobs' claims are refreshed, TouchTimeout
+	// bounds one refresh.
+	TouchEvery, TouchTimeout time.Duration
+	MaxDeliveries            int
+	Backoff                  func(attempt int) time.Duration
+	FinishBatch              int
+
+	ShutdownCause, LostCause, TimeoutCause error
+
+	Exec    Exec
+	Monitor *Monitor
+}
+
+// Engine runs jobs of one backend at a time; see [Engine.Run].
+type Engine struct {
+	cfg Config
+	mon *Monitor
+}
+
+// New returns an engine.
+func New(cfg Config) *Engine {
+	cfg.Monitor.concurrency = cfg.Concurrency
+	return &Engine{cfg: cfg, mon: cfg.Monitor}
+}
+
+// Run fetches and runs jobs from b until ctx is cancelled, then drains:
+// it stops fetching at once, lets running handlers finish for up to
+// ShutdownTimeout (their contexts are detached from ctx), then cancels them
+// with ShutdownCause, waits for every handler to return, hands back the jobs
+// that waited to run alone, settles what finished and returns. It returns
+// nil after a shutdown caused by ctx, and an error only when Redis answers
+// with one that retrying cannot fix.
+func (e *Engine) Run(ctx context.Context, b Backend) error {
+	r := &run{e: e, cfg: e.cfg, mon: e.mon, b: b, fins: make(chan finished, 2*e.cfg.Concurrency)}
+	r.pool = pool.New(ctx, pool.Config{
+		Concurrency:     e.cfg.Concurrency,
+		ShutdownTimeout: e.cfg.ShutdownTimeout,
+		ShutdownCause:   e.cfg.ShutdownCause,
+		LostCause:       e.cfg.LostCause,
+		JobTimeout:      e.cfg.JobTimeout,
+		TimeoutCause:    e.cfg.TimeoutCause,
+	}, r.process)
+	e.mon.running.Store(true)
+	e.mon.stopping.Store(false)
+	held := r.pool.Len
+	e.mon.held.Store(&held)
+	defer e.mon.running.Store(false)
+
+	finDone := make(chan struct{})
+	go func() {
+		defer close(finDone)
+		pool.Batch(r.fins, e.cfg.FinishBatch, min(e.cfg.Concurrency, e.cfg.FinishBatch), finishLinger, r.flush)
+	}()
+	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
+	kaDone := make(chan struct{})
+	go func() { defer close(kaDone); r.keepAlive(kaCtx) }()
+
+	g, gctx := errgroup.WithContext(ctx)
+	wakeDone := make(chan struct{})
+	stopWake := context.AfterFunc(gctx, func() { defer close(wakeDone); b.Wake() })
+	g.Go(func() error { return r.fetchLoop(gctx) })
+	for _, l := range b.Loops() {
+		g.Go(func() error { return r.loop(gctx, l) })
+	}
+	err := g.Wait()
+	if !stopWake() {
+		<-wakeDone
+	}
+	e.mon.stopping.Store(true)
+
+	r.pool.Drain(func(running int) {
+		e.mon.Log.Warn("streamq: shutdown timeout, cancelling running jobs; each is handed back once its handler returns", "running", running, "timeout", e.cfg.ShutdownTimeout)
+	})
+	r.handBackWaiting()
+	r.pool.Close()
+	close(r.fins)
+	<-finDone // claims of finished jobs stay fresh until they are settled
+	stopKA()
+	<-kaDone
+	return err
+}
+
+// run is the state of one Run call.
+type run struct {
+	e    *Engine
+	cfg  Config
+	mon  *Monitor
+	b    Backend
+	pool *pool.Pool[Delivery]
+	fins chan finished
+
+	// alone holds jobs that must run alone, in arrival order. Owned by the
+	// fetch loop (and by Run once the fetch loop returned).
+	alone []*pool.Job[Delivery]
+}
+
+// finished is a job waiting for its success to be settled. It stays
+// registered until then, so its claim stays fresh and nobody takes it over.
+type finished struct {
+	job         *pool.Job[Delivery]
+	lock, token string
+}
+
+// fetchLoop fetches jobs, never more than there are free handler slots, and
+// starts them; a job that must run alone is started, before anything else
+// is fetched, as soon as every slot is free.
+func (r *run) fetchLoop(ctx context.Context) error {
+	r.mon.fetching.Store(true)
+	defer r.mon.fetching.Store(false)
+	if err := r.start(ctx); err != nil {
+		return err
+	}
+	var bo pool.Backoff
+	full := false // the last fetch returned as many jobs as it asked for
+	conc := int64(r.cfg.Concurrency)
+	for {
+		if len(r.alone) > 0 {
+			if !r.runAlone(ctx) {
+				return nil
+			}
+			continue
+		}
+		// While a backlog is likely, wait briefly for all the slots rather
+		// than fetch one or two jobs at a time: every fetch costs a round
+		// trip and CPU on both sides, and with fast handlers the slots free
+		// up within the wait. Slow handlers are not held up for longer than
+		// fetchGather.
+		n, err := r.pool.Slots(ctx, conc, full, conc, fetchGather)
+		if err != nil {
+			return nil // ctx cancelled
+		}
+		ds, err := r.b.Fetch(ctx, int(n), r.cfg.Block, r.pool.Owns)
+		if err != nil {
+			r.pool.Release(n)
+			full = false
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.mon.fetchFailed(err)
+			if rdb.Fatal(err) {
+				return err
+			}
+			r.mon.Log.WarnContext(ctx, "streamq: fetching jobs failed, retrying", "error", err, "retry_in", bo.Peek())
+			if !bo.Wait(ctx) {
+				return nil
+			}
+			continue
+		}
+		bo.Reset()
+		r.mon.fetched(time.Now())
+		var started int64
+		for i := range ds {
+			j := r.pool.Register(ds[i].Key, ds[i])
+			if r.mustWait(&j.Val) {
+				r.wait(ctx, j)
+				continue
+			}
+			r.pool.Launch(j, 1) // owns one of the n slots
+			started++
+		}
+		r.pool.Release(n - started)
+		full = len(ds) == int(n)
+	}
+}
+
+// start runs the backend's Start, retrying transient errors until ctx ends.
+func (r *run) start(ctx context.Context) error {
+	var bo pool.Backoff
+	for {
+		err := r.b.Start(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.mon.fetchFailed(err)
+		if rdb.Fatal(err) {
+			return err
+		}
+		r.mon.Log.WarnContext(ctx, "streamq: cannot start, retrying", "error", err, "retry_in", bo.Peek())
+		if !bo.Wait(ctx) {
+			return nil
+		}
+	}
+}
+
+// mustWait reports whether d must run alone: a job whose latest runs were
+// cut short by crashes, about to make its last allowed attempt. The worker
+// that died may have been killed by another job running beside it (a
+// poison job that crashes the process takes its neighbours down too, and
+// they are taken over together), and a job is only dead-lettered for
+// crashes if it crashed a worker on its own.
+func (r *run) mustWait(d *Delivery) bool {
+	if !d.Suspect || r.cfg.Concurrency == 1 {
+		return false
+	}
+	fields := r.fields(d)
+	if d.Prior == 0 && !wire.Crashed(fields) {
+		return false
+	}
+	a, err := wire.AttemptField(fields)
+	if err != nil {
+		return false // malformed: dead-lettered without running
+	}
+	return a+d.Prior+1 == r.cfg.MaxDeliveries
+}
+
+// fields returns d's wire fields, decoding packed ones once.
+func (r *run) fields(d *Delivery) map[string]any {
+	if d.Fields == nil && d.Packed != "" {
+		f, err := wire.Unpack(d.Packed)
+		if err != nil {
+			f = map[string]any{"data": d.Packed} // dead-lettered as malformed, with its data
+		}
+		d.Fields = f
+	}
+	return d.Fields
+}
+
+// wait queues a job to run alone. A start the fetch counted is taken back
+// first: if this worker dies while the job waits, the job was not started.
+func (r *run) wait(ctx context.Context, j *pool.Job[Delivery]) {
+	r.mon.Log.InfoContext(ctx, "streamq: job whose earlier runs were cut short makes its last attempt alone", "job_id", j.Val.ID, "crashed_runs", j.Val.Prior)
+	if j.Val.Charged {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		held, err := r.b.Charge(cctx, &j.Val, false)
+		cancel()
+		switch {
+		case err != nil:
+			r.mon.Log.WarnContext(ctx, "streamq: cannot take back the count of a waiting job's start", "job_id", j.Val.ID, "error", err)
+		case !held:
+			r.pool.Settle(j)
+			r.pool.Unregister(j)
+			return
+		default:
+			j.Val.Charged = false
+		}
+	}
+	r.alone = append(r.alone, j)
+	r.mon.waiting.Store(int64(len(r.alone)))
+}
+
+// runAlone starts the first waiting job once every slot is free and every
+// other job has been settled (a finished job whose acknowledgement is still
+// on its way would run again, charged, if the job running alone crashed the
+// worker). It reports false if ctx ended first (the job keeps waiting).
+func (r *run) runAlone(ctx context.Context) bool {
+	j := r.alone[0]
+	if r.pool.Lost(j) {
+		r.alone = r.alone[1:]
+		r.mon.waiting.Store(int64(len(r.alone)))
+		r.pool.Settle(j)
+		r.pool.Unregister(j)
+		return true
+	}
+	if r.pool.AcquireAll(ctx) != nil {
+		return false
+	}
+	if r.pool.WaitHeld(ctx, len(r.alone)) != nil {
+		r.pool.Release(int64(r.cfg.Concurrency))
+		return false
+	}
+	r.alone = r.alone[1:]
+	r.mon.waiting.Store(int64(len(r.alone)))
+	r.pool.Launch(j, int64(r.cfg.Concurrency))
+	return true
+}
+
+// handBackWaiting hands back the jobs that still wait to run alone when the
+// run ends, without charging them an attempt.
+func (r *run) handBackWaiting() {
+	for _, j := range r.alone {
+		r.pool.Settle(j)
+		if !r.pool.Lost(j) {
+			if wj, err := wire.Decode(r.fields(&j.Val)); err == nil {
+				rn := r.runOf(&j.Val, wj)
+				r.move(j, rn, r.cfg.ShutdownCause, false, 0, EventRetried)
+			} else {
+				r.b.Abandon(j.Key) // whoever takes it over dead-letters it
+			}
+		}
+		r.pool.Unregister(j)
+	}
+	r.alone = nil
+	r.mon.waiting.Store(0)
+}
+
+// runOf returns the run d would make now.
+func (r *run) runOf(d *Delivery, wj *wire.Job) *Run {
+	h := wj.Headers
+	if len(d.Headers) > 0 {
+		h = make(map[string]string, len(wj.Headers)+len(d.Headers))
+		for k, v := range wj.Headers {
+			h[k] = v
+		}
+		for k, v := range d.Headers {
+			h[k] = v
+		}
+	}
+	return &Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj, Headers: h, Attempt: wj.Attempt + d.Prior + 1}
+}
+
+// process runs one job and settles the outcome. It reports true when the
+// job went to the finish loop, which unregisters it once settled.
+func (r *run) process(j *pool.Job[Delivery]) bool {
+	d := &j.Val
+	if r.pool.Lost(j) { // taken over while it waited
+		r.pool.Settle(j)
+		return false
+	}
+	wj, err := wire.Decode(r.fields(d))
+	if err != nil {
+		r.pool.Settle(j)
+		r.deadLetter(j, &Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}, ReasonMalformed, err, 0, true)
+		return false
+	}
+	rn := r.runOf(d, wj)
+	if made := rn.Attempt - 1; made >= r.cfg.MaxDeliveries {
+		// Its earlier starts all ended without a verdict: the workers
+		// running it crashed, hung or were cut off.
+		r.pool.Settle(j)
+		cause := fmt.Errorf("attempted %d times without finishing (workers crashed or lost it)", made)
+		if wj.LastError != "" {
+			cause = fmt.Errorf("%w; last error: %s", cause, wj.LastError)
+		}
+		r.deadLetter(j, rn, ReasonMaxDeliveries, cause, made, false)
+		return false
+	}
+	if !d.Charged && !r.charge(j) {
+		return false
+	}
+	var ctx context.Context = j // cancelled on timeout, lost claim or shutdown
+	err = r.cfg.Exec.Call(ctx, rn)
+	r.pool.Settle(j)
+	if err == nil {
+		r.mon.processed.Add(1)
+		r.fins <- finished{job: j, lock: wj.Key, token: wj.KeyToken}
+		return true
+	}
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, r.cfg.LostCause):
+		// Another worker holds the job now; settling it here would race.
+		r.mon.failed.Add(1)
+		r.mon.Log.Info("streamq: job failed after its claim was lost; its new holder settles it", "job_id", d.ID, "error", err)
+	case errors.Is(cause, r.cfg.ShutdownCause):
+		// The handler stopped because of the shutdown: hand the job back
+		// at once without charging the attempt. Its handler has returned,
+		// so it cannot run twice.
+		r.mon.failed.Add(1)
+		r.move(j, rn, err, false, 0, EventRetried)
+	default:
+		r.fail(j, rn, err)
+	}
+	return false
+}
+
+// charge counts the start of a job the fetch did not count, right before it
+// runs. A job that cannot be charged does not run: it stays held until
+// another worker takes it over (nothing is lost, and nothing runs
+// uncounted).
+func (r *run) charge(j *pool.Job[Delivery]) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	held, err := r.b.Charge(ctx, &j.Val, true)
+	if err == nil && held {
+		j.Val.Charged = true
+		return true
+	}
+	r.pool.Settle(j)
+	if err != nil {
+		r.mon.Log.Error("streamq: cannot count the start of a job; it is left to be taken over later", "job_id", j.Val.ID, "error", err)
+		r.b.Abandon(j.Key)
+	}
+	return false
+}
+
+// fail retries, postpones or dead-letters a failed attempt.
+func (r *run) fail(j *pool.Job[Delivery], rn *Run, err error) {
+	o := r.cfg.Exec.Classify(err)
+	if o.Kind == Postpone {
+		r.move(j, rn, err, false, max(o.Delay, 0), EventPostponed)
+		return
+	}
+	r.mon.failed.Add(1)
+	n := rn.Attempt
+	switch {
+	case o.Kind == Permanent:
+		r.deadLetter(j, rn, ReasonPermanent, err, n, false)
+	case n >= r.cfg.MaxDeliveries:
+		r.deadLetter(j, rn, ReasonMaxDeliveries, err, n, false)
+	case o.Kind == RetryAfter:
+		r.move(j, rn, err, true, max(o.Delay, 0), EventRetried)
+	default:
+		r.move(j, rn, err, true, r.cfg.Backoff(n), EventRetried)
+	}
+}
+
+// move writes the job again as a new copy due after delay. A charged move
+// (a failed attempt) records the attempt and its error; an uncharged one (a
+// postponement, a hand-back) does not count this run, and keeps the mark of
+// runs cut short by crashes. If Redis cannot be reached the job stays held
+// and is taken over later.
+func (r *run) move(j *pool.Job[Delivery], rn *Run, cause error, charged bool, delay time.Duration, kind EventKind) {
+	d := &j.Val
+	next := *rn.Job
+	if charged {
+		next.Attempt = rn.Attempt
+		if next.FirstFail == 0 {
+			next.FirstFail = time.Now().UnixMilli()
+		}
+		next.LastError = wire.Truncate(errString(cause), wire.MaxErrorLen)
+		next.Crashed = false // it ran to the end
+	} else {
+		next.Attempt = rn.Attempt - 1
+		next.Crashed = next.Crashed || d.Prior > 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	moved, err := r.b.Move(ctx, d, next.Args(), delay)
+	switch {
+	case err != nil:
+		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", d.ID, "error", err)
+		r.b.Abandon(j.Key)
+	case !moved:
+		r.mon.Log.Info("streamq: job was taken over by another worker before it was settled; leaving it", "job_id", d.ID)
+	default:
+		if kind == EventPostponed {
+			r.mon.Log.Debug("streamq: job postponed", "job_id", d.ID, "retry_in", delay, "reason", cause)
+		} else {
+			r.mon.Log.Debug("streamq: job failed, retrying", "job_id", d.ID, "attempt", rn.Attempt, "retry_in", delay, "error", cause)
+		}
+		r.mon.Event(ctx, Event{Kind: kind, ID: d.ID, Run: rn, Err: cause, Delay: delay})
+	}
+}
+
+// deadLetter moves the job to the dead-letter stream in one script with the
+// reason, the error and attempts, the number of starts charged to it. A
+// malformed job keeps its raw fields.
+func (r *run) deadLetter(j *pool.Job[Delivery], rn *Run, reason string, cause error, attempts int, malformed bool) {
+	d := &j.Val
+	var headers map[string]string
+	var first int64
+	var lock, token string
+	if !malformed {
+		if len(d.Headers) > 0 {
+			headers = rn.Headers
+		}
+		first, lock, token = rn.Job.FirstFail, rn.Job.Key, rn.Job.KeyToken
+	}
+	now := time.Now()
+	dl := wire.DeadLetter{Queue: r.cfg.Queue, ID: d.ID, Reason: reason, Error: errString(cause), Attempts: attempts, Failed: now}
+	if first > 0 {
+		dl.FirstFail = time.UnixMilli(first)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	id, err := r.b.DeadLetter(ctx, d, lock, token, wire.DeadLetterArgs(dl, r.fields(d), headers))
+	switch {
+	case err != nil:
+		r.mon.Log.Error("streamq: cannot dead-letter job; it stays held and is taken over later", "job_id", d.ID, "reason", reason, "error", err)
+		r.b.Abandon(j.Key)
+	case id == "":
+		r.mon.Log.Info("streamq: job was taken over by another worker before it was dead-lettered; leaving it", "job_id", d.ID)
+	default:
+		r.mon.Log.Warn("streamq: job dead-lettered", "job_id", d.ID, "dead_letter_id", id, "reason", reason, "attempts", attempts, "error", cause)
+		ev := Event{Kind: EventDeadLettered, ID: d.ID, Err: cause, Reason: reason}
+		if !malformed {
+			ev.Run = rn
+		}
+		r.mon.Event(ctx, ev)
+	}
+}
+
+// flush settles a batch of finished jobs, trying three times. Jobs it
+// cannot settle stay held and run again later (a duplicate, never a loss).
+func (r *run) flush(batch []finished) {
+	done := make([]Finished, len(batch))
+	jobs := make([]*pool.Job[Delivery], len(batch))
+	for i, f := range batch {
+		done[i] = Finished{Key: f.job.Key, ID: f.job.Val.ID, Lock: f.lock, Token: f.token}
+		jobs[i] = f.job
+	}
+	var bo pool.Backoff
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := r.b.Finish(ctx, done)
+		cancel()
+		if err == nil {
+			break
+		}
+		if try == 3 {
+			r.mon.Log.Error("streamq: cannot settle finished jobs; they stay held and run again", "count", len(done), "error", err)
+			for _, f := range done {
+				r.b.Abandon(f.Key)
+			}
+			break
+		}
+		time.Sleep(bo.Next())
+	}
+	r.pool.UnregisterAll(jobs)
+}
+
+// keepAlive refreshes the claims of the jobs this run holds every
+// TouchEvery, and cancels running jobs whose claim was lost.
+func (r *run) keepAlive(ctx context.Context) {
+	r.pool.KeepAlive(ctx, r.cfg.TouchEvery, r.cfg.TouchTimeout, r.b.Touch,
+		func(j *pool.Job[Delivery]) {
+			r.mon.Log.Warn("streamq: a running job was taken over by another worker; cancelling it here", "job_id", j.Val.ID)
+			r.mon.Event(ctx, Event{Kind: EventClaimLost, ID: j.Val.ID})
+		},
+		func(err error) { r.mon.Log.Warn("streamq: cannot refresh the claims of held jobs", "error", err) })
+}
+
+// loop runs a backend's maintenance loop until ctx ends: every l.Every
+// (starting at a random offset, so that workers started together do not
+// run in step), up to loopBatches calls while it has more to do, with
+// backoff after errors.
+func (r *run) loop(ctx context.Context, l Loop) error {
+	first := time.NewTimer(rand.N(l.Every) + 1)
+	select {
+	case <-ctx.Done():
+		first.Stop()
+		return nil
+	case <-first.C:
+	}
+	t := time.NewTicker(l.Every)
+	defer t.Stop()
+	var bo pool.Backoff
+	for {
+		for range loopBatches {
+			more, err := l.Do(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if rdb.Fatal(err) {
+					return fmt.Errorf("streamq: %s: %w", l.Name, err)
+				}
+				r.mon.Log.WarnContext(ctx, "streamq: "+l.Name+" failed, retrying", "error", err, "retry_in", bo.Peek())
+				if !bo.Wait(ctx) {
+					return nil
+				}
+				break
+			}
+			bo.Reset()
+			if !more {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}

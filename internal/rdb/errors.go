@@ -1,0 +1,55 @@
+package rdb
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// queueFullPrefix starts the error reply of a script that refused jobs
+// because the queue is at its cap.
+const queueFullPrefix = "QUEUEFULL"
+
+// ErrQueueFull is what [Translate] makes of a QUEUEFULL reply. The root
+// package exports the same value as streamq.ErrQueueFull.
+var ErrQueueFull = errors.New("streamq: queue full: MaxLen jobs are not acknowledged yet")
+
+// Translate turns a script's QUEUEFULL error reply into an error wrapping
+// [ErrQueueFull] with the script's detail; other errors are returned as
+// they are.
+func Translate(err error) error {
+	if err == nil || !redis.HasErrorPrefix(err, queueFullPrefix) {
+		return err
+	}
+	return &queueFullError{detail: strings.TrimSpace(strings.TrimPrefix(err.Error(), queueFullPrefix))}
+}
+
+type queueFullError struct{ detail string }
+
+func (e *queueFullError) Error() string { return ErrQueueFull.Error() + " (" + e.detail + ")" }
+func (e *queueFullError) Unwrap() error { return ErrQueueFull }
+
+// IsBusyGroup reports the reply of XGROUP CREATE for a group that exists.
+func IsBusyGroup(err error) bool { return redis.HasErrorPrefix(err, "BUSYGROUP") }
+
+// IsNoGroup reports a command on a group (or stream) that does not exist.
+func IsNoGroup(err error) bool { return redis.HasErrorPrefix(err, "NOGROUP") }
+
+// IsNoSuchKey reports XINFO on a stream that does not exist.
+func IsNoSuchKey(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such key")
+}
+
+// Fatal reports Redis errors that retrying cannot fix: a wrong key type,
+// missing permissions or authentication, an unknown command.
+func Fatal(err error) bool {
+	// HasErrorPrefix drops a leading "ERR ", so "unknown command" matches
+	// "ERR unknown command ...".
+	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "unknown command"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,77 @@
+package rdb
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// replyError is an error reply as go-redis returns it.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+func TestFatal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{replyError("WRONGTYPE Operation against a key"), true},
+		{replyError("NOPERM this user has no permissions"), true},
+		{fmt.Errorf("streamq: read: %w", replyError("NOAUTH Authentication required.")), true},
+		{replyError("ERR unknown command 'XAUTOCLAIM'"), true},
+		{replyError("LOADING Redis is loading"), false},
+		{errors.New("WRONGTYPE from something that is not Redis"), false},
+		{errors.New("dial tcp: connection refused"), false},
+		{nil, false},
+	} {
+		if got := Fatal(tc.err); got != tc.want {
+			t.Errorf("Fatal(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestTranslate(t *testing.T) {
+	t.Parallel()
+	err := Translate(replyError("QUEUEFULL 5 unacknowledged jobs, cap 5, batch of 1"))
+	if !errors.Is(err, ErrQueueFull) || !strings.Contains(err.Error(), "(5 unacknowledged jobs, cap 5, batch of 1)") {
+		t.Errorf("Translate(QUEUEFULL) = %v", err)
+	}
+	other := replyError("ERR something else")
+	if got := Translate(other); got != error(other) {
+		t.Errorf("Translate changed %v into %v", other, got)
+	}
+	if Translate(nil) != nil {
+		t.Error("Translate(nil) is not nil")
+	}
+	if !IsBusyGroup(replyError("BUSYGROUP Consumer Group name already exists")) || !IsNoGroup(replyError("NOGROUP No such key")) {
+		t.Error("BUSYGROUP or NOGROUP not recognised")
+	}
+}
+
+func TestParseClaimed(t *testing.T) {
+	t.Parallel()
+	reply := []any{
+		"5-0",
+		[]any{"3-0", "4-0"},
+		"1-0", int64(2), []any{"v", "1", "payload", "a"},
+		"2-0", int64(0), map[any]any{"v": "1", "payload": "b"},
+	}
+	next, jobs, deleted, err := parseClaimed(reply)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next != "5-0" || len(jobs) != 2 || jobs[0].Fields["payload"] != "a" || jobs[0].Count != 2 ||
+		jobs[1].Fields["payload"] != "b" || jobs[1].ID != "2-0" {
+		t.Errorf("next %q jobs %+v", next, jobs)
+	}
+	if strings.Join(deleted, ",") != "3-0,4-0" {
+		t.Errorf("deleted = %v", deleted)
+	}
+	if _, _, _, err := parseClaimed([]any{"0-0"}); err == nil {
+		t.Error("short reply accepted")
+	}
+}

@@ -1,0 +1,53 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Scripts returns every script of the package by name, for tools that load
+// them ahead of time and for tests that recognise them in command logs.
+func Scripts() map[string]*redis.Script {
+	return map[string]*redis.Script{
+		"enqueue":          scriptEnqueue,
+		"enqueue_unique":   scriptEnqueueUnique,
+		"schedule":         scriptSchedule,
+		"promote":          scriptPromote,
+		"trim":             scriptTrim,
+		"move":             scriptMove,
+		"dead_letter":      scriptDeadLetter,
+		"requeue":          scriptRequeue,
+		"touch":            scriptTouch,
+		"charge":           scriptCharge,
+		"reclaim":          scriptReclaim,
+		"adopt":            scriptAdopt,
+		"prune":            scriptPrune,
+		"delayed_key":      scriptDelayedKey,
+		"cancel":           scriptCancel,
+		"ack":              scriptAck,
+		"tick":             scriptTick,
+		"priority_push":    scriptPush,
+		"priority_forward": scriptForward,
+		"priority_pop":     scriptPop,
+		"priority_pop_w":   scriptPopWeighted,
+		"priority_finish":  scriptFinish,
+		"priority_touch":   scriptKeepAlive,
+		"priority_reap":    scriptReap,
+		"priority_waiting": scriptMarkWaiting,
+		"priority_retry":   scriptRetry,
+		"priority_dead":    scriptPriorityDeadLetter,
+	}
+}
+
+// Load loads every script into the script cache of c (on a cluster client,
+// of every master).
+func Load(ctx context.Context, c redis.Scripter) error {
+	for name, s := range Scripts() {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return fmt.Errorf("load script %s: %w", name, err)
+		}
+	}
+	return nil
+}

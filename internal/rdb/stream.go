@@ -1,0 +1,564 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptEnqueue adds jobs to the stream unless the cap would be exceeded.
+//
+// KEYS[1] stream
+// ARGV[1] cap (0 or less: none); ARGV[2] number of jobs; then for each job:
+// its field/value count n followed by n field/value arguments.
+// Returns the array of new entry IDs, or an error reply starting with
+// "QUEUEFULL" when nothing was added because the cap was reached.
+var scriptEnqueue = redis.NewScript(streamLib + `
+local stream = KEYS[1]
+local njobs = tonumber(ARGV[2])
+local full = no_room(stream, tonumber(ARGV[1]), njobs)
+if full then return redis.error_reply(full) end
+local ids = {}
+local i = 3
+for j = 1, njobs do
+  local n = tonumber(ARGV[i])
+  ids[j] = redis.call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
+  i = i + n + 1
+end
+return ids
+`)
+
+// Enqueue runs scriptEnqueue; args are ARGV from ARGV[1] on. A refusal
+// wraps [ErrQueueFull].
+func Enqueue(ctx context.Context, c redis.Scripter, k Keys, args []any) ([]string, error) {
+	ids, err := scriptEnqueue.Run(ctx, c, []string{k.Stream}, args...).StringSlice()
+	return ids, Translate(err)
+}
+
+// scriptTrim trims acknowledged history (exactly).
+//
+// KEYS[1] stream
+// Returns the number of entries deleted.
+var scriptTrim = redis.NewScript(streamLib + `
+return safe_trim(KEYS[1], false)
+`)
+
+// Trim runs scriptTrim.
+func Trim(ctx context.Context, c redis.Scripter, k Keys) (int64, error) {
+	return scriptTrim.Run(ctx, c, []string{k.Stream}).Int64()
+}
+
+// scriptSchedule stores jobs in the delayed set.
+//
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash
+// ARGV[1] due time (Unix ms); ARGV[2] number of jobs; then for each job: its
+// token, its field/value count n, and n field/value arguments.
+// Returns the number of jobs stored.
+var scriptSchedule = redis.NewScript(`
+local i = 3
+local njobs = tonumber(ARGV[2])
+for j = 1, njobs do
+  local tok = ARGV[i]
+  local n = tonumber(ARGV[i + 1])
+  redis.call('HSET', KEYS[2], tok, cmsgpack.pack({unpack(ARGV, i + 2, i + 1 + n)}))
+  redis.call('ZADD', KEYS[1], ARGV[1], tok)
+  i = i + n + 2
+end
+return njobs
+`)
+
+// Schedule runs scriptSchedule; args are ARGV from ARGV[1] on.
+func Schedule(ctx context.Context, c redis.Scripter, k Keys, args []any) error {
+	return scriptSchedule.Run(ctx, c, []string{k.Delayed, k.DelayedJobs}, args...).Err()
+}
+
+// scriptPromote moves due jobs from the delayed set into the stream.
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash
+// ARGV[1] now (Unix ms); ARGV[2] maximum number of jobs to move
+// Returns the number of jobs moved. Many schedulers may run it concurrently:
+// a job is moved exactly once.
+var scriptPromote = redis.NewScript(`
+local due = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+for _, tok in ipairs(due) do
+  local data = redis.call('HGET', KEYS[3], tok)
+  if data then
+    redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(data)))
+    redis.call('HDEL', KEYS[3], tok)
+  end
+  redis.call('ZREM', KEYS[2], tok)
+end
+return #due
+`)
+
+// Promote runs scriptPromote: it moves up to limit jobs due at nowMillis
+// into the stream and returns how many it moved.
+func Promote(ctx context.Context, c redis.Scripter, k Keys, nowMillis int64, limit int) (int, error) {
+	return scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, nowMillis, limit).Int()
+}
+
+// scriptMove settles an attempt by writing the job again as a new copy:
+// into the delayed set when it is due later (a retry, a postponement), or
+// straight back into the stream (a hand-back, a retry without delay). The
+// new copy is written before the old entry is acknowledged and deleted.
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (Unix
+// ms; 0: into the stream now), ARGV[5] delayed-set ID, ARGV[6..] field/value
+// arguments of the new copy.
+// Returns 1 when moved; 0 when the entry is no longer pending for this
+// consumer (another consumer took it over), in which case nothing changed.
+var scriptMove = redis.NewScript(streamLib + `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 6)}))
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+else
+  redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+return 1
+`)
+
+// Move runs scriptMove. dueMillis 0 puts the copy straight into the stream.
+func Move(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dueMillis int64, token string, fields []any) (bool, error) {
+	args := append([]any{group, consumer, id, dueMillis, token}, fields...)
+	n, err := scriptMove.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, args...).Int()
+	return n == 1, err
+}
+
+// scriptDeadLetter moves a job from the stream to the dead-letter stream and
+// releases its unique-key lock.
+//
+// KEYS[1] stream, KEYS[2] dead-letter stream, KEYS[3] (optional) the job's
+// unique-key lock
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] dead-letter cap
+// (0: none), ARGV[5] the job's lock token ("" without a lock), ARGV[6..]
+// field/value arguments of the dead letter.
+// Returns the dead letter's entry ID, or false when the entry is no longer
+// pending for this consumer, in which case nothing changed.
+var scriptDeadLetter = redis.NewScript(streamLib + `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
+local id
+local cap = tonumber(ARGV[4])
+if cap > 0 then
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 6))
+else
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
+end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+if KEYS[3] then unlock(KEYS[3], ARGV[5]) end
+return id
+`)
+
+// DeadLetter runs scriptDeadLetter. lock is the job's unique-key lock ("":
+// none). It returns "" when the entry is no longer pending for consumer.
+func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dlCap int64, lock, token string, fields []any) (string, error) {
+	keys := []string{k.Stream, k.Dead}
+	if lock != "" {
+		keys = append(keys, lock)
+	}
+	args := append([]any{group, consumer, id, dlCap, token}, fields...)
+	dl, err := scriptDeadLetter.Run(ctx, c, keys, args...).Text()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return dl, err
+}
+
+// scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
+// counters, failure times, last error and the crashed mark dropped; headers
+// and payload kept). The new entry is written before the dead letter is
+// deleted.
+//
+// KEYS[1] dead-letter stream, KEYS[2] stream
+// ARGV: dead-letter entry IDs.
+// Returns an array with the new stream entry ID per argument, or false for a
+// dead letter that does not exist.
+var scriptRequeue = redis.NewScript(`
+local out = {}
+for i = 1, #ARGV do
+  local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if #e == 0 then
+    out[i] = false
+  else
+    local f = e[1][2]
+    local fields = {}
+    for k = 1, #f, 2 do
+      local name = f[k]
+      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' then
+        fields[#fields + 1] = name
+        fields[#fields + 1] = f[k + 1]
+      end
+    end
+    if #fields == 0 then fields = {'v', ''} end
+    out[i] = redis.call('XADD', KEYS[2], '*', unpack(fields))
+    redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+return out
+`)
+
+// Requeue runs scriptRequeue for ids and returns the new entry IDs ("" for
+// a dead letter that does not exist).
+func Requeue(ctx context.Context, c redis.Scripter, k Keys, ids []string) ([]string, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	res, err := scriptRequeue.Run(ctx, c, []string{k.Dead, k.Stream}, args...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(res))
+	for i, v := range res {
+		out[i], _ = v.(string)
+	}
+	return out, nil
+}
+
+// scriptTouch keeps running jobs' claims fresh.
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry IDs of jobs the consumer
+// holds.
+// Resets the idle time of the entries the consumer still owns (XCLAIM with
+// min-idle 0 and JUSTID, which does not count a delivery) and returns the IDs
+// it no longer owns.
+var scriptTouch = redis.NewScript(streamLib + `
+local lost = {}
+for i = 3, #ARGV do
+  if owned(KEYS[1], ARGV[1], ARGV[2], ARGV[i]) then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost
+`)
+
+// Touch runs scriptTouch and returns the IDs consumer no longer owns.
+func Touch(ctx context.Context, c redis.Scripter, k Keys, group, consumer string, ids []string) ([]string, error) {
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, group, consumer)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return scriptTouch.Run(ctx, c, []string{k.Stream}, args...).StringSlice()
+}
+
+// scriptCharge sets the delivery counter of an entry the consumer owns: the
+// count of its handler starts. The engine charges a start this way right
+// before it runs a job it took over (XAUTOCLAIM ... JUSTID does not count
+// one), and takes back the charge of a read job that has to wait.
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] the count
+// Returns 1 when set, 0 when the entry is no longer pending for consumer.
+var scriptCharge = redis.NewScript(streamLib + `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4], 'JUSTID')
+return 1
+`)
+
+// Charge runs scriptCharge.
+func Charge(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, count int) (bool, error) {
+	n, err := scriptCharge.Run(ctx, c, []string{k.Stream}, group, consumer, id, count).Int()
+	return n == 1, err
+}
+
+// scriptReclaim takes over entries idle for at least a minimum time (their
+// consumer died, hung or lost Redis) without counting a delivery
+// (XAUTOCLAIM ... JUSTID): a start is counted only when the job runs. The
+// claim is remembered under a token, so a call re-sent after a lost reply
+// returns the same entries instead of taking more.
+//
+// KEYS[1] stream, KEYS[2] the consumer's claims memo
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] min idle (ms), ARGV[4] cursor,
+// ARGV[5] count, ARGV[6] token, ARGV[7] memo TTL (ms)
+// Returns {next cursor, {IDs whose data was deleted}, ID, delivery counter,
+// fields, ID, ...}.
+var scriptReclaim = redis.NewScript(streamLib + `
+local ids, nextc, deleted
+if redis.call('HGET', KEYS[2], 'token') == ARGV[6] then
+  nextc = redis.call('HGET', KEYS[2], 'next')
+  ids = cmsgpack.unpack(redis.call('HGET', KEYS[2], 'ids'))
+  deleted = cmsgpack.unpack(redis.call('HGET', KEYS[2], 'deleted'))
+else
+  local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5], 'JUSTID')
+  nextc, ids, deleted = r[1], r[2], r[3] or {}
+  redis.call('HSET', KEYS[2], 'token', ARGV[6], 'next', nextc, 'ids', cmsgpack.pack(ids), 'deleted', cmsgpack.pack(deleted))
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+end
+local out = {nextc, deleted}
+claimed(KEYS[1], ARGV[1], ARGV[2], ids, out, deleted)
+return out
+`)
+
+// Claimed is an entry taken over by [Reclaim] or [Adopt].
+type Claimed struct {
+	ID     string
+	Count  int // its delivery counter: handler starts charged to this copy
+	Fields map[string]any
+}
+
+// Reclaim runs scriptReclaim.
+func Reclaim(ctx context.Context, c redis.Scripter, k Keys, group, consumer string, minIdleMillis int64, cursor string, count int64, token string, memoMillis int64) (next string, jobs []Claimed, deleted []string, err error) {
+	res, err := scriptReclaim.Run(ctx, c, []string{k.Stream, k.Claims(consumer)},
+		group, consumer, minIdleMillis, cursor, count, token, memoMillis).Slice()
+	if err != nil {
+		return cursor, nil, nil, err
+	}
+	return parseClaimed(res)
+}
+
+// scriptAdopt takes back entries that were delivered to the consumer by a
+// read whose reply never arrived (the connection broke after Redis sent it,
+// and the client re-sent the read): they are pending for the consumer, which
+// never saw them. Their handlers never started, so their delivery counters
+// go back to 0.
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry IDs
+// Returns as scriptReclaim, with cursor "0-0", for the IDs pending for
+// consumer.
+var scriptAdopt = redis.NewScript(streamLib + `
+local ids, deleted = {}, {}
+for i = 3, #ARGV do
+  if owned(KEYS[1], ARGV[1], ARGV[2], ARGV[i]) then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'RETRYCOUNT', 0, 'JUSTID')
+    ids[#ids + 1] = ARGV[i]
+  end
+end
+local out = {'0-0', deleted}
+claimed(KEYS[1], ARGV[1], ARGV[2], ids, out, deleted)
+return out
+`)
+
+// Adopt runs scriptAdopt.
+func Adopt(ctx context.Context, c redis.Scripter, k Keys, group, consumer string, ids []string) ([]Claimed, []string, error) {
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, group, consumer)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	res, err := scriptAdopt.Run(ctx, c, []string{k.Stream}, args...).Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	_, jobs, deleted, err := parseClaimed(res)
+	return jobs, deleted, err
+}
+
+// parseClaimed decodes {cursor, {deleted}, id, count, fields, ...}.
+func parseClaimed(res []any) (next string, jobs []Claimed, deleted []string, err error) {
+	if len(res) < 2 || (len(res)-2)%3 != 0 {
+		return "0-0", nil, nil, fmt.Errorf("unexpected claim reply with %d elements", len(res))
+	}
+	next, _ = res[0].(string)
+	if ids, ok := res[1].([]any); ok {
+		for _, d := range ids {
+			if s, ok := d.(string); ok {
+				deleted = append(deleted, s)
+			}
+		}
+	}
+	for i := 2; i+2 < len(res); i += 3 {
+		id, _ := res[i].(string)
+		n, _ := res[i+1].(int64)
+		jobs = append(jobs, Claimed{ID: id, Count: int(n), Fields: fieldMap(res[i+2])})
+	}
+	return next, jobs, deleted, nil
+}
+
+// fieldMap turns a reply's flat field/value array (or RESP3 map) into a map.
+func fieldMap(v any) map[string]any {
+	switch kv := v.(type) {
+	case []any:
+		m := make(map[string]any, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			k, _ := kv[i].(string)
+			m[k] = kv[i+1]
+		}
+		return m
+	case map[any]any:
+		m := make(map[string]any, len(kv))
+		for k, v := range kv {
+			s, _ := k.(string)
+			m[s] = v
+		}
+		return m
+	}
+	return nil
+}
+
+// scriptPrune deletes departed consumers from a group: those idle for at
+// least a threshold that own no pending entry. Checking and deleting in one
+// script means a consumer that owns a job is never deleted (deleting it
+// would drop its entries from the pending list: jobs would vanish).
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] idle threshold (ms), ARGV[3] the calling
+// consumer's name, never deleted
+// Returns the names of the deleted consumers.
+var scriptPrune = redis.NewScript(`
+local gone = {}
+local idle = tonumber(ARGV[2])
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local name, pending, cidle
+  for k = 1, #c, 2 do
+    if c[k] == 'name' then name = c[k + 1]
+    elseif c[k] == 'pending' then pending = c[k + 1]
+    elseif c[k] == 'idle' then cidle = c[k + 1]
+    end
+  end
+  if name ~= ARGV[3] and pending == 0 and cidle >= idle then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    gone[#gone + 1] = name
+  end
+end
+return gone
+`)
+
+// Prune runs scriptPrune.
+func Prune(ctx context.Context, c redis.Scripter, k Keys, group string, idleMillis int64, self string) ([]string, error) {
+	return scriptPrune.Run(ctx, c, []string{k.Stream}, group, idleMillis, self).StringSlice()
+}
+
+// scriptDelayedKey reads the unique key of a delayed job.
+//
+// KEYS[1] delayed job hash
+// ARGV[1] the job's delayed-set ID
+// Returns {unique key, lock token} ("" and "" for a job without one), or
+// false if the job is not in the delayed set.
+var scriptDelayedKey = redis.NewScript(`
+local data = redis.call('HGET', KEYS[1], ARGV[1])
+if not data then return false end
+local f = cmsgpack.unpack(data)
+local key, tok = '', ''
+for i = 1, #f - 1, 2 do
+  if f[i] == 'key' then key = f[i + 1] elseif f[i] == 'kt' then tok = f[i + 1] end
+end
+return {key, tok}
+`)
+
+// DelayedKey runs scriptDelayedKey; found is false when the job is not in
+// the delayed set.
+func DelayedKey(ctx context.Context, c redis.Scripter, k Keys, id string) (key, token string, found bool, err error) {
+	res, err := scriptDelayedKey.Run(ctx, c, []string{k.DelayedJobs}, id).StringSlice()
+	if errors.Is(err, redis.Nil) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, err
+	}
+	if len(res) != 2 {
+		return "", "", false, fmt.Errorf("unexpected reply %q", res)
+	}
+	return res[0], res[1], true, nil
+}
+
+// scriptCancel removes a job from the delayed set before it is due and
+// releases its unique-key lock.
+//
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] (optional)
+// the job's unique-key lock
+// ARGV[1] the job's delayed-set ID, ARGV[2] its lock token (with KEYS[3])
+// Returns 1 if the job was removed, 0 if it was not there (already moved
+// into the stream, or unknown); the lock is only released on 1.
+var scriptCancel = redis.NewScript(streamLib + `
+local n = redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if n == 1 and KEYS[3] then unlock(KEYS[3], ARGV[2]) end
+return n
+`)
+
+// Cancel runs scriptCancel; lock is the job's unique-key lock ("": none).
+func Cancel(ctx context.Context, c redis.Scripter, k Keys, id, lock, token string) (bool, error) {
+	keys := []string{k.Delayed, k.DelayedJobs}
+	if lock != "" {
+		keys = append(keys, lock)
+	}
+	n, err := scriptCancel.Run(ctx, c, keys, id, token).Int()
+	return n == 1, err
+}
+
+// scriptEnqueueUnique enqueues one job under a unique-key lock.
+//
+// KEYS[1] stream, KEYS[2] lock key, KEYS[3] delayed sorted set, KEYS[4]
+// delayed job hash
+// ARGV[1] cap (0 or less: none), ARGV[2] lock TTL (ms), ARGV[3] lock token,
+// ARGV[4] due time (Unix ms; 0 = enqueue into the stream now), ARGV[5]
+// delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the job.
+// Returns {1, job ID} when enqueued, {0, existing job ID} when the lock is
+// held by another job, or a QUEUEFULL error reply.
+var scriptEnqueueUnique = redis.NewScript(streamLib + `
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {0, redis.call('HGET', KEYS[2], 'id') or ''}
+end
+local id
+if tonumber(ARGV[4]) > 0 then
+  id = ARGV[5]
+  redis.call('HSET', KEYS[4], id, cmsgpack.pack({unpack(ARGV, 6)}))
+  redis.call('ZADD', KEYS[3], ARGV[4], id)
+else
+  local full = no_room(KEYS[1], tonumber(ARGV[1]), 1)
+  if full then return redis.error_reply(full) end
+  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
+end
+redis.call('HSET', KEYS[2], 'token', ARGV[3], 'id', id)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {1, id}
+`)
+
+// EnqueueUnique runs scriptEnqueueUnique; args are ARGV from ARGV[1] on. It
+// reports whether the job was enqueued and its ID (the existing job's when
+// the key is taken). A refusal wraps [ErrQueueFull].
+func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, args []any) (bool, string, error) {
+	res, err := scriptEnqueueUnique.Run(ctx, c, []string{k.Stream, lock, k.Delayed, k.DelayedJobs}, args...).Slice()
+	if err != nil {
+		return false, "", Translate(err)
+	}
+	if len(res) != 2 {
+		return false, "", fmt.Errorf("unexpected reply with %d elements", len(res))
+	}
+	ok, _ := res[0].(int64)
+	id, _ := res[1].(string)
+	return ok == 1, id, nil
+}
+
+// scriptAck acknowledges finished jobs and releases their unique-key locks.
+//
+// KEYS[1] stream, KEYS[2..] unique-key locks of some of the jobs
+// ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3..2+n] entry IDs,
+// then one lock token per lock key, in the same order.
+// Returns the number of entries acknowledged.
+var scriptAck = redis.NewScript(streamLib + `
+local n = tonumber(ARGV[2])
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3, 2 + n))
+for i = 2, #KEYS do unlock(KEYS[i], ARGV[1 + n + i]) end
+return acked
+`)
+
+// Ack acknowledges ids in one XACK, or, when some of the jobs hold
+// unique-key locks (locks[i] and tokens[i]), in one script that also
+// releases the locks.
+func Ack(ctx context.Context, c redis.UniversalClient, k Keys, group string, ids, locks, tokens []string) error {
+	if len(locks) == 0 {
+		return c.XAck(ctx, k.Stream, group, ids...).Err()
+	}
+	keys := append([]string{k.Stream}, locks...)
+	args := make([]any, 0, 2+len(ids)+len(tokens))
+	args = append(args, group, len(ids))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	for _, t := range tokens {
+		args = append(args, t)
+	}
+	return scriptAck.Run(ctx, c, keys, args...).Err()
+}

@@ -1,0 +1,293 @@
+// Package wire is the stream entry format of streamq jobs (version 1): the
+// flat field/value list that any Redis client can write with XADD and read
+// with XRANGE, its decoding, the fields a job carries from one attempt to
+// the next, and the fields of a dead letter. The engine, the producer, the
+// adapters and the inspection tools all read and write jobs through it, so
+// the format lives in one place.
+//
+// A minimal job is
+//
+//	XADD streamq:{orders}:stream * v 1 payload <bytes>
+//
+// and every other field is optional (see the README's wire format table).
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Version is the format version written in the "v" field.
+const Version = 1
+
+// Field names of a job entry.
+const (
+	FieldVersion   = "v"       // format version, "1"; required
+	FieldPayload   = "payload" // job payload, raw bytes; required
+	FieldHeaders   = "headers" // JSON object of string values; optional
+	FieldEnqueued  = "enq"     // enqueue time, Unix milliseconds; optional
+	FieldAttempt   = "attempt" // attempts charged to earlier copies of the job; optional, default 0
+	FieldKey       = "key"     // unique key; optional
+	FieldKeyToken  = "kt"      // token of the unique-key lock; set with key
+	FieldFirstFail = "ff"      // first failure time, Unix milliseconds; set on retries
+	FieldLastError = "err"     // last error text; set on retries
+	FieldCrashed   = "crashed" // "1": the latest runs were cut short by crashes (see Job.Crashed)
+)
+
+// Field names of a dead letter. A dead letter holds these fields followed
+// by the job's own fields unchanged (so a malformed entry is kept as it was).
+const (
+	FieldDLQueue     = "dl_queue"
+	FieldDLID        = "dl_id"
+	FieldDLReason    = "dl_reason"
+	FieldDLError     = "dl_error"
+	FieldDLAttempts  = "dl_attempts"
+	FieldDLFirstFail = "dl_first_failed"
+	FieldDLFailed    = "dl_failed"
+	// DLPrefix starts every dead-letter field; a job's own fields never do.
+	DLPrefix = "dl_"
+)
+
+// MaxErrorLen bounds the error text stored with a retried or dead-lettered job.
+const MaxErrorLen = 4096
+
+// ErrMalformed marks fields that do not follow the format. The root package
+// exports the same value as streamq.ErrMalformed.
+var ErrMalformed = errors.New("streamq: malformed job")
+
+// Job is a decoded job entry.
+type Job struct {
+	Payload   []byte
+	Headers   map[string]string // never nil after Decode
+	EnqMillis int64
+	// Attempt counts the attempts charged to earlier copies of the job: a
+	// retry or a hand-back writes the job again as a new entry, and the
+	// count of the old one is carried over in this field.
+	Attempt   int
+	Key       string
+	KeyToken  string
+	FirstFail int64
+	LastError string
+	// Crashed marks a copy whose latest runs were cut short by crashes (the
+	// worker died, hung or lost Redis) and that was then handed back
+	// without a verdict: its next attempt counts as one after crashes.
+	Crashed bool
+}
+
+// Args returns the entry as a flat field/value list for XADD. Empty optional
+// fields are left out, which keeps entries small.
+func (j *Job) Args() []any {
+	a := make([]any, 0, 16)
+	a = append(a, FieldVersion, "1", FieldPayload, j.Payload)
+	if len(j.Headers) > 0 {
+		h, _ := json.Marshal(j.Headers) // map[string]string always marshals
+		a = append(a, FieldHeaders, h)
+	}
+	a = append(a, FieldEnqueued, strconv.FormatInt(j.EnqMillis, 10))
+	if j.Attempt > 0 {
+		a = append(a, FieldAttempt, strconv.Itoa(j.Attempt))
+	}
+	if j.Key != "" {
+		a = append(a, FieldKey, j.Key, FieldKeyToken, j.KeyToken)
+	}
+	if j.FirstFail > 0 {
+		a = append(a, FieldFirstFail, strconv.FormatInt(j.FirstFail, 10))
+	}
+	if j.LastError != "" {
+		a = append(a, FieldLastError, j.LastError)
+	}
+	if j.Crashed {
+		a = append(a, FieldCrashed, "1")
+	}
+	return a
+}
+
+// Decode parses job fields. The error wraps [ErrMalformed] and says which
+// field is wrong; the returned Job is never nil (its Headers neither), so a
+// caller can still report what it could read.
+func Decode(values map[string]any) (*Job, error) {
+	j := &Job{Headers: map[string]string{}}
+	if values == nil {
+		return j, fmt.Errorf("%w: the entry has no fields (deleted?)", ErrMalformed)
+	}
+	v, ok := Str(values[FieldVersion])
+	if !ok {
+		return j, fmt.Errorf("%w: missing field %q", ErrMalformed, FieldVersion)
+	}
+	if v != "1" {
+		return j, fmt.Errorf("%w: unsupported format version %q (this consumer reads version %d)", ErrMalformed, v, Version)
+	}
+	p, ok := Str(values[FieldPayload])
+	if !ok {
+		return j, fmt.Errorf("%w: missing field %q", ErrMalformed, FieldPayload)
+	}
+	j.Payload = []byte(p)
+	if h, ok := Str(values[FieldHeaders]); ok && h != "" {
+		if err := json.Unmarshal([]byte(h), &j.Headers); err != nil {
+			return j, fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
+		}
+		if j.Headers == nil { // "null"
+			j.Headers = map[string]string{}
+		}
+	}
+	var err error
+	if j.EnqMillis, err = millisField(values, FieldEnqueued); err != nil {
+		return j, err
+	}
+	if j.FirstFail, err = millisField(values, FieldFirstFail); err != nil {
+		return j, err
+	}
+	if j.Attempt, err = AttemptField(values); err != nil {
+		return j, err
+	}
+	j.Key, _ = Str(values[FieldKey])
+	j.KeyToken, _ = Str(values[FieldKeyToken])
+	j.LastError, _ = Str(values[FieldLastError])
+	j.Crashed = Crashed(values)
+	return j, nil
+}
+
+// AttemptField returns the attempt field of an entry (0 when absent), or an
+// error wrapping [ErrMalformed].
+func AttemptField(values map[string]any) (int, error) {
+	a, ok := Str(values[FieldAttempt])
+	if !ok {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(a)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: field %q must be a non-negative integer, got %q", ErrMalformed, FieldAttempt, a)
+	}
+	return n, nil
+}
+
+func millisField(values map[string]any, name string) (int64, error) {
+	s, ok := Str(values[name])
+	if !ok || s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: field %q must be Unix milliseconds, got %q", ErrMalformed, name, s)
+	}
+	return n, nil
+}
+
+// Crashed reports whether an entry carries the crashed mark.
+func Crashed(values map[string]any) bool {
+	c, _ := Str(values[FieldCrashed])
+	return c == "1"
+}
+
+// Str returns v as a string if it is one (or a byte slice).
+func Str(v any) (string, bool) {
+	switch s := v.(type) {
+	case string:
+		return s, true
+	case []byte:
+		return string(s), true
+	}
+	return "", false
+}
+
+// Truncate shortens s to at most n bytes plus a marker.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "...(truncated)"
+}
+
+// DeadLetter describes why and how a job was dead-lettered.
+type DeadLetter struct {
+	Queue     string
+	ID        string // the job's ID when it was dead-lettered
+	Reason    string
+	Error     string
+	Attempts  int
+	FirstFail time.Time // zero: now
+	Failed    time.Time
+}
+
+// DeadLetterArgs returns the fields of a dead letter as a flat field/value
+// list for XADD: the dead-letter fields, then the job's own fields (raw,
+// with any dead-letter fields they carry dropped). If headers is not nil it
+// replaces the job's headers field (a backend that adds headers, such as a
+// job's priority, keeps them in the dead letter).
+func DeadLetterArgs(d DeadLetter, raw map[string]any, headers map[string]string) []any {
+	first := d.FirstFail
+	if first.IsZero() {
+		first = d.Failed
+	}
+	args := make([]any, 0, 16+2*len(raw))
+	args = append(args,
+		FieldDLQueue, d.Queue,
+		FieldDLID, d.ID,
+		FieldDLReason, d.Reason,
+		FieldDLError, Truncate(d.Error, MaxErrorLen),
+		FieldDLAttempts, strconv.Itoa(d.Attempts),
+		FieldDLFirstFail, strconv.FormatInt(first.UnixMilli(), 10),
+		FieldDLFailed, strconv.FormatInt(d.Failed.UnixMilli(), 10),
+	)
+	for k, v := range raw {
+		if strings.HasPrefix(k, DLPrefix) || (headers != nil && k == FieldHeaders) {
+			continue // a requeued dead letter never carries these; a raw entry might
+		}
+		args = append(args, k, v)
+	}
+	if headers != nil {
+		h, _ := json.Marshal(headers)
+		args = append(args, FieldHeaders, string(h))
+	}
+	return args
+}
+
+// ParseDeadLetter splits the fields of a dead letter into what
+// [DeadLetterArgs] wrote and the job's own fields.
+func ParseDeadLetter(values map[string]any) (DeadLetter, map[string]string) {
+	var d DeadLetter
+	own := make(map[string]string, len(values))
+	for k, v := range values {
+		s, _ := Str(v)
+		switch k {
+		case FieldDLQueue:
+			d.Queue = s
+		case FieldDLID:
+			d.ID = s
+		case FieldDLReason:
+			d.Reason = s
+		case FieldDLError:
+			d.Error = s
+		case FieldDLAttempts:
+			d.Attempts, _ = strconv.Atoi(s)
+		case FieldDLFirstFail:
+			d.FirstFail = ParseMillis(s)
+		case FieldDLFailed:
+			d.Failed = ParseMillis(s)
+		default:
+			own[k] = s
+		}
+	}
+	return d, own
+}
+
+// ParseMillis parses Unix milliseconds; anything else is the zero time.
+func ParseMillis(s string) time.Time {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// Millis returns t's Unix milliseconds, 0 for the zero time.
+func Millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}

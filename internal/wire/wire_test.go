@@ -1,0 +1,222 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestJob_RoundTrip(t *testing.T) {
+	t.Parallel()
+	in := Job{
+		Payload:   []byte("hello\x00world\xff"),
+		Headers:   map[string]string{"traceparent": "00-abc", "k": "v"},
+		EnqMillis: 1_700_000_000_123,
+		Attempt:   3,
+		Key:       "invoice:42",
+		KeyToken:  "d-1",
+		FirstFail: 1_700_000_000_500,
+		LastError: "boom",
+		Crashed:   true,
+	}
+	got, err := Decode(toValues(t, in.Args()))
+	if err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	if !reflect.DeepEqual(*got, in) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", *got, in)
+	}
+}
+
+func TestJob_MinimalEntry(t *testing.T) {
+	t.Parallel()
+	j := Job{Payload: []byte{}}
+	// v, payload and enq only: headers, attempt, key and the rest are
+	// omitted when empty.
+	if args := j.Args(); len(args) != 6 {
+		t.Fatalf("minimal entry has %d args: %v", len(args), args)
+	}
+	got, err := Decode(map[string]any{"v": "1", "payload": ""})
+	if err != nil {
+		t.Fatalf("decode minimal raw entry: %v", err)
+	}
+	if got.Headers == nil || len(got.Payload) != 0 || got.Attempt != 0 || got.Crashed {
+		t.Errorf("minimal job %+v", got)
+	}
+}
+
+func TestDecode_Malformed(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"deleted entry", nil, "no fields"},
+		{"missing version", map[string]any{"payload": "x"}, `missing field "v"`},
+		{"unknown version", map[string]any{"v": "9", "payload": "x"}, "unsupported format version"},
+		{"missing payload", map[string]any{"v": "1"}, `missing field "payload"`},
+		{"headers not json", map[string]any{"v": "1", "payload": "x", "headers": "{"}, "JSON object"},
+		{"headers not strings", map[string]any{"v": "1", "payload": "x", "headers": `{"a":1}`}, "JSON object"},
+		{"bad enq", map[string]any{"v": "1", "payload": "x", "enq": "yesterday"}, "Unix milliseconds"},
+		{"negative attempt", map[string]any{"v": "1", "payload": "x", "attempt": "-1"}, "non-negative"},
+		{"bad attempt", map[string]any{"v": "1", "payload": "x", "attempt": "two"}, "non-negative"},
+		{"bad first failure", map[string]any{"v": "1", "payload": "x", "ff": "x"}, "Unix milliseconds"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			j, err := Decode(tt.values)
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("err = %v, want ErrMalformed", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %q, want it to mention %q", err, tt.want)
+			}
+			if j == nil || j.Headers == nil {
+				t.Errorf("a malformed entry must still yield a job, got %+v", j)
+			}
+		})
+	}
+}
+
+func TestDeadLetterArgs_ParsedBack(t *testing.T) {
+	t.Parallel()
+	first := time.UnixMilli(1_700_000_000_000)
+	now := first.Add(time.Hour)
+	raw := map[string]any{"v": "1", "payload": "p", "headers": `{"a":"b"}`, "dl_reason": "stale", "extra": "x"}
+	d := DeadLetter{Queue: "q", ID: "5-0", Reason: "permanent", Error: "nope", Attempts: 4, FirstFail: first, Failed: now}
+	got, own := ParseDeadLetter(toValues(t, DeadLetterArgs(d, raw, nil)))
+	if !reflect.DeepEqual(got, d) {
+		t.Errorf("dead letter parsed back as %+v, want %+v", got, d)
+	}
+	if own["extra"] != "x" || own["payload"] != "p" || own["headers"] != `{"a":"b"}` {
+		t.Errorf("the job's own fields: %v", own)
+	}
+	if _, ok := own["dl_reason"]; ok {
+		t.Errorf("a stale dl_ field of the entry was copied: %v", own)
+	}
+	// Headers given replace the job's (a backend's own headers, such as the
+	// priority, are kept in the dead letter).
+	_, own = ParseDeadLetter(toValues(t, DeadLetterArgs(DeadLetter{Failed: now}, raw, map[string]string{"p": "7"})))
+	if own["headers"] != `{"p":"7"}` {
+		t.Errorf("headers = %q, want the given ones", own["headers"])
+	}
+	// Without a first failure, the dead letter's time is the first.
+	got, _ = ParseDeadLetter(toValues(t, DeadLetterArgs(DeadLetter{Failed: now}, raw, nil)))
+	if !got.FirstFail.Equal(now) {
+		t.Errorf("first failure %v, want %v", got.FirstFail, now)
+	}
+}
+
+func TestPack_RoundTrip(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 70_000)
+	fields := []any{"v", "1", "payload", []byte("\x00\xff binary"), "e", "", "f31", strings.Repeat("y", 31),
+		"f255", strings.Repeat("z", 255), "f256", strings.Repeat("w", 256), "long", long}
+	got, err := Unpack(string(Pack(fields)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(fields); i += 2 {
+		want := fmt.Sprint(fields[i+1])
+		if b, ok := fields[i+1].([]byte); ok {
+			want = string(b)
+		}
+		if got[fields[i].(string)] != want {
+			t.Errorf("field %s: %q, want %q", fields[i], got[fields[i].(string)], want)
+		}
+	}
+	many := make([]any, 0, 40)
+	for i := range 20 {
+		many = append(many, fmt.Sprint("k", i), fmt.Sprint(i))
+	}
+	if got, err := Unpack(string(Pack(many))); err != nil || len(got) != 20 {
+		t.Errorf("20 fields: %d back, %v", len(got), err)
+	}
+	for _, bad := range []string{"", "\x92\xa1", "\xc0", "\x91\xdb\x00\x00\x01\x00x", "\x92\xa1a\xa1bextra"} {
+		if _, err := Unpack(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Unpack(%q) = %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+// FuzzDecode decodes arbitrary field maps: any keys (known, unknown,
+// dead-letter fields), any bytes, as string or []byte values. The input is
+// split at NUL bytes into key, value, key, value, ... Decoding must never
+// panic, must report malformed input as ErrMalformed, and a job that decodes
+// must survive a retry, a pack and a dead letter unchanged.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte("v\x001\x00payload\x00p\x00ff\x00123\x00err\x00boom\x00kt\x00tok\x00key\x00k"))
+	f.Add([]byte("v\x001\x00payload\x00\x00headers\x00{\"a\":\"\xff\"}\x00dl_reason\x00x\x00zzz\x00"))
+	f.Add([]byte("v\x001\x00payload\x00p\x00attempt\x00-1\x00enq\x00abc"))
+	f.Add([]byte("v\x001\x00payload\x00p\x00crashed\x001\x00attempt\x007"))
+	f.Add([]byte("\x00\x00\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parts := bytes.Split(data, []byte{0})
+		values := map[string]any{}
+		for i := 0; i+1 < len(parts); i += 2 {
+			if i%4 == 0 {
+				values[string(parts[i])] = string(parts[i+1])
+			} else {
+				values[string(parts[i])] = parts[i+1]
+			}
+		}
+		j, err := Decode(values)
+		if j == nil || j.Headers == nil {
+			t.Fatal("Decode returned a nil job or headers")
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if j.Attempt < 0 || j.EnqMillis < 0 || j.FirstFail < 0 {
+			t.Fatalf("accepted job with invalid state: %+v", j)
+		}
+		next := *j
+		next.Attempt++
+		next.LastError = "e"
+		again, err := Decode(toValues(t, next.Args()))
+		if err != nil {
+			t.Fatalf("retried job does not decode: %v", err)
+		}
+		if !bytes.Equal(again.Payload, j.Payload) || again.Attempt != j.Attempt+1 || again.Key != j.Key || !reflect.DeepEqual(again.Headers, j.Headers) {
+			t.Fatalf("retry changed the job: %+v -> %+v", j, again)
+		}
+		unpacked, err := Unpack(string(Pack(next.Args())))
+		if err != nil {
+			t.Fatalf("packed job does not unpack: %v", err)
+		}
+		if packed, err := Decode(unpacked); err != nil || !reflect.DeepEqual(packed, again) {
+			t.Fatalf("packed job decodes as %+v (%v), want %+v", packed, err, again)
+		}
+		d, own := ParseDeadLetter(toValues(t, DeadLetterArgs(DeadLetter{Queue: "q", ID: "1-0", Reason: "permanent", Failed: time.UnixMilli(1)}, values, nil)))
+		if d.Reason != "permanent" || d.ID != "1-0" || own[FieldPayload] != string(j.Payload) {
+			t.Fatalf("dead letter lost the job: %+v %v from %+v", d, own, j)
+		}
+	})
+}
+
+// toValues turns XADD arguments into the map go-redis returns for an entry.
+func toValues(t *testing.T, args []any) map[string]any {
+	t.Helper()
+	v := make(map[string]any, len(args)/2)
+	for i := 0; i+1 < len(args); i += 2 {
+		k := args[i].(string)
+		switch x := args[i+1].(type) {
+		case string:
+			v[k] = x
+		case []byte:
+			v[k] = string(x)
+		default:
+			t.Fatalf("unexpected arg type %T", x)
+		}
+	}
+	return v
+}
