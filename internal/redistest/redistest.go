@@ -217,25 +217,45 @@ func DeleteKeysAtCleanup(t testing.TB, rdb redis.UniversalClient, pattern string
 // Like t.Fatalf, it must be called from the test's goroutine.
 func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
-	if cond() {
-		return
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := poll(ctx, waitInterval, func(context.Context) error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+	if err != nil {
+		t.Fatalf("redistest: timed out after %v waiting for: %s", timeout, msg)
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(waitInterval)
+}
+
+// errNotYet is the reason WaitFor's checks give while cond is false.
+var errNotYet = errors.New("condition not met")
+
+// poll calls check every interval until it returns nil, and then returns
+// nil. Once ctx is done it checks a last time and, if that fails too, returns
+// ctx's error with the last reason check gave (the final check's own reason
+// may only be the expired ctx). It is the loop behind WaitFor and the
+// topology helpers' waits.
+func poll(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
+	last := check(ctx)
+	if last == nil {
+		return nil
+	}
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-tick.C:
-			if cond() {
-				return
+			if last = check(ctx); last == nil {
+				return nil
 			}
-		case <-deadline.C:
-			if cond() {
-				return
+		case <-ctx.Done():
+			if check(ctx) == nil {
+				return nil
 			}
-			t.Fatalf("redistest: timed out after %v waiting for: %s", timeout, msg)
-			return
+			return fmt.Errorf("%w (last check: %v)", ctx.Err(), last)
 		}
 	}
 }
