@@ -233,24 +233,33 @@ func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) 
 // errNotYet is the reason WaitFor's checks give while cond is false.
 var errNotYet = errors.New("condition not met")
 
+// stopPolling wraps an error that ends a poll at once, because waiting
+// longer cannot help; poll returns the wrapped error.
+type stopPolling struct{ err error }
+
+func (e stopPolling) Error() string { return e.err.Error() }
+
 // poll calls check every interval until it returns nil, and then returns
 // nil. Once ctx is done it checks a last time and, if that fails too, returns
 // ctx's error with the last reason check gave (the final check's own reason
-// may only be the expired ctx). It is the loop behind WaitFor and the
-// topology helpers' waits.
+// may only be the expired ctx). A check that returns a stopPolling ends the
+// poll with its error. It is the loop behind WaitFor and the topology
+// helpers' waits.
 func poll(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
 	last := check(ctx)
-	if last == nil {
-		return nil
-	}
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		var stop stopPolling
+		switch {
+		case last == nil:
+			return nil
+		case errors.As(last, &stop):
+			return stop.err
+		}
 		select {
 		case <-tick.C:
-			if last = check(ctx); last == nil {
-				return nil
-			}
+			last = check(ctx)
 		case <-ctx.Done():
 			if check(ctx) == nil {
 				return nil

@@ -16,9 +16,7 @@ func dialOnce(t *testing.T, opt *redis.Options) *redis.Client {
 	t.Helper()
 	opt.MaxRetries = -1
 	opt.DialTimeout = testTimeout
-	rdb := redis.NewClient(opt)
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	return newTestClient(t, opt)
 }
 
 func TestStartTLSServer(t *testing.T) {
