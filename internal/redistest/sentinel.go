@@ -62,13 +62,9 @@ func (o SentinelOptions) withDefaults() (SentinelOptions, error) {
 	if o.MasterName == "" {
 		o.MasterName = DefaultMasterName
 	}
-	switch {
-	case o.Replicas == 0:
-		o.Replicas = DefaultSentinelReplicas
-	case o.Replicas == -1:
-		o.Replicas = 0
-	case o.Replicas < 0:
-		return o, fmt.Errorf("bad Replicas %d: want -1 (none), 0 (the default) or more", o.Replicas)
+	var err error
+	if o.Replicas, err = replicaCount(o.Replicas, DefaultSentinelReplicas); err != nil {
+		return o, err
 	}
 	if o.Sentinels == 0 {
 		o.Sentinels = DefaultSentinels
@@ -162,7 +158,7 @@ func startSentinelProcess(t testing.TB, o SentinelOptions, master string) *Serve
 // up, every replica up with its link to the master, and every other sentinel.
 func (s *Sentinel) checkDiscovered(ctx context.Context) error {
 	wantReplicas := len(s.data) - 1
-	for _, sen := range s.running(s.sentinels) {
+	for _, sen := range running(s.sentinels) {
 		master, err := s.sentinelCmd(ctx, sen, "master")
 		if err != nil {
 			return err
@@ -225,9 +221,23 @@ func pairs(fields []any) map[string]string {
 	return m
 }
 
-// running returns the servers among servers whose process runs.
-func (s *Sentinel) running(servers []*Server) []*Server {
-	var out []*Server
+// replicaCount applies the rule of the Replicas options: 0 means def, -1
+// means none.
+func replicaCount(n, def int) (int, error) {
+	switch {
+	case n == 0:
+		return def, nil
+	case n == -1:
+		return 0, nil
+	case n < 0:
+		return 0, fmt.Errorf("bad Replicas %d: want -1 (none), 0 (the default) or more", n)
+	}
+	return n, nil
+}
+
+// running returns the servers whose process runs.
+func running[S interface{ Running() bool }](servers []S) []S {
+	var out []S
 	for _, srv := range servers {
 		if srv.Running() {
 			out = append(out, srv)
@@ -270,7 +280,7 @@ func (s *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 		addr string
 		seen []string
 	)
-	for _, sen := range s.running(s.sentinels) {
+	for _, sen := range running(s.sentinels) {
 		hp, err := sen.admin.Do(ctx, "SENTINEL", "get-master-addr-by-name", s.opts.MasterName).StringSlice()
 		if err != nil {
 			return "", fmt.Errorf("redistest: SENTINEL GET-MASTER-ADDR-BY-NAME on %s: %w", sen.Addr(), err)
@@ -319,7 +329,7 @@ func (s *Sentinel) Failover(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sens := s.running(s.sentinels)
+	sens := running(s.sentinels)
 	if len(sens) == 0 {
 		return "", errors.New("redistest: Failover: no sentinel runs")
 	}
@@ -346,7 +356,7 @@ func (s *Sentinel) Failover(ctx context.Context) (string, error) {
 		if err := s.checkRole(ctx, a); err != nil {
 			return err
 		}
-		for _, sen := range s.running(s.sentinels) {
+		for _, sen := range running(s.sentinels) {
 			m, err := s.sentinelCmd(ctx, sen, "master")
 			if err != nil {
 				return err

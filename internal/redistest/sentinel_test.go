@@ -70,17 +70,6 @@ func TestStartSentinel_Failover(t *testing.T) {
 	}
 }
 
-func TestStartSentinel_BadOptions(t *testing.T) {
-	t.Parallel()
-	msg := runFake(t, func(tb testing.TB) {
-		StartSentinel(tb, SentinelOptions{Quorum: 4})
-		tb.Errorf("StartSentinel returned, want a fatal failure")
-	})
-	if !strings.Contains(msg, "StartSentinel") || !strings.Contains(msg, "Quorum 4") {
-		t.Errorf("fatal message = %q, want it to name StartSentinel and the bad Quorum", msg)
-	}
-}
-
 func TestSentinelOptions_withDefaults(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
