@@ -238,14 +238,15 @@ func (c *Cluster) WaitHealthy(ctx context.Context) error {
 // KeySlot returns the hash slot of key (CLUSTER KEYSLOT, asked of a running
 // node).
 func (c *Cluster) KeySlot(ctx context.Context, key string) (int, error) {
-	for _, n := range running(c.nodes) {
-		slot, err := n.admin.ClusterKeySlot(ctx, key).Result()
-		if err != nil {
-			return 0, fmt.Errorf("redistest: CLUSTER KEYSLOT on %s: %w", n.Addr(), err)
-		}
-		return int(slot), nil
+	nodes := running(c.nodes)
+	if len(nodes) == 0 {
+		return 0, errors.New("redistest: KeySlot: no cluster node runs")
 	}
-	return 0, errors.New("redistest: KeySlot: no cluster node runs")
+	slot, err := nodes[0].admin.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return 0, fmt.Errorf("redistest: CLUSTER KEYSLOT on %s: %w", nodes[0].Addr(), err)
+	}
+	return int(slot), nil
 }
 
 // MasterOfSlot returns the master that serves slot as all running nodes see

@@ -17,6 +17,21 @@
 // restart or kill Redis start their own server with [StartServer]. Conditions
 // that have no signal to wait on are awaited with [WaitFor]; consumers,
 // workers and schedulers run in the background of a test with [Background].
+//
+// Tests of replication, failover and encryption start whole topologies of
+// their own, every process on a free loopback port with its files in
+// t.TempDir(), stopped in t.Cleanup and its log shown if the test failed:
+//   - [StartReplica]: a replica of a [Server], returned once in sync;
+//   - [StartSentinel]: a master, replicas and sentinels, with
+//     [Sentinel.Failover];
+//   - [StartCluster]: a Redis Cluster, with [Cluster.Kill],
+//     [Cluster.WaitHealthy] and slot migration ([Cluster.MigrateSlot], or
+//     step by step from [Cluster.BeginMigration]);
+//   - [StartTLSServer]: a server that speaks only TLS, with a throwaway CA
+//     that [Server.TLSConfig] trusts.
+//
+// A topology that does not come up fails the test with what was missing;
+// none is ever skipped.
 package redistest
 
 import (
