@@ -464,6 +464,9 @@ type pair struct {
 func (pr *pair) track(p *Proxy, args [][]byte) bool {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
+	if pr.stopped { // the replies side gave up
+		return false
+	}
 	i := pr.sent
 	pr.sent++
 	if untrackable(args) {
@@ -479,10 +482,15 @@ func (pr *pair) track(p *Proxy, args [][]byte) bool {
 }
 
 // replyState says whether the reply to command i is still followed, and the
-// arm to fire if it is the reply to drop.
+// arm to fire if it is the reply to drop. A reply to a command not sent yet
+// (a server that speaks first, as Redis does only to refuse a client) ends
+// the following: the proxy cannot know what it answers.
 func (pr *pair) replyState(i int) (*arm, bool) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
+	if i >= pr.sent && !pr.stopped {
+		pr.stopAt, pr.stopped = i, true
+	}
 	if pr.stopped && i >= pr.stopAt {
 		return nil, false
 	}

@@ -53,6 +53,13 @@ func setup(t *testing.T, target string) *faultproxy.Proxy {
 // joined in t.Cleanup.
 func startEcho(t *testing.T) string {
 	t.Helper()
+	return startServer(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// startServer starts a loopback server that runs serve on each connection,
+// closed and joined in t.Cleanup.
+func startServer(t *testing.T, serve func(c net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +83,7 @@ func startEcho(t *testing.T) string {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _ = io.Copy(c, c)
+				serve(c)
 				_ = c.Close()
 			}()
 		}
@@ -413,6 +420,73 @@ func forEachProtocol(t *testing.T, f func(t *testing.T, proto int)) {
 		t.Run(fmt.Sprint("RESP", proto), func(t *testing.T) {
 			t.Parallel()
 			f(t, proto)
+		})
+	}
+}
+
+func TestProxy_OtherProtocols(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		serve  func(c net.Conn)
+		client func(c net.Conn) error
+	}{
+		{
+			// A Postgres client opens with a binary SSLRequest; the server
+			// answers with one byte, no line end.
+			name: "client first, binary",
+			serve: func(c net.Conn) {
+				buf := make([]byte, 8)
+				if _, err := io.ReadFull(c, buf); err == nil {
+					_, _ = c.Write([]byte("N"))
+				}
+			},
+			client: func(c net.Conn) error {
+				if _, err := c.Write([]byte("\x00\x00\x00\x08\x04\xd2\x16\x2f")); err != nil {
+					return err
+				}
+				b := make([]byte, 1)
+				if _, err := io.ReadFull(c, b); err != nil || b[0] != 'N' {
+					return fmt.Errorf("answer %q, %v; want \"N\"", b, err)
+				}
+				return nil
+			},
+		},
+		{
+			// A MySQL-like server greets first, in binary.
+			name: "server first, binary",
+			serve: func(c net.Conn) {
+				if _, err := c.Write([]byte("\x4a\x00\x00\x00\x0a8.0")); err == nil {
+					_, _ = io.Copy(c, c)
+				}
+			},
+			client: func(c net.Conn) error {
+				greeting := make([]byte, 8)
+				if _, err := io.ReadFull(c, greeting); err != nil || string(greeting) != "\x4a\x00\x00\x00\x0a8.0" {
+					return fmt.Errorf("greeting %q, %v", greeting, err)
+				}
+				if _, err := c.Write([]byte("\x01\x02")); err != nil {
+					return err
+				}
+				echo := make([]byte, 2)
+				if _, err := io.ReadFull(c, echo); err != nil || string(echo) != "\x01\x02" {
+					return fmt.Errorf("echo %q, %v", echo, err)
+				}
+				return nil
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := setup(t, startServer(t, tt.serve))
+			p.DropReply(faultproxy.Command("x")) // armed, never fires
+			if err := tt.client(dial(t, p.Addr())); err != nil {
+				t.Fatalf("through the proxy: %v", err)
+			}
+			if n := p.Dropped(); n != 0 {
+				t.Errorf("Dropped() = %d, want 0", n)
+			}
 		})
 	}
 }

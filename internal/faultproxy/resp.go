@@ -39,6 +39,15 @@ func protoErrorf(format string, args ...any) error {
 // are split on blanks, without Redis's quoting rules: good enough to count
 // them and match their name. On error, buf holds what was consumed.
 func readCommand(r *bufio.Reader, buf []byte) ([]byte, [][]byte, error) {
+	// Look before consuming: the bytes of another protocol (Postgres starts
+	// with a binary length) must not be held back waiting for a line end.
+	b, err := r.Peek(1)
+	if err != nil {
+		return buf, nil, err
+	}
+	if b[0] != '*' && !isText(b[0]) {
+		return buf, nil, protoErrorf("a command starts with byte %#x", b[0])
+	}
 	buf, line, err := readLine(r, buf)
 	if err != nil {
 		return buf, nil, err
@@ -92,6 +101,13 @@ func readValue(r *bufio.Reader, buf []byte, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return buf, protoErrorf("replies nested deeper than %d", maxDepth)
 	}
+	b, err := r.Peek(1)
+	if err != nil {
+		return buf, err
+	}
+	if !bytes.ContainsRune([]byte("+-:_,#($!=*~>%|"), rune(b[0])) {
+		return buf, protoErrorf("unknown reply type %q", b[0])
+	}
 	buf, line, err := readLine(r, buf)
 	if err != nil {
 		return buf, err
@@ -126,9 +142,15 @@ func readValue(r *bufio.Reader, buf []byte, depth int) ([]byte, error) {
 			return readValue(r, buf, depth)
 		}
 		return buf, nil
-	default:
+	default: // unreachable: the type was checked before reading the line
 		return buf, protoErrorf("unknown reply type %q", typ)
 	}
+}
+
+// isText reports whether b may start an inline command: printable ASCII or
+// white space.
+func isText(b byte) bool {
+	return b >= 0x20 && b < 0x7f || b == '\t' || b == '\r' || b == '\n'
 }
 
 // readLine appends one line (through its \n) to buf and returns buf and the

@@ -79,6 +79,7 @@ func TestReadReply_Errors(t *testing.T) {
 		wantProto bool // an errProtocol rather than an I/O error
 	}{
 		{name: "unknown type", in: "hello\r\n", wantProto: true},
+		{name: "binary, no line end", in: "N", wantProto: true},
 		{name: "bare LF", in: "+OK\n", wantProto: true},
 		{name: "empty line", in: "\r\n", wantProto: true},
 		{name: "bad length", in: "$x\r\n", wantProto: true},
@@ -102,7 +103,7 @@ func TestReadReply_Errors(t *testing.T) {
 				t.Errorf("readReply(%q) err = %v; protocol error: %v, want %v", tt.in, err, !tt.wantProto, tt.wantProto)
 			}
 			// What was consumed is returned, so the proxy can forward it.
-			if !strings.HasPrefix(tt.in, string(got)) || len(got) == 0 {
+			if !strings.HasPrefix(tt.in, string(got)) {
 				t.Errorf("readReply(%q) returned %q, want the consumed prefix", tt.in, got)
 			}
 		})
@@ -171,6 +172,13 @@ func TestReadCommand(t *testing.T) {
 
 func TestReadCommand_Errors(t *testing.T) {
 	t.Parallel()
+	// Binary bytes are refused before anything is consumed, so that the
+	// proxy forwards them at once rather than wait for a line end.
+	postgresSSLRequest := "\x00\x00\x00\x08\x04\xd2\x16\x2f"
+	r := bufio.NewReader(strings.NewReader(postgresSSLRequest))
+	if got, _, err := readCommand(r, nil); !errors.Is(err, errProtocol) || len(got) != 0 || r.Buffered() != len(postgresSSLRequest) {
+		t.Errorf("readCommand(Postgres SSLRequest) = %q, %v; want errProtocol with nothing consumed", got, err)
+	}
 	for _, in := range []string{
 		"*1\r\n:1\r\n",                 // an argument that is not a bulk string
 		"*1\r\n$x\r\n",                 // bad bulk length
