@@ -274,7 +274,11 @@ func poll(ctx context.Context, interval time.Duration, check func(context.Contex
 		}
 		select {
 		case <-tick.C:
-			last = check(ctx)
+			// A check cut short by ctx running out says less than the one
+			// before it: keep that one's reason.
+			if err := check(ctx); err == nil || ctx.Err() == nil {
+				last = err
+			}
 		case <-ctx.Done():
 			if check(ctx) == nil {
 				return nil

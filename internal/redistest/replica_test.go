@@ -55,7 +55,7 @@ func TestStartReplica(t *testing.T) {
 func TestServer_WaitInSync_NotAReplica(t *testing.T) {
 	t.Parallel()
 	s := StartServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	err := s.WaitInSync(ctx)
 	if err == nil {
