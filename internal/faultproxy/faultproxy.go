@@ -11,11 +11,29 @@
 //	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 //	p.CutAll() // in-flight commands fail; the client reconnects afterwards
 //
+// To lose one reply after the server ran the command, as a network fault
+// between the two does, arm the proxy with [Proxy.DropReply]: it forwards
+// the next matching command, waits until Redis starts to answer it, and then
+// ends the connection without forwarding that reply:
+//
+//	dropped := p.DropReply(faultproxy.Command("INCR"))
+//	rdb.Incr(ctx, "n") // runs on the server; go-redis sees EOF and sends it again
+//	<-dropped
+//
+// For that the proxy reads the Redis protocol in both directions (requests,
+// and RESP2 and RESP3 replies), so it knows which reply answers which
+// command even when a client pipelines them. A connection whose traffic it
+// cannot follow (pub/sub, MONITOR, CLIENT REPLY, replication, or bytes that
+// are not RESP) is copied byte for byte from then on, as every connection
+// was before.
+//
 // The proxy only talks to loopback addresses, so tests never send traffic off
 // the machine.
 package faultproxy
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +49,8 @@ const (
 	// acceptRetryDelay is the pause after an accept error other than the
 	// listener being closed (such as running out of file descriptors).
 	acceptRetryDelay = 10 * time.Millisecond
+	// readBuffer is the size of the buffered reader on each side of a pair.
+	readBuffer = 32 << 10
 )
 
 // Proxy forwards TCP connections from its loopback listener to a loopback
@@ -47,8 +67,40 @@ type Proxy struct {
 	pairs    map[*pair]struct{}
 	refuse   bool
 	cuts     int
+	arms     []*arm // armed by DropReply, oldest first
+	dropped  int
 	closed   bool
 	closeErr error
+}
+
+// MatchFunc reports whether a client command, given as its arguments (the
+// command name first, as sent), is the one [Proxy.DropReply] waits for. The
+// arguments are valid only during the call. It runs on the proxy's
+// goroutines, under the proxy's lock: it must be quick and must not call the
+// proxy's methods.
+type MatchFunc func(args [][]byte) bool
+
+// Command returns a MatchFunc for the commands whose first arguments are
+// words, compared without regard to case: Command("XREADGROUP"),
+// Command("EVALSHA", sha), Command("CLIENT", "SETNAME").
+func Command(words ...string) MatchFunc {
+	return func(args [][]byte) bool {
+		if len(words) == 0 || len(args) < len(words) {
+			return false
+		}
+		for i, w := range words {
+			if !bytes.EqualFold(args[i], []byte(w)) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// arm is one DropReply waiting for its command.
+type arm struct {
+	match MatchFunc
+	done  chan struct{} // closed once the reply was dropped
 }
 
 // New starts a proxy to target, which must be a loopback host:port
@@ -221,24 +273,260 @@ func (p *Proxy) serve(ctx context.Context, c net.Conn) {
 	p.wg.Add(2)
 	p.mu.Unlock()
 
-	go p.pipe(pr, s, c)
-	go p.pipe(pr, c, s)
+	go p.requests(pr)
+	go p.replies(pr)
 }
 
-// pipe copies from src to dst; when either fails the whole pair is closed.
-func (p *Proxy) pipe(pr *pair, dst, src net.Conn) {
-	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+// DropReply arms the proxy to lose one reply: the next client command, on
+// any connection, for which match returns true is forwarded to the server as
+// usual, but once the first byte of the server's reply to it arrives (proof
+// that the server ran it), the proxy ends that connection pair instead of
+// forwarding the reply. The client first gets the replies to the commands
+// it sent before (pipelined ones included), then an end of stream; the
+// server side is closed. go-redis, by default, then sends the command again
+// on a new connection, so the server runs it twice.
+//
+// Each call arms one drop; several calls wait for their commands in the
+// order they were made. The returned channel is closed once the reply was
+// dropped. A connection whose traffic the proxy no longer follows (see the
+// package documentation) never matches; a matched command whose connection
+// is cut first (CutAll, Close, the client leaving) uses up the arm without a
+// drop. Commands without a reply (SUBSCRIBE and its kin) cannot be matched.
+func (p *Proxy) DropReply(match MatchFunc) <-chan struct{} {
+	a := &arm{match: match, done: make(chan struct{})}
+	p.mu.Lock()
+	p.arms = append(p.arms, a)
+	p.mu.Unlock()
+	return a.done
+}
+
+// Dropped returns the number of replies dropped by [Proxy.DropReply] so far.
+func (p *Proxy) Dropped() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dropped
+}
+
+// claim returns the first armed drop that matches args, disarming it, or nil.
+func (p *Proxy) claim(args [][]byte) *arm {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, a := range p.arms {
+		if a.match(args) {
+			p.arms = append(p.arms[:i], p.arms[i+1:]...)
+			return a
+		}
+	}
+	return nil
+}
+
+// endPair forgets the pair and closes it.
+func (p *Proxy) endPair(pr *pair) {
 	p.mu.Lock()
 	delete(p.pairs, pr)
 	p.mu.Unlock()
 	pr.close()
 }
 
+// requests forwards the client's commands to the server, one whole command
+// (or several, pipelined) per write, and numbers those that expect a reply:
+// it marks the command whose reply to drop, or from which on to stop
+// following the connection, before the server can see it. It ends the pair
+// when the client goes away; after a drop it reads and discards the client's
+// commands until then, so the client sees the end of stream and not a reset.
+func (p *Proxy) requests(pr *pair) {
+	defer p.wg.Done()
+	defer p.endPair(pr)
+	r := bufio.NewReaderSize(pr.client, readBuffer)
+	var (
+		buf  []byte
+		args [][]byte
+		err  error
+	)
+	for {
+		if buf, args, err = readCommand(r, buf); err != nil {
+			break
+		}
+		if len(args) > 0 && !pr.track(p, args) {
+			break // copy the rest byte for byte
+		}
+		if r.Buffered() > 0 {
+			continue // more commands have arrived: send them together
+		}
+		if err = pr.forward(buf); err != nil {
+			break
+		}
+		buf = buf[:0]
+	}
+	// What was read goes out as it came (a client's last commands before it
+	// left, or the bytes of a command the proxy cannot follow); after a
+	// command that ends the following, or bytes that are not RESP, the rest
+	// is copied as it comes.
+	if ferr := pr.forward(buf); ferr == nil && (err == nil || errors.Is(err, errProtocol)) {
+		_, _ = io.Copy(pr.server, r)
+	}
+	if pr.isDropped() {
+		_, _ = io.Copy(io.Discard, r)
+	}
+}
+
+// replies forwards the server's replies to the client, counting them against
+// the commands; at the start of the reply to drop it sends what came before,
+// ends the client's side of the stream, closes the server's, and returns
+// (requests ends the pair). Push messages (RESP3 >) answer no command.
+func (p *Proxy) replies(pr *pair) {
+	defer p.wg.Done()
+	r := bufio.NewReaderSize(pr.server, readBuffer)
+	var (
+		buf  []byte
+		next int // the index of the command the next reply answers
+	)
+	flush := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		_, err := pr.client.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+	for {
+		if len(buf) > 0 && r.Buffered() == 0 {
+			if flush() != nil {
+				break
+			}
+		}
+		b, err := r.Peek(1)
+		if err != nil {
+			_ = flush()
+			break
+		}
+		if b[0] != '>' {
+			a, follow := pr.replyState(next)
+			if !follow {
+				if flush() == nil {
+					_, _ = io.Copy(pr.client, r)
+				}
+				break
+			}
+			if a != nil {
+				if flush() == nil {
+					p.drop(pr, a)
+					return
+				}
+				break
+			}
+			next++
+		}
+		if buf, err = readReply(r, buf); err != nil {
+			if flush() == nil && errors.Is(err, errProtocol) {
+				_, _ = io.Copy(pr.client, r)
+			}
+			break
+		}
+	}
+	p.endPair(pr)
+}
+
+// drop ends the pair after the client got everything before the dropped
+// reply: a FIN to the client (its unread commands would turn a close into a
+// reset, which may destroy replies it has not read yet), the server closed.
+func (p *Proxy) drop(pr *pair, a *arm) {
+	pr.mu.Lock()
+	pr.dropped = true
+	pr.mu.Unlock()
+	if tc, ok := pr.client.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_ = pr.server.Close()
+	p.mu.Lock()
+	p.dropped++
+	p.mu.Unlock()
+	close(a.done)
+}
+
 // pair is one client connection and its connection to the target.
 type pair struct {
 	client, server net.Conn
 	once           sync.Once
+
+	mu      sync.Mutex
+	sent    int  // commands that expect a reply, forwarded so far
+	dropAt  int  // the index of the command whose reply to drop, if dropArm is set
+	dropArm *arm // the arm that matched it
+	stopAt  int  // from this command on the pair is copied blindly, if stopped
+	stopped bool
+	dropped bool // the reply was dropped: the pair is ending
+}
+
+// track numbers a command that expects a reply, and decides what becomes of
+// its reply. It returns false if the proxy stops following the connection
+// with this command.
+func (pr *pair) track(p *Proxy, args [][]byte) bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if pr.stopped { // the replies side gave up
+		return false
+	}
+	i := pr.sent
+	pr.sent++
+	if untrackable(args) {
+		pr.stopAt, pr.stopped = i, true
+		return false
+	}
+	if pr.dropArm == nil {
+		if a := p.claim(args); a != nil {
+			pr.dropAt, pr.dropArm = i, a
+		}
+	}
+	return true
+}
+
+// replyState says whether the reply to command i is still followed, and the
+// arm to fire if it is the reply to drop. A reply to a command not sent yet
+// (a server that speaks first, as Redis does only to refuse a client) ends
+// the following: the proxy cannot know what it answers.
+func (pr *pair) replyState(i int) (*arm, bool) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	if i >= pr.sent && !pr.stopped {
+		pr.stopAt, pr.stopped = i, true
+	}
+	if pr.stopped && i >= pr.stopAt {
+		return nil, false
+	}
+	if pr.dropArm != nil && pr.dropAt == i {
+		return pr.dropArm, true
+	}
+	return nil, true
+}
+
+// isDropped reports whether the pair's reply was dropped.
+func (pr *pair) isDropped() bool {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	return pr.dropped
+}
+
+// forward writes b to the server.
+func (pr *pair) forward(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := pr.server.Write(b)
+	return err
+}
+
+// untrackable reports whether a command makes the connection's replies
+// impossible to pair with its commands: pub/sub (replies to SUBSCRIBE come
+// one per channel, and messages follow), MONITOR, CLIENT REPLY OFF|SKIP, and
+// a replica's SYNC or PSYNC.
+func untrackable(args [][]byte) bool {
+	for _, name := range []string{"SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR", "SYNC", "PSYNC"} {
+		if bytes.EqualFold(args[0], []byte(name)) {
+			return true
+		}
+	}
+	return Command("CLIENT", "REPLY")(args)
 }
 
 // close resets the client side and closes the server side, once.

@@ -53,6 +53,13 @@ func setup(t *testing.T, target string) *faultproxy.Proxy {
 // joined in t.Cleanup.
 func startEcho(t *testing.T) string {
 	t.Helper()
+	return startServer(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
+}
+
+// startServer starts a loopback server that runs serve on each connection,
+// closed and joined in t.Cleanup.
+func startServer(t *testing.T, serve func(c net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +83,7 @@ func startEcho(t *testing.T) string {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, _ = io.Copy(c, c)
+				serve(c)
 				_ = c.Close()
 			}()
 		}
@@ -302,15 +309,27 @@ func TestProxy_Close(t *testing.T) {
 // direct client for checking the server's side.
 func setupRedis(t *testing.T) (*faultproxy.Proxy, *redis.Client, *redis.Client) {
 	t.Helper()
+	return setupRedisWith(t, redis.Options{ClientName: redistest.Name(t), MaxRetries: -1})
+}
+
+// setupRedisWith is setupRedis with the proxied client's options (Addr is
+// set to the proxy's).
+func setupRedisWith(t *testing.T, opt redis.Options) (*faultproxy.Proxy, *redis.Client, *redis.Client) {
+	t.Helper()
 	p := setup(t, redistest.Addr())
-	name := redistest.Name(t)
-	viaProxy := redis.NewClient(&redis.Options{
-		Addr:       p.Addr(),
-		ClientName: name,
-		MaxRetries: -1,
-	})
+	opt.Addr = p.Addr()
+	viaProxy := redis.NewClient(&opt)
 	t.Cleanup(func() { _ = viaProxy.Close() })
 	return p, viaProxy, redistest.NewClient(t)
+}
+
+// testKey returns a key prefix for the test whose keys are deleted in
+// t.Cleanup.
+func testKey(t *testing.T, direct *redis.Client) string {
+	t.Helper()
+	key := redistest.Name(t)
+	redistest.DeleteKeysAtCleanup(t, direct, key+"*")
+	return key
 }
 
 func TestProxy_Redis(t *testing.T) {
@@ -392,5 +411,358 @@ func TestProxy_RedisOutage(t *testing.T) {
 	})
 	if n := p.Conns(); n < 1 {
 		t.Errorf("Conns() = %d with a reconnected client, want at least 1", n)
+	}
+}
+
+// forEachProtocol runs f in a parallel subtest for RESP2 and for RESP3.
+func forEachProtocol(t *testing.T, f func(t *testing.T, proto int)) {
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprint("RESP", proto), func(t *testing.T) {
+			t.Parallel()
+			f(t, proto)
+		})
+	}
+}
+
+func TestProxy_OtherProtocols(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		serve  func(c net.Conn)
+		client func(c net.Conn) error
+	}{
+		{
+			// A Postgres client opens with a binary SSLRequest; the server
+			// answers with one byte, no line end.
+			name: "client first, binary",
+			serve: func(c net.Conn) {
+				buf := make([]byte, 8)
+				if _, err := io.ReadFull(c, buf); err == nil {
+					_, _ = c.Write([]byte("N"))
+				}
+			},
+			client: func(c net.Conn) error {
+				if _, err := c.Write([]byte("\x00\x00\x00\x08\x04\xd2\x16\x2f")); err != nil {
+					return err
+				}
+				b := make([]byte, 1)
+				if _, err := io.ReadFull(c, b); err != nil || b[0] != 'N' {
+					return fmt.Errorf("answer %q, %v; want \"N\"", b, err)
+				}
+				return nil
+			},
+		},
+		{
+			// A MySQL-like server greets first, in binary.
+			name: "server first, binary",
+			serve: func(c net.Conn) {
+				if _, err := c.Write([]byte("\x4a\x00\x00\x00\x0a8.0")); err == nil {
+					_, _ = io.Copy(c, c)
+				}
+			},
+			client: func(c net.Conn) error {
+				greeting := make([]byte, 8)
+				if _, err := io.ReadFull(c, greeting); err != nil || string(greeting) != "\x4a\x00\x00\x00\x0a8.0" {
+					return fmt.Errorf("greeting %q, %v", greeting, err)
+				}
+				if _, err := c.Write([]byte("\x01\x02")); err != nil {
+					return err
+				}
+				echo := make([]byte, 2)
+				if _, err := io.ReadFull(c, echo); err != nil || string(echo) != "\x01\x02" {
+					return fmt.Errorf("echo %q, %v", echo, err)
+				}
+				return nil
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := setup(t, startServer(t, tt.serve))
+			p.DropReply(faultproxy.Command("x")) // armed, never fires
+			if err := tt.client(dial(t, p.Addr())); err != nil {
+				t.Fatalf("through the proxy: %v", err)
+			}
+			if n := p.Dropped(); n != 0 {
+				t.Errorf("Dropped() = %d, want 0", n)
+			}
+		})
+	}
+}
+
+// waitDropped waits until the drop armed with done happened.
+func waitDropped(t *testing.T, done <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatalf("no reply dropped within %v", testTimeout)
+	}
+}
+
+func TestProxy_DropReply_RetryRunsTwice(t *testing.T) {
+	t.Parallel()
+	forEachProtocol(t, func(t *testing.T, proto int) {
+		ctx := context.Background()
+		// go-redis's defaults: up to 3 retries, on any command.
+		p, rdb, direct := setupRedisWith(t, redis.Options{Protocol: proto})
+		key := testKey(t, direct)
+
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Fatalf("PING: %v", err)
+		}
+		done := p.DropReply(faultproxy.Command("incr")) // any case
+		n, err := rdb.Incr(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("INCR with go-redis's retries: %v", err)
+		}
+		waitDropped(t, done)
+		// The first INCR ran, its reply was lost, go-redis sent it again.
+		if n != 2 {
+			t.Errorf("INCR returned %d, want 2: the lost first run and the retry", n)
+		}
+		if got, err := direct.Get(ctx, key).Int(); err != nil || got != 2 {
+			t.Errorf("GET directly = %d, %v; want 2", got, err)
+		}
+		if got := p.Dropped(); got != 1 {
+			t.Errorf("Dropped() = %d, want 1", got)
+		}
+		// Disarmed: the next INCR is answered.
+		if n, err := rdb.Incr(ctx, key).Result(); err != nil || n != 3 {
+			t.Errorf("second INCR = %d, %v; want 3", n, err)
+		}
+	})
+}
+
+func TestProxy_DropReply_NoRetry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, rdb, direct := setupRedis(t)
+	key := testKey(t, direct)
+
+	done := p.DropReply(faultproxy.Command("INCR"))
+	err := rdb.Incr(ctx, key).Err()
+	if err == nil || !errors.Is(err, io.EOF) {
+		t.Fatalf("INCR whose reply was dropped: err = %v, want io.EOF", err)
+	}
+	waitDropped(t, done)
+	if got, err := direct.Get(ctx, key).Int(); err != nil || got != 1 {
+		t.Errorf("GET directly = %d, %v; want 1: the server ran the command", got, err)
+	}
+	// The client reconnects for the next command.
+	if n, err := rdb.Incr(ctx, key).Result(); err != nil || n != 2 {
+		t.Errorf("INCR after the drop = %d, %v; want 2", n, err)
+	}
+}
+
+func TestProxy_DropReply_Pipeline(t *testing.T) {
+	t.Parallel()
+	forEachProtocol(t, func(t *testing.T, proto int) {
+		ctx := context.Background()
+		p, rdb, direct := setupRedisWith(t, redis.Options{Protocol: proto, MaxRetries: -1})
+		key := testKey(t, direct)
+		if err := direct.HSet(ctx, key+":h", "f1", "v1", "f2", "v2").Err(); err != nil {
+			t.Fatal(err)
+		}
+
+		// Replies of every shape before the dropped one: a map (RESP3)
+		// or flat array, a nested array, a double, a null.
+		done := p.DropReply(faultproxy.Command("INCR", key+":b"))
+		pipe := rdb.Pipeline()
+		hgetall := pipe.HGetAll(ctx, key+":h")
+		xadd := pipe.XAdd(ctx, &redis.XAddArgs{Stream: key + ":s", Values: []string{"f", "v"}})
+		xrange := pipe.XRange(ctx, key+":s", "-", "+")
+		incrByFloat := pipe.IncrByFloat(ctx, key+":f", 1.5)
+		missing := pipe.Get(ctx, key+":missing")
+		a := pipe.Incr(ctx, key+":a")
+		b := pipe.Incr(ctx, key+":b")
+		c := pipe.Incr(ctx, key+":c")
+		_, _ = pipe.Exec(ctx)
+		waitDropped(t, done)
+
+		// go-redis fails every command of a pipeline whose connection
+		// broke, also those whose replies it read (and whose values it
+		// kept; only an error reply, here redis.Nil, stays): a caller
+		// cannot tell from the errors which commands ran.
+		if !errors.Is(missing.Err(), redis.Nil) {
+			t.Errorf("GET missing: err = %v, want redis.Nil", missing.Err())
+		}
+		for _, cmd := range []redis.Cmder{hgetall, xadd, xrange, incrByFloat, a, b, c} {
+			if !errors.Is(cmd.Err(), io.EOF) {
+				t.Errorf("%v: err = %v, want io.EOF", cmd.Args(), cmd.Err())
+			}
+		}
+		if got := hgetall.Val(); len(got) != 2 || got["f1"] != "v1" {
+			t.Errorf("HGETALL before the dropped reply = %v", got)
+		}
+		if xadd.Val() == "" || len(xrange.Val()) != 1 || xrange.Val()[0].ID != xadd.Val() {
+			t.Errorf("XADD = %q; XRANGE = %v", xadd.Val(), xrange.Val())
+		}
+		if incrByFloat.Val() != 1.5 {
+			t.Errorf("INCRBYFLOAT = %v, want 1.5", incrByFloat.Val())
+		}
+		if a.Val() != 1 || b.Val() != 0 {
+			t.Errorf("INCR a, just before the dropped reply = %d, want 1; INCR b = %d, want no value", a.Val(), b.Val())
+		}
+		if got, err := direct.Get(ctx, key+":b").Int(); err != nil || got != 1 {
+			t.Errorf("GET b directly = %d, %v; want 1: it ran, only its reply was lost", got, err)
+		}
+	})
+}
+
+func TestProxy_DropReply_XReadGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, rdb, direct := setupRedis(t)
+	stream := testKey(t, direct)
+	if err := direct.XGroupCreateMkStream(ctx, stream, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"job", "1"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	done := p.DropReply(faultproxy.Command("XREADGROUP"))
+	err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c1", Streams: []string{stream, ">"}, Count: 1}).Err()
+	if err == nil {
+		t.Fatal("XREADGROUP whose reply was dropped succeeded")
+	}
+	waitDropped(t, done)
+	// The entry was delivered (it is pending for c1) but the client never saw it.
+	pending, err := direct.XPending(ctx, stream, "g").Result()
+	if err != nil || pending.Count != 1 || pending.Consumers["c1"] != 1 {
+		t.Errorf("XPENDING = %+v, %v; want the entry pending for c1", pending, err)
+	}
+}
+
+func TestProxy_DropReply_RawPipeline(t *testing.T) {
+	t.Parallel()
+	p, _, direct := setupRedis(t)
+	key := testKey(t, direct)
+	c := dial(t, p.Addr())
+	done := p.DropReply(faultproxy.Command("INCR"))
+	// An inline PING and a RESP INCR in one write.
+	req := fmt.Sprintf("PING\r\n*2\r\n$4\r\nINCR\r\n$%d\r\n%s\r\n", len(key), key)
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(c)
+	if err != nil {
+		t.Fatalf("read until the end of stream: %v (got %q); want a clean end after the first reply", err, got)
+	}
+	if string(got) != "+PONG\r\n" {
+		t.Errorf("the client got %q, want the PING's reply and nothing of the INCR's", got)
+	}
+	waitDropped(t, done)
+	// The pair lives until the client, which got an end of stream, closes.
+	if n := p.Conns(); n != 1 {
+		t.Errorf("Conns() = %d before the client closed, want 1", n)
+	}
+	_ = c.Close()
+	redistest.WaitFor(t, testTimeout, "the dropped pair to go", func() bool { return p.Conns() == 0 })
+}
+
+func TestProxy_DropReply_Order(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p, rdb, direct := setupRedis(t)
+	key := testKey(t, direct)
+
+	first := p.DropReply(func(args [][]byte) bool { return len(args) > 1 && strings.HasSuffix(string(args[1]), ":x") })
+	second := p.DropReply(faultproxy.Command("SET"))
+	if err := rdb.Set(ctx, key+":y", "1", 0).Err(); err == nil {
+		t.Fatal("SET y succeeded, want its reply dropped by the second arm")
+	}
+	waitDropped(t, second)
+	if err := rdb.Set(ctx, key+":x", "1", 0).Err(); err == nil {
+		t.Fatal("SET x succeeded, want its reply dropped by the first arm")
+	}
+	waitDropped(t, first)
+	if err := rdb.Set(ctx, key+":z", "1", 0).Err(); err != nil {
+		t.Fatalf("SET z with no arm left: %v", err)
+	}
+	if got := p.Dropped(); got != 2 {
+		t.Errorf("Dropped() = %d, want 2", got)
+	}
+}
+
+func TestProxy_PubSubPassesThrough(t *testing.T) {
+	t.Parallel()
+	forEachProtocol(t, func(t *testing.T, proto int) {
+		ctx := context.Background()
+		p, rdb, direct := setupRedisWith(t, redis.Options{Protocol: proto})
+		ch := redistest.Name(t)
+
+		// A PING on the subscribed connection must not take the arm.
+		done := p.DropReply(faultproxy.Command("PING"))
+		sub := rdb.Subscribe(ctx, ch)
+		t.Cleanup(func() { _ = sub.Close() })
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatalf("SUBSCRIBE: %v", err)
+		}
+		if err := sub.Ping(ctx); err != nil {
+			t.Fatalf("PING on the subscribed connection: %v", err)
+		}
+		if err := direct.Publish(ctx, ch, "hello").Err(); err != nil {
+			t.Fatal(err)
+		}
+		msgCtx, cancel := context.WithTimeout(ctx, testTimeout)
+		defer cancel()
+		for {
+			v, err := sub.Receive(msgCtx)
+			if err != nil {
+				t.Fatalf("receive through the proxy: %v", err)
+			}
+			if m, ok := v.(*redis.Message); ok {
+				if m.Payload != "hello" {
+					t.Fatalf("message %q, want \"hello\"", m.Payload)
+				}
+				break
+			}
+		}
+		select {
+		case <-done:
+			t.Fatal("a reply on a pub/sub connection was dropped")
+		default:
+		}
+		// The arm is still there for an ordinary connection.
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			t.Fatalf("PING (retried after its dropped reply): %v", err)
+		}
+		waitDropped(t, done)
+	})
+}
+
+func TestCommand(t *testing.T) {
+	t.Parallel()
+	args := func(s ...string) [][]byte {
+		out := make([][]byte, len(s))
+		for i, a := range s {
+			out[i] = []byte(a)
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		words []string
+		args  [][]byte
+		want  bool
+	}{
+		{name: "same case", words: []string{"XREADGROUP"}, args: args("XREADGROUP", "GROUP", "g"), want: true},
+		{name: "other case", words: []string{"evalsha"}, args: args("EVALSHA", "abc", "0"), want: true},
+		{name: "with argument", words: []string{"EVALSHA", "abc"}, args: args("evalsha", "ABC", "0"), want: true},
+		{name: "other argument", words: []string{"EVALSHA", "abc"}, args: args("EVALSHA", "abd", "0")},
+		{name: "other command", words: []string{"GET"}, args: args("GETDEL", "k")},
+		{name: "too few arguments", words: []string{"CLIENT", "SETNAME"}, args: args("CLIENT")},
+		{name: "no words", args: args("GET", "k")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if got := faultproxy.Command(tt.words...)(tt.args); got != tt.want {
+				t.Errorf("Command(%q)(%q) = %v, want %v", tt.words, tt.args, got, tt.want)
+			}
+		})
 	}
 }

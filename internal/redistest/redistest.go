@@ -17,12 +17,28 @@
 // restart or kill Redis start their own server with [StartServer]. Conditions
 // that have no signal to wait on are awaited with [WaitFor]; consumers,
 // workers and schedulers run in the background of a test with [Background].
+//
+// Tests of replication, failover and encryption start whole topologies of
+// their own, every process on a free loopback port with its files in
+// t.TempDir(), stopped in t.Cleanup and its log shown if the test failed:
+//   - [StartReplica]: a replica of a [Server], returned once in sync;
+//   - [StartSentinel]: a master, replicas and sentinels, with
+//     [Sentinel.Failover];
+//   - [StartCluster]: a Redis Cluster, with [Cluster.Kill],
+//     [Cluster.WaitHealthy] and slot migration ([Cluster.MigrateSlot], or
+//     step by step from [Cluster.BeginMigration]);
+//   - [StartTLSServer]: a server that speaks only TLS, with a throwaway CA
+//     that [Server.TLSConfig] trusts.
+//
+// A topology that does not come up fails the test with what was missing;
+// none is ever skipped.
 package redistest
 
 import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -31,6 +47,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +84,8 @@ const (
 	probeInterval = 5 * time.Millisecond
 	// probeTimeout bounds one connection attempt (dial, write and read).
 	probeTimeout = time.Second
+	// adminTimeout bounds one command of the topology helpers' own clients.
+	adminTimeout = 5 * time.Second
 	// addrProbeTimeout bounds the check that REDIS_ADDR answers.
 	addrProbeTimeout = 5 * time.Second
 	// dockerHealthTimeout bounds the check that a Docker engine answers.
@@ -213,41 +232,75 @@ func DeleteKeysAtCleanup(t testing.TB, rdb redis.UniversalClient, pattern string
 // Like t.Fatalf, it must be called from the test's goroutine.
 func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	t.Helper()
-	if cond() {
-		return
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	err := poll(ctx, waitInterval, func(context.Context) error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+	if err != nil {
+		t.Fatalf("redistest: timed out after %v waiting for: %s", timeout, msg)
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(waitInterval)
+}
+
+// errNotYet is the reason WaitFor's checks give while cond is false.
+var errNotYet = errors.New("condition not met")
+
+// stopPolling wraps an error that ends a poll at once, because waiting
+// longer cannot help; poll returns the wrapped error.
+type stopPolling struct{ err error }
+
+func (e stopPolling) Error() string { return e.err.Error() }
+
+// poll calls check every interval until it returns nil, and then returns
+// nil. Once ctx is done it checks a last time and, if that fails too, returns
+// ctx's error with the last reason check gave (the final check's own reason
+// may only be the expired ctx). A check that returns a stopPolling ends the
+// poll with its error. It is the loop behind WaitFor and the topology
+// helpers' waits.
+func poll(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
+	last := check(ctx)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
+		var stop stopPolling
+		switch {
+		case last == nil:
+			return nil
+		case errors.As(last, &stop):
+			return stop.err
+		}
 		select {
 		case <-tick.C:
-			if cond() {
-				return
+			// A check cut short by ctx running out says less than the one
+			// before it: keep that one's reason.
+			if err := check(ctx); err == nil || ctx.Err() == nil {
+				last = err
 			}
-		case <-deadline.C:
-			if cond() {
-				return
+		case <-ctx.Done():
+			if check(ctx) == nil {
+				return nil
 			}
-			t.Fatalf("redistest: timed out after %v waiting for: %s", timeout, msg)
-			return
+			return fmt.Errorf("%w (last check: %v)", ctx.Err(), last)
 		}
 	}
 }
 
 // Server is a redis-server process owned by one test, started by
-// [StartServer]. Its methods are safe for concurrent use; Restart fails the
-// test on error, so call it from the test's goroutine.
+// [StartServer] (or [StartReplica], [StartTLSServer], and as a part of
+// [StartSentinel] and [StartCluster]). Its methods are safe for concurrent
+// use; Restart fails the test on error, so call it from the test's goroutine.
 type Server struct {
 	t     testing.TB
-	bin   string
-	dir   string
+	l     launch
 	port  int
-	extra []string
+	admin *redis.Client // for the helpers' own commands; closed in t.Cleanup
 
 	mu   sync.Mutex
-	proc *process // nil while stopped
+	proc *process             // nil while stopped
+	log  *proctest.TailBuffer // the log of the last process started
 }
 
 // StartServer starts a redis-server process for this test alone, for tests
@@ -259,29 +312,52 @@ type Server struct {
 // not start (or, at cleanup, if the test failed).
 func StartServer(t testing.TB, extraArgs ...string) *Server {
 	t.Helper()
+	return startServer(t, launch{extra: extraArgs})
+}
+
+// startServer starts the server that l describes, filling in its binary and,
+// if l has none, a fresh t.TempDir() as its directory.
+func startServer(t testing.TB, l launch) *Server {
+	t.Helper()
 	bin, err := lookBinary()
 	if err != nil {
-		t.Fatalf("redistest: StartServer needs the redis-server binary: %v\n"+
+		t.Fatalf("redistest: starting a redis-server needs its binary: %v\n"+
 			"install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis) or put it on PATH", err)
 	}
-	s := &Server{
-		t:     t,
-		bin:   bin,
-		dir:   t.TempDir(),
-		extra: append([]string(nil), extraArgs...),
+	l.bin = bin
+	if l.dir == "" {
+		l.dir = t.TempDir()
 	}
-	p, port, err := startFree(bin, s.dir, s.extra)
+	l.extra = append([]string(nil), l.extra...)
+	p, port, err := l.startFree()
 	if err != nil {
-		t.Fatalf("redistest: StartServer: %v", err)
+		t.Fatalf("redistest: %v", err)
 	}
-	s.proc, s.port = p, port
+	s := &Server{t: t, l: l, port: port, proc: p, log: p.log}
+	s.admin = redis.NewClient(&redis.Options{
+		Addr:      s.Addr(),
+		TLSConfig: s.TLSConfig(),
+		// RESP2 keeps the shapes of SENTINEL and CLUSTER replies simple.
+		Protocol:        2,
+		DisableIdentity: true,
+		MaxRetries:      -1, // the helpers poll; a retry would only hide state
+		DialTimeout:     probeTimeout,
+		ReadTimeout:     adminTimeout,
+		WriteTimeout:    adminTimeout,
+		PoolSize:        2,
+	})
 	t.Cleanup(func() {
-		s.mu.Lock()
-		if s.proc != nil && t.Failed() {
-			t.Logf("redistest: log of the redis-server at %s (last %d bytes):\n%s", s.Addr(), logTail, s.proc.log.String())
+		if t.Failed() {
+			s.mu.Lock()
+			state := "running"
+			if s.proc == nil {
+				state = "stopped"
+			}
+			t.Logf("redistest: log of the %s at %s (%s; last %d bytes):\n%s", l.what(), s.Addr(), state, logTail, s.log.String())
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 		s.Stop()
+		_ = s.admin.Close()
 	})
 	return s
 }
@@ -290,6 +366,22 @@ func StartServer(t testing.TB, extraArgs ...string) *Server {
 // [Server.Restart].
 func (s *Server) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+}
+
+// Running reports whether the server's process runs: it was started and not
+// stopped since (or restarted after), and has not exited on its own.
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return false
+	}
+	select {
+	case <-s.proc.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Stop kills the server with SIGKILL, as in a crash, and waits for the process
@@ -322,7 +414,7 @@ func (s *Server) Restart() {
 	// A just-killed server's socket is gone once the process has been
 	// reaped, but a stranger may have bound the port meanwhile: a few tries.
 	for attempt := 0; attempt < startAttempts; attempt++ {
-		p, err = startProcess(s.bin, s.dir, s.port, s.extra)
+		p, err = s.l.start(s.port)
 		if err == nil || !errors.Is(err, errPortInUse) {
 			break
 		}
@@ -331,7 +423,7 @@ func (s *Server) Restart() {
 		s.t.Fatalf("redistest: Restart on port %d: %v", s.port, err)
 		return
 	}
-	s.proc = p
+	s.proc, s.log = p, p.log
 }
 
 // finder looks for a Redis server; its fields are swapped in tests.
@@ -359,7 +451,7 @@ func (f finder) find() (string, func(), error) {
 		if err := checkHostPort(a); err != nil {
 			return "", nil, fmt.Errorf("redistest: %s=%q is not host:port: %v", envAddr, a, err)
 		}
-		if err := probe(a, addrProbeTimeout, 0, nil); err != nil {
+		if err := probe(a, addrProbeTimeout, 0, nil, nil); err != nil {
 			return "", nil, fmt.Errorf("redistest: %s=%s does not answer PING: %v\n"+
 				"start that server, or unset %s to let the tests start their own", envAddr, a, err, envAddr)
 		}
@@ -417,7 +509,7 @@ func startPrivate(bin string) (string, func(), error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("temporary directory: %w", err)
 	}
-	p, port, err := startFree(bin, dir, nil)
+	p, port, err := launch{bin: bin, dir: dir}.startFree()
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return "", nil, err
@@ -472,7 +564,7 @@ func startContainer() (a string, stop func(), err error) {
 		terminate()
 		return "", nil, fmt.Errorf("address of the %s container: %w", containerImage, err)
 	}
-	if err := probe(a, addrProbeTimeout, 0, nil); err != nil {
+	if err := probe(a, addrProbeTimeout, 0, nil, nil); err != nil {
 		terminate()
 		return "", nil, fmt.Errorf("%s container at %s does not answer PING: %w", containerImage, a, err)
 	}
@@ -482,9 +574,61 @@ func startContainer() (a string, stop func(), err error) {
 // errPortInUse marks a start that failed because the port was taken.
 var errPortInUse = errors.New("port already in use")
 
-// startFree starts redis-server on a free loopback port, picking another port
+// launch says how to start one redis-server process. The port is not part of
+// it: startFree picks one per attempt, Restart reuses the old one.
+type launch struct {
+	bin string
+	dir string
+	// conf, if set, is a configuration file, passed before every other
+	// argument as redis-server requires (a sentinel needs one it can rewrite).
+	conf string
+	// extra follow the default arguments, so they win.
+	extra []string
+	// tls, if set, makes the port a TLS port (the plain port is turned off:
+	// extra must name the certificate files) and is what probes and helper
+	// clients use to connect.
+	tls *tls.Config
+}
+
+// what names the kind of server in messages.
+func (l launch) what() string {
+	switch {
+	case slices.Contains(l.extra, "--sentinel"):
+		return "redis sentinel"
+	case l.tls != nil:
+		return "redis-server (TLS)"
+	default:
+		return "redis-server"
+	}
+}
+
+// args returns the command line for a server on port.
+func (l launch) args(port int) []string {
+	var args []string
+	if l.conf != "" {
+		args = append(args, l.conf)
+	}
+	args = append(args,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		// Redis 7 waits 5 s for more replicas before a diskless full sync;
+		// the replicas of a test arrive one by one, so sync each at once.
+		"--repl-diskless-sync-delay", "0",
+		"--daemonize", "no",
+		"--dir", l.dir,
+		"--logfile", "",
+	)
+	if l.tls != nil {
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(port))
+	}
+	return append(args, l.extra...)
+}
+
+// startFree starts the server on a free loopback port, picking another port
 // when the chosen one was taken before the server could bind it.
-func startFree(bin, dir string, extra []string) (*process, int, error) {
+func (l launch) startFree() (*process, int, error) {
 	var err error
 	for attempt := 0; attempt < startAttempts; attempt++ {
 		var port int
@@ -493,7 +637,7 @@ func startFree(bin, dir string, extra []string) (*process, int, error) {
 			return nil, 0, err
 		}
 		var p *process
-		p, err = startProcess(bin, dir, port, extra)
+		p, err = l.start(port)
 		if err == nil {
 			return p, port, nil
 		}
@@ -525,24 +669,14 @@ type process struct {
 	log  *proctest.TailBuffer
 }
 
-// startProcess starts redis-server on 127.0.0.1:port and returns once it
-// answers, bounded by startTimeout. On failure the process is gone and the
-// error holds the end of its log; errPortInUse is wrapped if the port was
-// taken.
-func startProcess(bin, dir string, port int, extra []string) (*process, error) {
-	args := []string{
-		"--port", strconv.Itoa(port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--daemonize", "no",
-		"--dir", dir,
-		"--logfile", "",
-	}
-	args = append(args, extra...)
+// start starts the server on 127.0.0.1:port and returns once it answers,
+// bounded by startTimeout. On failure the process is gone and the error holds
+// the end of its log; errPortInUse is wrapped if the port was taken.
+func (l launch) start(port int) (*process, error) {
+	bin, args := l.bin, l.args(port)
 	logs := proctest.NewTailBuffer(logTail)
 	cmd := exec.Command(bin, args...)
-	cmd.Dir = dir
+	cmd.Dir = l.dir
 	cmd.Stdout = logs
 	cmd.Stderr = logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -556,7 +690,7 @@ func startProcess(bin, dir string, port int, extra []string) (*process, error) {
 		close(p.done)
 	}()
 
-	if err := probe(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), startTimeout, cmd.Process.Pid, p.done); err != nil {
+	if err := probe(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), startTimeout, cmd.Process.Pid, l.tls, p.done); err != nil {
 		p.kill()
 		tail := logs.String()
 		if strings.Contains(tail, "already in use") {
@@ -599,13 +733,13 @@ func setParentDeathSignal(attr *syscall.SysProcAttr) {
 // probe connects to a until the server answers PING, or timeout passes, or
 // exited is closed (nil means never). If pid is not 0 it also checks, with
 // INFO server, that the answer comes from that process and not from a
-// stranger that took the port.
-func probe(a string, timeout time.Duration, pid int, exited <-chan struct{}) error {
+// stranger that took the port. A non-nil tlsConf makes it connect with TLS.
+func probe(a string, timeout time.Duration, pid int, tlsConf *tls.Config, exited <-chan struct{}) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	var last error
 	for {
-		last = probeOnce(a, pid)
+		last = probeOnce(a, pid, tlsConf)
 		if last == nil {
 			return nil
 		}
@@ -621,9 +755,19 @@ func probe(a string, timeout time.Duration, pid int, exited <-chan struct{}) err
 	}
 }
 
-// probeOnce dials a, sends PING and, if pid is not 0, INFO server.
-func probeOnce(a string, pid int) error {
-	conn, err := net.DialTimeout("tcp", a, probeTimeout)
+// probeOnce dials a (with TLS if tlsConf is not nil), sends PING and, if pid
+// is not 0, INFO server.
+func probeOnce(a string, pid int, tlsConf *tls.Config) error {
+	var (
+		conn net.Conn
+		err  error
+	)
+	d := &net.Dialer{Timeout: probeTimeout}
+	if tlsConf != nil {
+		conn, err = tls.DialWithDialer(d, "tcp", a, tlsConf)
+	} else {
+		conn, err = d.Dial("tcp", a)
+	}
 	if err != nil {
 		return err
 	}

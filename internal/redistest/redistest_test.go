@@ -81,7 +81,7 @@ func runFake(t *testing.T, fn func(tb testing.TB)) string {
 // ping reports whether a Redis at a answers PING, trying once.
 func ping(t *testing.T, a string) error {
 	t.Helper()
-	return probeOnce(a, 0)
+	return probeOnce(a, 0, nil)
 }
 
 func TestRun_Addr(t *testing.T) {
@@ -265,7 +265,7 @@ func TestStartProcess_PortInUse(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = ln.Close() })
 	port := ln.Addr().(*net.TCPAddr).Port
-	_, err = startProcess(bin, t.TempDir(), port, nil)
+	_, err = launch{bin: bin, dir: t.TempDir()}.start(port)
 	if !errors.Is(err, errPortInUse) {
 		t.Fatalf("startProcess on a taken port: err = %v, want errPortInUse", err)
 	}
@@ -439,7 +439,7 @@ func TestServers_DieWithTestBinary(t *testing.T) {
 	}
 	for _, a := range addrs {
 		WaitFor(t, testTimeout, "the crashed test binary's server at "+a+" to die", func() bool {
-			return probeOnce(a, 0) != nil
+			return probeOnce(a, 0, nil) != nil
 		})
 	}
 }
