@@ -204,7 +204,7 @@ type ConsumerStats struct {
 type Consumer struct {
 	q       *Queue
 	cfg     ConsumerConfig
-	eng     *engine.Engine
+	eng     engine.Runner
 	mon     *engine.Monitor
 	running atomic.Bool
 }
@@ -230,32 +230,25 @@ func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	f := front(Chain(h, c.Middleware...), c.OnEvent, q.group)
-	mon := engine.NewMonitor(q.name, log.With("queue", q.name, "consumer", c.Name), f.OnEvent)
-	return &Consumer{
-		q:   q,
-		cfg: c,
-		mon: mon,
-		eng: engine.New(engine.Config{
-			Queue:           q.name,
-			Concurrency:     c.Concurrency,
-			Block:           c.Block,
-			JobTimeout:      max(c.JobTimeout, 0),
-			ShutdownTimeout: c.ShutdownTimeout,
-			// A refresh that takes longer than MinIdle/2 is too late
-			// anyway; the next tick tries again.
-			TouchEvery:    max(c.MinIdle/4, 5*time.Millisecond),
-			TouchTimeout:  min(c.MinIdle/2, opTimeout),
-			MaxDeliveries: c.MaxDeliveries,
-			Backoff:       c.Backoff,
-			FinishBatch:   ackBatch,
-			ShutdownCause: ErrShutdown,
-			LostCause:     ErrClaimLost,
-			TimeoutCause:  ErrJobTimeout,
-			Exec:          f.Exec,
-			Monitor:       mon,
-		}),
-	}, nil
+	eng := newEngine(Chain(h, c.Middleware...), c.OnEvent, q.group, engine.Config{
+		Queue:           q.name,
+		Concurrency:     c.Concurrency,
+		Block:           c.Block,
+		JobTimeout:      max(c.JobTimeout, 0),
+		ShutdownTimeout: c.ShutdownTimeout,
+		// A refresh that takes longer than MinIdle/2 is too late
+		// anyway; the next tick tries again.
+		TouchEvery:    max(c.MinIdle/4, 5*time.Millisecond),
+		TouchTimeout:  min(c.MinIdle/2, opTimeout),
+		MaxDeliveries: c.MaxDeliveries,
+		Backoff:       c.Backoff,
+		FinishBatch:   ackBatch,
+		ShutdownCause: ErrShutdown,
+		LostCause:     ErrClaimLost,
+		TimeoutCause:  ErrJobTimeout,
+		Logger:        log.With("queue", q.name, "consumer", c.Name),
+	})
+	return &Consumer{q: q, cfg: c, eng: eng, mon: eng.Monitor()}, nil
 }
 
 func (c *ConsumerConfig) setDefaults() error {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime/debug"
 
-	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/engine"
 )
 
@@ -57,8 +56,9 @@ type exec struct {
 	group string
 }
 
-func (x exec) Call(ctx context.Context, r *engine.Run) error {
-	return callHandler(ctx, x.h, newMessage(r, x.group))
+func (x exec) Call(ctx context.Context, r *engine.Run, m *Message) error {
+	fillMessage(m, r, x.group)
+	return callHandler(ctx, x.h, m)
 }
 
 // Classify says what a handler error asks for: [Postpone], [Permanent],
@@ -76,12 +76,12 @@ func (exec) Classify(err error) engine.Outcome {
 	return engine.Outcome{Kind: engine.Fail}
 }
 
-// front is the root package's part of every engine (see internal/core): h
-// is a Handler, onEvent a func(context.Context, Event) or nil.
-func front(h any, onEvent any, group string) core.Front {
-	f := core.Front{Exec: exec{h: h.(Handler), group: group}}
+// newEngine returns the engine of every consumer and worker (see
+// internal/core): h is a Handler, onEvent a func(context.Context, Event) or
+// nil.
+func newEngine(h any, onEvent any, group string, cfg engine.Config) engine.Runner {
 	if fn, ok := onEvent.(func(context.Context, Event)); ok && fn != nil {
-		f.OnEvent = func(ctx context.Context, e engine.Event) { fn(ctx, newEvent(e, group)) }
+		cfg.OnEvent = func(ctx context.Context, e engine.Event) { fn(ctx, newEvent(e, group)) }
 	}
-	return f
+	return engine.New[Message](cfg, exec{h: h.(Handler), group: group})
 }

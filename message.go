@@ -49,8 +49,15 @@ type Message struct {
 
 // newMessage returns the message of a run.
 func newMessage(r *engine.Run, group string) *Message {
+	m := &Message{}
+	fillMessage(m, r, group)
+	return m
+}
+
+// fillMessage sets *m to the message of a run.
+func fillMessage(m *Message, r *engine.Run, group string) {
 	j := r.Job
-	m := &Message{
+	*m = Message{
 		ID:        r.ID,
 		Queue:     r.Queue,
 		Group:     group,
@@ -66,5 +73,4 @@ func newMessage(r *engine.Run, group string) *Message {
 	if j.FirstFail > 0 {
 		m.FirstFailedAt = time.UnixMilli(j.FirstFail)
 	}
-	return m
 }

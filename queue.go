@@ -113,7 +113,7 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 		Keys:             q.keys,
 		MaxLen:           c.MaxLen,
 		DeadLetterMaxLen: c.DeadLetterMaxLen,
-		Front:            front,
+		NewEngine:        newEngine,
 	})
 	return q, nil
 }

@@ -147,7 +147,7 @@ type Worker struct {
 	pq      *Queue
 	cfg     WorkerConfig
 	bands   []band
-	eng     *engine.Engine
+	eng     engine.Runner
 	mon     *engine.Monitor
 	running atomic.Bool
 }
@@ -178,31 +178,23 @@ func NewWorker(pq *Queue, h streamq.Handler, cfg *WorkerConfig) (*Worker, error)
 	if log == nil {
 		log = slog.Default()
 	}
-	f := pq.core.Front(streamq.Chain(h, c.Middleware...), c.OnEvent, "")
-	mon := engine.NewMonitor(pq.core.Name, log.With("queue", pq.core.Name, "worker", c.Name), f.OnEvent)
-	return &Worker{
-		pq:    pq,
-		cfg:   c,
-		bands: bands,
-		mon:   mon,
-		eng: engine.New(engine.Config{
-			Queue:           pq.core.Name,
-			Concurrency:     c.Concurrency,
-			Block:           c.Block,
-			JobTimeout:      max(c.JobTimeout, 0),
-			ShutdownTimeout: c.ShutdownTimeout,
-			TouchEvery:      max(c.Lease/4, 5*time.Millisecond),
-			TouchTimeout:    min(c.Lease/2, opTimeout),
-			MaxDeliveries:   c.MaxDeliveries,
-			Backoff:         c.Backoff,
-			FinishBatch:     finishBatch,
-			ShutdownCause:   streamq.ErrShutdown,
-			LostCause:       streamq.ErrClaimLost,
-			TimeoutCause:    streamq.ErrJobTimeout,
-			Exec:            f.Exec,
-			Monitor:         mon,
-		}),
-	}, nil
+	eng := pq.core.NewEngine(streamq.Chain(h, c.Middleware...), c.OnEvent, "", engine.Config{
+		Queue:           pq.core.Name,
+		Concurrency:     c.Concurrency,
+		Block:           c.Block,
+		JobTimeout:      max(c.JobTimeout, 0),
+		ShutdownTimeout: c.ShutdownTimeout,
+		TouchEvery:      max(c.Lease/4, 5*time.Millisecond),
+		TouchTimeout:    min(c.Lease/2, opTimeout),
+		MaxDeliveries:   c.MaxDeliveries,
+		Backoff:         c.Backoff,
+		FinishBatch:     finishBatch,
+		ShutdownCause:   streamq.ErrShutdown,
+		LostCause:       streamq.ErrClaimLost,
+		TimeoutCause:    streamq.ErrJobTimeout,
+		Logger:          log.With("queue", pq.core.Name, "worker", c.Name),
+	})
+	return &Worker{pq: pq, cfg: c, bands: bands, eng: eng, mon: eng.Monitor()}, nil
 }
 
 func configErr(field, format string, args ...any) error {

@@ -29,18 +29,13 @@ type Queue struct {
 	MaxLen           int64 // -1: no cap
 	DeadLetterMaxLen int64 // 0: keep every dead letter
 
-	// Front returns the engine's view of a streamq.Handler h: how to run it
-	// (building the streamq.Message, recovering panics) and what its errors
-	// mean, plus the conversion of engine events for onEvent (a
+	// NewEngine returns an engine that runs a streamq.Handler h with the
+	// root package's rules (building the streamq.Message, recovering
+	// panics, classifying errors) and reports events to onEvent (a
 	// func(context.Context, streamq.Event), or nil). group is the consumer
-	// group the handler sees in Message.Group ("" for none).
-	Front func(h any, onEvent any, group string) Front
-}
-
-// Front is what the root package supplies to an engine.
-type Front struct {
-	Exec    engine.Exec
-	OnEvent func(ctx context.Context, e engine.Event)
+	// group the handler sees in Message.Group ("" for none). cfg's OnEvent
+	// is set by it.
+	NewEngine func(h any, onEvent any, group string, cfg engine.Config) engine.Runner
 }
 
 // Handle carries a *Queue inside a *streamq.Queue.

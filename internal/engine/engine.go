@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -48,10 +49,11 @@ const (
 )
 
 // Exec is what the engine needs from the package that owns the handler: how
-// to run it and what its errors mean.
-type Exec interface {
-	// Call runs the handler for r with ctx, recovering panics.
-	Call(ctx context.Context, r *Run) error
+// to run it and what its errors mean. F is that package's state of one run
+// (its message), kept in the same allocation as the engine's.
+type Exec[F any] interface {
+	// Call runs the handler for r with ctx, recovering panics. f is zero.
+	Call(ctx context.Context, r *Run, f *F) error
 	// Classify says what a handler error asks for.
 	Classify(err error) Outcome
 }
@@ -101,21 +103,34 @@ type Config struct {
 
 	ShutdownCause, LostCause, TimeoutCause error
 
-	Exec    Exec
-	Monitor *Monitor
+	Logger  *slog.Logger
+	OnEvent func(ctx context.Context, e Event) // may be nil
+}
+
+// Runner is an [Engine] whatever its front's type.
+type Runner interface {
+	// Run runs jobs of b until ctx is cancelled; see [Engine.Run].
+	Run(ctx context.Context, b Backend) error
+	// Monitor is where the engine and its backends report.
+	Monitor() *Monitor
 }
 
 // Engine runs jobs of one backend at a time; see [Engine.Run].
-type Engine struct {
-	cfg Config
-	mon *Monitor
+type Engine[F any] struct {
+	cfg  Config
+	exec Exec[F]
+	mon  *Monitor
 }
 
-// New returns an engine.
-func New(cfg Config) *Engine {
-	cfg.Monitor.concurrency = cfg.Concurrency
-	return &Engine{cfg: cfg, mon: cfg.Monitor}
+// New returns an engine that runs handlers with x.
+func New[F any](cfg Config, x Exec[F]) *Engine[F] {
+	mon := NewMonitor(cfg.Queue, cfg.Logger, cfg.OnEvent)
+	mon.concurrency = cfg.Concurrency
+	return &Engine[F]{cfg: cfg, exec: x, mon: mon}
 }
+
+// Monitor returns the engine's monitor.
+func (e *Engine[F]) Monitor() *Monitor { return e.mon }
 
 // Run fetches and runs jobs from b until ctx is cancelled, then drains:
 // it stops fetching at once, lets running handlers finish for up to
@@ -124,8 +139,8 @@ func New(cfg Config) *Engine {
 // that waited to run alone, settles what finished and returns. It returns
 // nil after a shutdown caused by ctx, and an error only when Redis answers
 // with one that retrying cannot fix.
-func (e *Engine) Run(ctx context.Context, b Backend) error {
-	r := &run{e: e, cfg: e.cfg, mon: e.mon, b: b, fins: make(chan finished, 2*e.cfg.Concurrency)}
+func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
+	r := &run[F]{cfg: e.cfg, exec: e.exec, mon: e.mon, b: b, fins: make(chan finished[F], 2*e.cfg.Concurrency)}
 	r.pool = pool.New(ctx, pool.Config{
 		Concurrency:     e.cfg.Concurrency,
 		ShutdownTimeout: e.cfg.ShutdownTimeout,
@@ -175,30 +190,39 @@ func (e *Engine) Run(ctx context.Context, b Backend) error {
 }
 
 // run is the state of one Run call.
-type run struct {
-	e    *Engine
+type run[F any] struct {
 	cfg  Config
+	exec Exec[F]
 	mon  *Monitor
 	b    Backend
-	pool *pool.Pool[Delivery]
-	fins chan finished
+	pool *pool.Pool[slot[F]]
+	fins chan finished[F]
 
 	// alone holds jobs that must run alone, in arrival order. Owned by the
 	// fetch loop (and by Run once the fetch loop returned).
-	alone []*pool.Job[Delivery]
+	alone []*pool.Job[slot[F]]
+}
+
+// slot is everything the engine and its front keep for one job, in one
+// allocation with the job's context (a pool.Job).
+type slot[F any] struct {
+	d   Delivery
+	wj  wire.Job
+	run Run
+	f   F
 }
 
 // finished is a job waiting for its success to be settled. It stays
 // registered until then, so its claim stays fresh and nobody takes it over.
-type finished struct {
-	job         *pool.Job[Delivery]
+type finished[F any] struct {
+	job         *pool.Job[slot[F]]
 	lock, token string
 }
 
 // fetchLoop fetches jobs, never more than there are free handler slots, and
 // starts them; a job that must run alone is started, before anything else
 // is fetched, as soon as every slot is free.
-func (r *run) fetchLoop(ctx context.Context) error {
+func (r *run[F]) fetchLoop(ctx context.Context) error {
 	r.mon.fetching.Store(true)
 	defer r.mon.fetching.Store(false)
 	if err := r.start(ctx); err != nil {
@@ -244,8 +268,8 @@ func (r *run) fetchLoop(ctx context.Context) error {
 		r.mon.fetched(time.Now())
 		var started int64
 		for i := range ds {
-			j := r.pool.Register(ds[i].Key, ds[i])
-			if r.mustWait(&j.Val) {
+			j := r.pool.Register(ds[i].Key, slot[F]{d: ds[i]})
+			if r.mustWait(&j.Val.d) {
 				r.wait(ctx, j)
 				continue
 			}
@@ -258,7 +282,7 @@ func (r *run) fetchLoop(ctx context.Context) error {
 }
 
 // start runs the backend's Start, retrying transient errors until ctx ends.
-func (r *run) start(ctx context.Context) error {
+func (r *run[F]) start(ctx context.Context) error {
 	var bo pool.Backoff
 	for {
 		err := r.b.Start(ctx)
@@ -285,7 +309,7 @@ func (r *run) start(ctx context.Context) error {
 // poison job that crashes the process takes its neighbours down too, and
 // they are taken over together), and a job is only dead-lettered for
 // crashes if it crashed a worker on its own.
-func (r *run) mustWait(d *Delivery) bool {
+func (r *run[F]) mustWait(d *Delivery) bool {
 	if !d.Suspect || r.cfg.Concurrency == 1 {
 		return false
 	}
@@ -301,7 +325,7 @@ func (r *run) mustWait(d *Delivery) bool {
 }
 
 // fields returns d's wire fields, decoding packed ones once.
-func (r *run) fields(d *Delivery) map[string]any {
+func (r *run[F]) fields(d *Delivery) map[string]any {
 	if d.Fields == nil && d.Packed != "" {
 		f, err := wire.Unpack(d.Packed)
 		if err != nil {
@@ -314,21 +338,22 @@ func (r *run) fields(d *Delivery) map[string]any {
 
 // wait queues a job to run alone. A start the fetch counted is taken back
 // first: if this worker dies while the job waits, the job was not started.
-func (r *run) wait(ctx context.Context, j *pool.Job[Delivery]) {
-	r.mon.Log.InfoContext(ctx, "streamq: job whose earlier runs were cut short makes its last attempt alone", "job_id", j.Val.ID, "crashed_runs", j.Val.Prior)
-	if j.Val.Charged {
+func (r *run[F]) wait(ctx context.Context, j *pool.Job[slot[F]]) {
+	d := &j.Val.d
+	r.mon.Log.InfoContext(ctx, "streamq: job whose earlier runs were cut short makes its last attempt alone", "job_id", d.ID, "crashed_runs", d.Prior)
+	if d.Charged {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-		held, err := r.b.Charge(cctx, &j.Val, false)
+		held, err := r.b.Charge(cctx, d, false)
 		cancel()
 		switch {
 		case err != nil:
-			r.mon.Log.WarnContext(ctx, "streamq: cannot take back the count of a waiting job's start", "job_id", j.Val.ID, "error", err)
+			r.mon.Log.WarnContext(ctx, "streamq: cannot take back the count of a waiting job's start", "job_id", d.ID, "error", err)
 		case !held:
 			r.pool.Settle(j)
 			r.pool.Unregister(j)
 			return
 		default:
-			j.Val.Charged = false
+			d.Charged = false
 		}
 	}
 	r.alone = append(r.alone, j)
@@ -339,7 +364,7 @@ func (r *run) wait(ctx context.Context, j *pool.Job[Delivery]) {
 // other job has been settled (a finished job whose acknowledgement is still
 // on its way would run again, charged, if the job running alone crashed the
 // worker). It reports false if ctx ended first (the job keeps waiting).
-func (r *run) runAlone(ctx context.Context) bool {
+func (r *run[F]) runAlone(ctx context.Context) bool {
 	j := r.alone[0]
 	if r.pool.Lost(j) {
 		r.alone = r.alone[1:]
@@ -363,13 +388,12 @@ func (r *run) runAlone(ctx context.Context) bool {
 
 // handBackWaiting hands back the jobs that still wait to run alone when the
 // run ends, without charging them an attempt.
-func (r *run) handBackWaiting() {
+func (r *run[F]) handBackWaiting() {
 	for _, j := range r.alone {
 		r.pool.Settle(j)
 		if !r.pool.Lost(j) {
-			if wj, err := wire.Decode(r.fields(&j.Val)); err == nil {
-				rn := r.runOf(&j.Val, wj)
-				r.move(j, rn, r.cfg.ShutdownCause, false, 0, EventRetried)
+			if err := wire.DecodeInto(&j.Val.wj, r.fields(&j.Val.d)); err == nil {
+				r.move(j, r.runOf(j), r.cfg.ShutdownCause, false, 0, EventRetried)
 			} else {
 				r.b.Abandon(j.Key) // whoever takes it over dead-letters it
 			}
@@ -380,36 +404,39 @@ func (r *run) handBackWaiting() {
 	r.mon.waiting.Store(0)
 }
 
-// runOf returns the run d would make now.
-func (r *run) runOf(d *Delivery, wj *wire.Job) *Run {
-	h := wj.Headers
-	if len(d.Headers) > 0 {
-		h = make(map[string]string, len(wj.Headers)+len(d.Headers))
-		for k, v := range wj.Headers {
+// runOf fills in and returns the run the job's decoded fields make now.
+func (r *run[F]) runOf(j *pool.Job[slot[F]]) *Run {
+	s := &j.Val
+	h := s.wj.Headers
+	if len(s.d.Headers) > 0 {
+		h = make(map[string]string, len(s.wj.Headers)+len(s.d.Headers))
+		for k, v := range s.wj.Headers {
 			h[k] = v
 		}
-		for k, v := range d.Headers {
+		for k, v := range s.d.Headers {
 			h[k] = v
 		}
 	}
-	return &Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj, Headers: h, Attempt: wj.Attempt + d.Prior + 1}
+	s.run = Run{Queue: r.cfg.Queue, ID: s.d.ID, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
+	return &s.run
 }
 
 // process runs one job and settles the outcome. It reports true when the
 // job went to the finish loop, which unregisters it once settled.
-func (r *run) process(j *pool.Job[Delivery]) bool {
-	d := &j.Val
+func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
+	d := &j.Val.d
 	if r.pool.Lost(j) { // taken over while it waited
 		r.pool.Settle(j)
 		return false
 	}
-	wj, err := wire.Decode(r.fields(d))
-	if err != nil {
+	wj := &j.Val.wj
+	if err := wire.DecodeInto(wj, r.fields(d)); err != nil {
 		r.pool.Settle(j)
-		r.deadLetter(j, &Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}, ReasonMalformed, err, 0, true)
+		j.Val.run = Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}
+		r.deadLetter(j, &j.Val.run, ReasonMalformed, err, 0, true)
 		return false
 	}
-	rn := r.runOf(d, wj)
+	rn := r.runOf(j)
 	if made := rn.Attempt - 1; made >= r.cfg.MaxDeliveries {
 		// Its earlier starts all ended without a verdict: the workers
 		// running it crashed, hung or were cut off.
@@ -425,11 +452,11 @@ func (r *run) process(j *pool.Job[Delivery]) bool {
 		return false
 	}
 	var ctx context.Context = j // cancelled on timeout, lost claim or shutdown
-	err = r.cfg.Exec.Call(ctx, rn)
+	err := r.exec.Call(ctx, rn, &j.Val.f)
 	r.pool.Settle(j)
 	if err == nil {
 		r.mon.processed.Add(1)
-		r.fins <- finished{job: j, lock: wj.Key, token: wj.KeyToken}
+		r.fins <- finished[F]{job: j, lock: wj.Key, token: wj.KeyToken}
 		return true
 	}
 	cause := context.Cause(ctx)
@@ -454,25 +481,25 @@ func (r *run) process(j *pool.Job[Delivery]) bool {
 // runs. A job that cannot be charged does not run: it stays held until
 // another worker takes it over (nothing is lost, and nothing runs
 // uncounted).
-func (r *run) charge(j *pool.Job[Delivery]) bool {
+func (r *run[F]) charge(j *pool.Job[slot[F]]) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	held, err := r.b.Charge(ctx, &j.Val, true)
+	held, err := r.b.Charge(ctx, &j.Val.d, true)
 	if err == nil && held {
-		j.Val.Charged = true
+		j.Val.d.Charged = true
 		return true
 	}
 	r.pool.Settle(j)
 	if err != nil {
-		r.mon.Log.Error("streamq: cannot count the start of a job; it is left to be taken over later", "job_id", j.Val.ID, "error", err)
+		r.mon.Log.Error("streamq: cannot count the start of a job; it is left to be taken over later", "job_id", j.Val.d.ID, "error", err)
 		r.b.Abandon(j.Key)
 	}
 	return false
 }
 
 // fail retries, postpones or dead-letters a failed attempt.
-func (r *run) fail(j *pool.Job[Delivery], rn *Run, err error) {
-	o := r.cfg.Exec.Classify(err)
+func (r *run[F]) fail(j *pool.Job[slot[F]], rn *Run, err error) {
+	o := r.exec.Classify(err)
 	if o.Kind == Postpone {
 		r.move(j, rn, err, false, max(o.Delay, 0), EventPostponed)
 		return
@@ -496,8 +523,8 @@ func (r *run) fail(j *pool.Job[Delivery], rn *Run, err error) {
 // postponement, a hand-back) does not count this run, and keeps the mark of
 // runs cut short by crashes. If Redis cannot be reached the job stays held
 // and is taken over later.
-func (r *run) move(j *pool.Job[Delivery], rn *Run, cause error, charged bool, delay time.Duration, kind EventKind) {
-	d := &j.Val
+func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, delay time.Duration, kind EventKind) {
+	d := &j.Val.d
 	next := *rn.Job
 	if charged {
 		next.Attempt = rn.Attempt
@@ -532,8 +559,8 @@ func (r *run) move(j *pool.Job[Delivery], rn *Run, cause error, charged bool, de
 // deadLetter moves the job to the dead-letter stream in one script with the
 // reason, the error and attempts, the number of starts charged to it. A
 // malformed job keeps its raw fields.
-func (r *run) deadLetter(j *pool.Job[Delivery], rn *Run, reason string, cause error, attempts int, malformed bool) {
-	d := &j.Val
+func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn *Run, reason string, cause error, attempts int, malformed bool) {
+	d := &j.Val.d
 	var headers map[string]string
 	var first int64
 	var lock, token string
@@ -569,11 +596,11 @@ func (r *run) deadLetter(j *pool.Job[Delivery], rn *Run, reason string, cause er
 
 // flush settles a batch of finished jobs, trying three times. Jobs it
 // cannot settle stay held and run again later (a duplicate, never a loss).
-func (r *run) flush(batch []finished) {
+func (r *run[F]) flush(batch []finished[F]) {
 	done := make([]Finished, len(batch))
-	jobs := make([]*pool.Job[Delivery], len(batch))
+	jobs := make([]*pool.Job[slot[F]], len(batch))
 	for i, f := range batch {
-		done[i] = Finished{Key: f.job.Key, ID: f.job.Val.ID, Lock: f.lock, Token: f.token}
+		done[i] = Finished{Key: f.job.Key, ID: f.job.Val.d.ID, Lock: f.lock, Token: f.token}
 		jobs[i] = f.job
 	}
 	var bo pool.Backoff
@@ -598,11 +625,11 @@ func (r *run) flush(batch []finished) {
 
 // keepAlive refreshes the claims of the jobs this run holds every
 // TouchEvery, and cancels running jobs whose claim was lost.
-func (r *run) keepAlive(ctx context.Context) {
+func (r *run[F]) keepAlive(ctx context.Context) {
 	r.pool.KeepAlive(ctx, r.cfg.TouchEvery, r.cfg.TouchTimeout, r.b.Touch,
-		func(j *pool.Job[Delivery]) {
-			r.mon.Log.Warn("streamq: a running job was taken over by another worker; cancelling it here", "job_id", j.Val.ID)
-			r.mon.Event(ctx, Event{Kind: EventClaimLost, ID: j.Val.ID})
+		func(j *pool.Job[slot[F]]) {
+			r.mon.Log.Warn("streamq: a running job was taken over by another worker; cancelling it here", "job_id", j.Val.d.ID)
+			r.mon.Event(ctx, Event{Kind: EventClaimLost, ID: j.Val.d.ID})
 		},
 		func(err error) { r.mon.Log.Warn("streamq: cannot refresh the claims of held jobs", "error", err) })
 }
@@ -611,7 +638,7 @@ func (r *run) keepAlive(ctx context.Context) {
 // (starting at a random offset, so that workers started together do not
 // run in step), up to loopBatches calls while it has more to do, with
 // backoff after errors.
-func (r *run) loop(ctx context.Context, l Loop) error {
+func (r *run[F]) loop(ctx context.Context, l Loop) error {
 	first := time.NewTimer(rand.N(l.Every) + 1)
 	select {
 	case <-ctx.Done():

@@ -46,18 +46,64 @@ type Config struct {
 // a job can drain after a shutdown began), cancelled with Config.LostCause
 // when its claim was lost, Config.ShutdownCause after the drain deadline and
 // Config.TimeoutCause after JobTimeout; [context.Cause] reports which. Being
-// its own context saves a context, a timer and their registrations per job.
+// its own context saves a context and a timer per job, and its cancelable
+// context is only made when something asks for it (Done, Value, a derived
+// context, a cancellation): a handler that never looks at its context
+// costs no context at all.
 type Job[T any] struct {
 	Key string
 	Val T
 
-	ctx      context.Context // cancelled with the causes above
-	cancel   context.CancelCauseFunc
-	deadline atomic.Int64 // Unix ns, set when the job starts if JobTimeout > 0
-	timeout  error        // Config.TimeoutCause
+	base     context.Context // the pool's detached parent
+	timeout  error           // Config.TimeoutCause
+	deadline atomic.Int64    // Unix ns, set when the job starts if JobTimeout > 0
 	// settling is set once the handler returned (or will not run): a lost
 	// claim is then no longer a reason to cancel it.
 	settling atomic.Bool
+
+	inner  atomic.Pointer[context.Context] // the cancelable context, once made
+	mu     sync.Mutex                      // guards making inner and cause
+	cancel context.CancelCauseFunc
+	cause  error // the first cancellation's cause; set before inner is made too
+	done   atomic.Bool
+}
+
+// ctx returns the job's cancelable context, making it on first use (already
+// cancelled if the job was).
+func (j *Job[T]) ctx() context.Context {
+	if c := j.inner.Load(); c != nil {
+		return *c
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if c := j.inner.Load(); c != nil {
+		return *c
+	}
+	c, cancel := context.WithCancelCause(j.base)
+	if j.done.Load() {
+		cancel(j.cause)
+	}
+	j.cancel = cancel
+	j.inner.Store(&c)
+	return c
+}
+
+// cancelWith cancels the job's context with cause, if it is not cancelled
+// yet. A nil cause releases it (as after the settlement).
+func (j *Job[T]) cancelWith(cause error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.done.Load() {
+		return
+	}
+	j.cause = cause
+	if cause == nil {
+		j.cause = context.Canceled
+	}
+	j.done.Store(true)
+	if j.cancel != nil {
+		j.cancel(cause)
+	}
 }
 
 // Deadline reports when JobTimeout ends the job's run, if it has started and
@@ -71,20 +117,42 @@ func (j *Job[T]) Deadline() (time.Time, bool) {
 }
 
 // Done is closed when the job's context is cancelled.
-func (j *Job[T]) Done() <-chan struct{} { return j.ctx.Done() }
+func (j *Job[T]) Done() <-chan struct{} { return j.ctx().Done() }
 
 // Err is nil until the job's context is cancelled, then
 // context.DeadlineExceeded if JobTimeout ended it, else context.Canceled.
 func (j *Job[T]) Err() error {
-	err := j.ctx.Err()
-	if err != nil && j.timeout != nil && errors.Is(context.Cause(j.ctx), j.timeout) {
+	if !j.done.Load() {
+		return nil
+	}
+	if j.timeout != nil && errors.Is(j.Cause(), j.timeout) {
 		return context.DeadlineExceeded
 	}
-	return err
+	return context.Canceled
 }
 
-// Value returns the value of the run's context for key.
-func (j *Job[T]) Value(key any) any { return j.ctx.Value(key) }
+// Cause returns why the job's context was cancelled (nil if it was not).
+func (j *Job[T]) Cause() error {
+	if !j.done.Load() {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cause
+}
+
+// Value returns the value of the run's context for key. Until the job is
+// cancelled or its context was made, the detached parent answers, which
+// also tells context.Cause that the job is not cancelled.
+func (j *Job[T]) Value(key any) any {
+	if c := j.inner.Load(); c != nil {
+		return (*c).Value(key)
+	}
+	if j.done.Load() {
+		return j.ctx().Value(key)
+	}
+	return j.base.Value(key)
+}
 
 // task is one launched job for a handler goroutine.
 type task[T any] struct {
@@ -140,14 +208,14 @@ func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool))
 // Register records a job the run owns, so that [Pool.KeepAlive] refreshes
 // its claim and [Pool.Owns] reports it.
 func (p *Pool[T]) Register(key string, v T) *Job[T] {
-	ctx, cancel := context.WithCancelCause(p.base)
-	j := &Job[T]{Key: key, Val: v, ctx: ctx, cancel: cancel, timeout: p.cfg.TimeoutCause}
+	j := &Job[T]{Key: key, Val: v, base: p.base, timeout: p.cfg.TimeoutCause}
 	p.mu.Lock()
 	p.jobs[key] = j
-	if p.stopping {
-		cancel(p.cfg.ShutdownCause)
-	}
+	stopping := p.stopping
 	p.mu.Unlock()
+	if stopping {
+		j.cancelWith(p.cfg.ShutdownCause)
+	}
 	return j
 }
 
@@ -159,7 +227,7 @@ func (p *Pool[T]) Unregister(j *Job[T]) {
 	}
 	p.wakeLocked()
 	p.mu.Unlock()
-	j.cancel(nil)
+	j.cancelWith(nil)
 }
 
 // UnregisterAll forgets jobs and releases their contexts, under one lock.
@@ -173,7 +241,7 @@ func (p *Pool[T]) UnregisterAll(jobs []*Job[T]) {
 	p.wakeLocked()
 	p.mu.Unlock()
 	for _, j := range jobs {
-		j.cancel(nil)
+		j.cancelWith(nil)
 	}
 }
 
@@ -314,7 +382,7 @@ func (p *Pool[T]) sweeper() {
 			p.mu.Lock()
 			for _, j := range p.jobs {
 				if dl := j.deadline.Load(); dl != 0 && !j.settling.Load() && now.UnixNano() >= dl {
-					j.cancel(p.cfg.TimeoutCause)
+					j.cancelWith(p.cfg.TimeoutCause)
 				}
 			}
 			p.mu.Unlock()
@@ -383,7 +451,7 @@ func (p *Pool[T]) wakeLocked() {
 // Lost reports whether the job's claim was lost (its context was cancelled
 // with Config.LostCause).
 func (p *Pool[T]) Lost(j *Job[T]) bool {
-	return errors.Is(context.Cause(j.ctx), p.cfg.LostCause)
+	return errors.Is(j.Cause(), p.cfg.LostCause)
 }
 
 // Drain waits for every launched goroutine to return. Once ShutdownTimeout
@@ -406,7 +474,7 @@ func (p *Pool[T]) Drain(onTimeout func(running int)) {
 	for _, j := range p.jobs {
 		if !j.settling.Load() {
 			n++
-			j.cancel(p.cfg.ShutdownCause)
+			j.cancelWith(p.cfg.ShutdownCause)
 		}
 	}
 	p.mu.Unlock()
@@ -457,7 +525,7 @@ func (p *Pool[T]) KeepAlive(ctx context.Context, interval, timeout time.Duration
 			p.mu.Unlock()
 			if running {
 				onLost(j)
-				j.cancel(p.cfg.LostCause)
+				j.cancelWith(p.cfg.LostCause)
 			}
 		}
 	}

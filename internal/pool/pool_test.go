@@ -209,7 +209,7 @@ func TestPool_WaitHeld(t *testing.T) {
 		t.Errorf("WaitHeld with a cancelled context = %v", err)
 	}
 	lost := p.Register("lost", 0)
-	lost.cancel(errLost) // as KeepAlive does when the claim is gone
+	lost.cancelWith(errLost) // as KeepAlive does when the claim is gone
 	if !p.Lost(lost) || p.Lost(p.Register("kept", 0)) {
 		t.Error("Lost does not report the lost claim")
 	}

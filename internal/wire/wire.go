@@ -110,25 +110,32 @@ func (j *Job) Args() []any {
 // field is wrong; the returned Job is never nil (its Headers neither), so a
 // caller can still report what it could read.
 func Decode(values map[string]any) (*Job, error) {
-	j := &Job{Headers: map[string]string{}}
+	j := &Job{}
+	err := DecodeInto(j, values)
+	return j, err
+}
+
+// DecodeInto is [Decode] into *j, which it overwrites.
+func DecodeInto(j *Job, values map[string]any) error {
+	*j = Job{Headers: map[string]string{}}
 	if values == nil {
-		return j, fmt.Errorf("%w: the entry has no fields (deleted?)", ErrMalformed)
+		return fmt.Errorf("%w: the entry has no fields (deleted?)", ErrMalformed)
 	}
 	v, ok := Str(values[FieldVersion])
 	if !ok {
-		return j, fmt.Errorf("%w: missing field %q", ErrMalformed, FieldVersion)
+		return fmt.Errorf("%w: missing field %q", ErrMalformed, FieldVersion)
 	}
 	if v != "1" {
-		return j, fmt.Errorf("%w: unsupported format version %q (this consumer reads version %d)", ErrMalformed, v, Version)
+		return fmt.Errorf("%w: unsupported format version %q (this consumer reads version %d)", ErrMalformed, v, Version)
 	}
 	p, ok := Str(values[FieldPayload])
 	if !ok {
-		return j, fmt.Errorf("%w: missing field %q", ErrMalformed, FieldPayload)
+		return fmt.Errorf("%w: missing field %q", ErrMalformed, FieldPayload)
 	}
 	j.Payload = []byte(p)
 	if h, ok := Str(values[FieldHeaders]); ok && h != "" {
 		if err := json.Unmarshal([]byte(h), &j.Headers); err != nil {
-			return j, fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
+			return fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
 		}
 		if j.Headers == nil { // "null"
 			j.Headers = map[string]string{}
@@ -136,19 +143,19 @@ func Decode(values map[string]any) (*Job, error) {
 	}
 	var err error
 	if j.EnqMillis, err = millisField(values, FieldEnqueued); err != nil {
-		return j, err
+		return err
 	}
 	if j.FirstFail, err = millisField(values, FieldFirstFail); err != nil {
-		return j, err
+		return err
 	}
 	if j.Attempt, err = AttemptField(values); err != nil {
-		return j, err
+		return err
 	}
 	j.Key, _ = Str(values[FieldKey])
 	j.KeyToken, _ = Str(values[FieldKeyToken])
 	j.LastError, _ = Str(values[FieldLastError])
 	j.Crashed = Crashed(values)
-	return j, nil
+	return nil
 }
 
 // AttemptField returns the attempt field of an entry (0 when absent), or an
