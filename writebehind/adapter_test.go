@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -173,6 +174,9 @@ func TestFromMessage(t *testing.T) {
 		{name: "version not a number", msg: withHeader(setMsg("k", 1, "v"), writebehind.HeaderVersion, "1.5"), wantErr: writebehind.ErrMalformedChange},
 		{name: "version zero", msg: setMsg("k", 0, "v"), wantErr: writebehind.ErrMalformedChange},
 		{name: "version negative", msg: setMsg("k", -3, "v"), wantErr: writebehind.ErrMalformedChange},
+		{name: "version MaxInt64", msg: setMsg("k", math.MaxInt64, "v"), want: writebehind.Change{Key: "k", Value: []byte("v"), Version: math.MaxInt64}},
+		{name: "version in exponent notation", msg: withHeader(setMsg("k", 1, "v"), writebehind.HeaderVersion, "1e+14"), wantErr: writebehind.ErrMalformedChange},
+		{name: "version beyond MaxInt64", msg: withHeader(setMsg("k", 1, "v"), writebehind.HeaderVersion, "9223372036854775808"), wantErr: writebehind.ErrMalformedChange},
 		{name: "delete with payload", msg: func() *streamq.Message { m := delMsg("k", 1); m.Payload = []byte("x"); return m }(), wantErr: writebehind.ErrMalformedChange},
 		{name: "empty key", msg: setMsg("", 1, "v"), wantErr: writebehind.ErrInvalidChange},
 		{name: "key too long", msg: setMsg(strings.Repeat("k", writebehind.MaxKeyBytes+1), 1, "v"), wantErr: writebehind.ErrInvalidChange},

@@ -37,7 +37,8 @@
 //     duplicates, retries and changes applied out of order all end with the
 //     newest version of every key in the database: once the queue is drained,
 //     the database holds exactly what the cache holds (for keys whose cache
-//     entry did not expire), and deleted keys are absent from both.
+//     entry did not expire), and deleted keys are absent from both. Versions
+//     range from 1 to math.MaxInt64 and are exact over the whole range.
 //   - A sink that stays down loses nothing either: each change is retried
 //     until streamq.ConsumerConfig.MaxDeliveries attempts failed, then
 //     dead-lettered with reason [streamq.ReasonMaxDeliveries] and the sink's

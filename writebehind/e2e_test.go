@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -437,4 +439,59 @@ func listDeadLetters(t *testing.T, q *streamq.Queue) []streamq.DeadLetter {
 	}
 	t.Fatal("more than 100,000 dead letters")
 	return nil
+}
+
+// TestWriteBehind_LargeVersions persists changes whose versions are at and
+// beyond what a Lua number formats or holds exactly (1e14, 2^53) up to
+// math.MaxInt64: each reaches the database with its exact version.
+func TestWriteBehind_LargeVersions(t *testing.T) {
+	t.Parallel()
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			sink := newSink(t, d, "")
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			h := newHandler(t, sink, &writebehind.HandlerConfig{MaxLatency: 10 * time.Millisecond})
+			runConsumer(t, q, h, consumerConfig(streamq.ConsumerConfig{}))
+
+			expect := make(map[string]want)
+			write := func(key, value string, wantVersion int64) {
+				t.Helper()
+				var (
+					v   int64
+					err error
+				)
+				if value == "" {
+					v, err = w.Delete(ctx, key)
+					expect[key] = want{deleted: true, version: v}
+				} else {
+					v, err = w.Set(ctx, key, []byte(value))
+					expect[key] = want{value: []byte(value), version: v}
+				}
+				if err != nil || v != wantVersion {
+					t.Fatalf("write %q = version %d, %v; want %d", key, v, err, wantVersion)
+				}
+			}
+			seedCounter(t, q, "99999999999999") // as seeding from a clock would
+			write("a", "at 1e14", 1e14)
+			seedCounter(t, q, strconv.FormatInt(1<<53-1, 10))
+			write("b", "at 2^53", 1<<53)
+			write("c", "at 2^53+1", 1<<53+1)
+			write("a", "at 2^53+2", 1<<53+2)
+			seedCounter(t, q, strconv.FormatInt(math.MaxInt64-2, 10))
+			write("d", "at MaxInt64-1", math.MaxInt64-1)
+			write("b", "", math.MaxInt64)
+
+			waitDrained(t, q)
+			if n := deadLetters(t, q); n != 0 {
+				for _, dl := range listDeadLetters(t, q) {
+					t.Logf("dead letter %s: %s", dl.Reason, dl.Error)
+				}
+				t.Fatalf("%d dead letters, want 0", n)
+			}
+			checkConsistent(t, w, sink.rows(t), expect)
+		})
+	}
 }

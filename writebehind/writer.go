@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +24,8 @@ const (
 	HeaderKey = "wb-key"
 	// HeaderOp holds the operation: [OpSet], [OpSetFields] or [OpDelete].
 	HeaderOp = "wb-op"
-	// HeaderVersion holds the change's version, a positive decimal integer.
+	// HeaderVersion holds the change's version, a decimal integer from 1 to
+	// math.MaxInt64 (2^63-1), written exactly (never in exponent notation).
 	HeaderVersion = "wb-version"
 )
 
@@ -83,9 +86,12 @@ type WriterConfig struct {
 //
 // Versions come from one counter per queue (INCR on the key named by
 // [VersionKeyPart]), so they are strictly increasing per key, are never
-// reused, and survive cache expiry. Do not delete the counter while the sink
-// holds rows written through the queue: new changes would get lower versions
-// than the stored rows and be ignored by the sink.
+// reused, and survive cache expiry. They range from 1 to math.MaxInt64 and
+// are handled exactly over the whole range (the script never turns them into
+// Lua numbers); a counter at math.MaxInt64 makes writes fail. Do not delete
+// the counter while the sink holds rows written through the queue: new
+// changes would get lower versions than the stored rows and be ignored by
+// the sink.
 //
 // A Writer is safe for concurrent use.
 type Writer struct {
@@ -277,7 +283,7 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 		err     error
 	)
 	for attempt := 0; ; attempt++ {
-		version, err = scriptWrite.Run(ctx, w.q.Client(), keys, args...).Int64()
+		version, err = parseVersion(scriptWrite.Run(ctx, w.q.Client(), keys, args...))
 		if err == nil || !isQueueFull(err) || attempt > 0 {
 			break
 		}
@@ -286,12 +292,36 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 		}
 	}
 	if err != nil {
-		if isQueueFull(err) {
-			err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
-		}
-		return 0, fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, w.q.StreamKey(), err)
+		return 0, w.writeError(op, key, err)
 	}
 	return version, nil
+}
+
+// parseVersion reads the reply of scriptWrite: the version as a decimal
+// string.
+func parseVersion(cmd *redis.Cmd) (int64, error) {
+	s, err := cmd.Text()
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("the script returned version %q, want a positive integer", s)
+	}
+	return v, nil
+}
+
+// writeError wraps an error of scriptWrite: a full queue wraps
+// streamq.ErrQueueFull, a counter that cannot be incremented says why.
+func (w *Writer) writeError(op, key string, err error) error {
+	switch {
+	case isQueueFull(err):
+		err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
+	case strings.HasPrefix(err.Error(), "VERSIONCOUNTER "):
+		err = fmt.Errorf("version counter %s: %s (versions range from 1 to %d; nothing was queued)",
+			w.version, strings.TrimPrefix(err.Error(), "VERSIONCOUNTER "), int64(math.MaxInt64))
+	}
+	return fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, w.q.StreamKey(), err)
 }
 
 // ownHeaders resets the wb-* headers of entry fields after enqueue hooks ran:
@@ -335,17 +365,24 @@ func isQueueFull(err error) bool { return err != nil && strings.HasPrefix(err.Er
 // object, and "payload" is the value stored by "set"
 // ARGV[5+n..] for "hset": the hash's field/value pairs (at least one)
 //
-// Returns the change's version. Errors with "QUEUEFULL ..." when the stream
-// holds cap entries, before writing anything. The writes are ordered so that a
-// command failing half way (which Redis does not roll back) can leave at most
-// an unused version number: INCR, then XADD, then the cache writes, which
+// Returns the change's version as a decimal string. Errors with "QUEUEFULL
+// ..." when the stream holds cap entries, before writing anything, and with
+// "VERSIONCOUNTER ..." when the counter cannot be incremented (not an
+// integer, or at 2^63-1) or is not positive after it. The writes are ordered
+// so that a command failing half way (which Redis does not roll back) can
+// leave at most an unused version number: INCR, then XADD, then the cache
+// writes, which
 // cannot fail: SET; DEL; or DEL, HSET and PEXPIRE of a key that DEL just
 // removed, so it cannot have the wrong type (and once a script has written,
 // Redis no longer refuses its writes for maxmemory). HSET gets at most 500
 // pairs per call, since Lua's unpack is limited to a few thousand values.
 //
 // The version goes into the headers as "wb-version": it is appended last to
-// the JSON object, so it wins over a hook that set the same header.
+// the JSON object, so it wins over a hook that set the same header. The
+// version is never a Lua number: INCR's reply is one (a double, exact only up
+// to 2^53, and formatted as 1e+14 from 10^14 up), so the script reads the
+// counter back with GET, whose reply is the exact decimal string, and returns
+// that.
 var scriptWrite = redis.NewScript(`
 local cap = tonumber(ARGV[1])
 if cap > 0 then
@@ -354,7 +391,14 @@ if cap > 0 then
     return redis.error_reply('QUEUEFULL stream length ' .. len .. ', cap ' .. cap)
   end
 end
-local version = redis.call('INCR', KEYS[3])
+local incr = redis.pcall('INCR', KEYS[3])
+if type(incr) == 'table' then
+  return redis.error_reply('VERSIONCOUNTER ' .. incr.err)
+end
+local version = redis.call('GET', KEYS[3])
+if incr < 1 then
+  return redis.error_reply('VERSIONCOUNTER the counter is ' .. version .. ', not positive')
+end
 local last = 4 + tonumber(ARGV[4])
 local fields = {}
 local value = ''

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -698,4 +699,86 @@ func TestDecodeFields(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seedCounter sets the version counter of q, as an operator would.
+func seedCounter(t *testing.T, q *streamq.Queue, value string) {
+	t.Helper()
+	if err := q.Client().Set(t.Context(), q.Key(writebehind.VersionKeyPart), value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWriter_Version_Large(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		seed int64 // the counter before the write
+	}{
+		{"1e14", 1e14 - 1},              // Lua formats 1e14 as "1e+14"
+		{"2^53", 1<<53 - 1},             // the largest integer a Lua number holds exactly
+		{"2^53+1", 1 << 53},             // a Lua number would round it to 2^53
+		{"2^62+1", 1 << 62},             //
+		{"MaxInt64", math.MaxInt64 - 1}, // the last version
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			seedCounter(t, q, strconv.FormatInt(tc.seed, 10))
+			want := tc.seed + 1
+			v, err := w.Set(ctx, "k", []byte("x"))
+			if err != nil || v != want {
+				t.Fatalf("Set = %d, %v; want version %d", v, err, want)
+			}
+			entries, err := q.Client().XRange(ctx, q.StreamKey(), "-", "+").Result()
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("stream: %d entries, %v; want 1", len(entries), err)
+			}
+			m := entryMessage(t, entries[0])
+			if got := m.Headers[writebehind.HeaderVersion]; got != strconv.FormatInt(want, 10) {
+				t.Fatalf("header %s = %q, want %d written exactly", writebehind.HeaderVersion, got, want)
+			}
+			ch, err := writebehind.FromMessage(m)
+			if err != nil || ch.Version != want {
+				t.Fatalf("FromMessage = %+v, %v; want version %d", ch, err, want)
+			}
+		})
+	}
+
+	t.Run("beyond MaxInt64", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		q := newQueue(t, nil)
+		w := newWriter(t, q, nil)
+		if _, err := w.Set(ctx, "k", []byte("before")); err != nil {
+			t.Fatal(err)
+		}
+		seedCounter(t, q, strconv.FormatInt(math.MaxInt64, 10))
+		_, err := w.Set(ctx, "k", []byte("after"))
+		if err == nil || !strings.Contains(err.Error(), "overflow") || !strings.Contains(err.Error(), "versions range from 1 to 9223372036854775807") {
+			t.Fatalf("Set with the counter at MaxInt64 = %v, want an overflow error that names the range", err)
+		}
+		t.Log(err)
+		if n, _ := q.Client().XLen(ctx, q.StreamKey()).Result(); n != 1 {
+			t.Fatalf("stream holds %d entries, want only the first change", n)
+		}
+		if v, _, _ := w.Get(ctx, "k"); string(v) != "before" {
+			t.Fatalf("cache holds %q, want the value before the failed Set", v)
+		}
+	})
+
+	t.Run("negative counter", func(t *testing.T) {
+		t.Parallel()
+		q := newQueue(t, nil)
+		w := newWriter(t, q, nil)
+		seedCounter(t, q, "-5")
+		if _, err := w.Delete(t.Context(), "k"); err == nil || !strings.Contains(err.Error(), "not positive") {
+			t.Fatalf("Delete with a negative counter = %v, want an error", err)
+		}
+		if n, _ := q.Client().XLen(t.Context(), q.StreamKey()).Result(); n != 0 {
+			t.Fatalf("stream holds %d entries, want none", n)
+		}
+	})
 }
