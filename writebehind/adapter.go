@@ -17,6 +17,10 @@ import (
 const (
 	// DefaultMaxBatch is the number of changes that makes a batch full.
 	DefaultMaxBatch = 500
+	// DefaultMaxBatchBytes is the size, in key and value bytes, that makes a
+	// batch full (64 MiB): far below PostgreSQL's 1 GB limit on a message,
+	// and a bound on the memory a batch holds.
+	DefaultMaxBatchBytes = 64 << 20
 	// DefaultMaxLatency is how long a batch waits for more changes after its
 	// first one before it is written.
 	DefaultMaxLatency = 50 * time.Millisecond
@@ -46,6 +50,16 @@ type HandlerConfig struct {
 	// lets the next batch fill while one is written). 1 writes every change
 	// in its own Sink.Write call. Defaults to DefaultMaxBatch.
 	MaxBatch int
+
+	// MaxBatchBytes bounds a batch by size: the sum of its changes' key and
+	// value lengths. A change that would take the batch past it goes into
+	// the next batch, and a batch is written at once when it reaches it, so
+	// one Sink.Write gets at most MaxBatchBytes, or a single change that is
+	// larger on its own. It bounds the memory of a batch and the size of a
+	// transaction (500 changes of MaxValueBytes would be 8 GiB; PostgreSQL
+	// refuses messages over 1 GB, though [SQLSink] splits its statements
+	// anyway). Defaults to DefaultMaxBatchBytes.
+	MaxBatchBytes int
 
 	// MaxLatency is how long a batch collects changes after its first one
 	// before it is written, if it does not fill up first. It bounds the delay
@@ -78,6 +92,9 @@ type FlushInfo struct {
 	// Rejected is the number of changes the sink refused with a
 	// [*ChangeError]; they fail permanently.
 	Rejected int
+	// Bytes is the size of the rows passed to the sink: the sum of their key
+	// and value lengths (see HandlerConfig.MaxBatchBytes).
+	Bytes int
 	// Duration is the time spent in Sink.Write.
 	Duration time.Duration
 	// Err is the error of the write, nil when the batch was committed.
@@ -165,6 +182,7 @@ type Handler struct {
 type batch struct {
 	items    []*item
 	live     int       // items not withdrawn
+	bytes    int       // size of the items not withdrawn (Change.size)
 	deadline time.Time // first change + MaxLatency
 	sealed   bool
 	done     chan struct{} // closed when every item's err is final
@@ -192,6 +210,12 @@ func NewHandler(sink Sink, cfg *HandlerConfig) (*Handler, error) {
 	}
 	if c.MaxBatch < 0 {
 		return nil, &streamq.ConfigError{Field: "HandlerConfig.MaxBatch", Reason: fmt.Sprintf("%d is negative: use a positive number of changes per batch, or 0 for %d", c.MaxBatch, DefaultMaxBatch)}
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.MaxBatchBytes < 0 {
+		return nil, &streamq.ConfigError{Field: "HandlerConfig.MaxBatchBytes", Reason: fmt.Sprintf("%d is negative: use a positive number of bytes per batch, or 0 for %d (64 MiB)", c.MaxBatchBytes, DefaultMaxBatchBytes)}
 	}
 	if c.MaxLatency == 0 {
 		c.MaxLatency = DefaultMaxLatency
@@ -301,6 +325,7 @@ func (h *Handler) Handle(ctx context.Context, msg *streamq.Message) error {
 	if !b.sealed {
 		it.withdrawn = true
 		b.live--
+		b.bytes -= ch.size()
 		h.mu.Unlock()
 		h.withdrawn.Add(1)
 		return fmt.Errorf("streamq: write-behind change %q version %d withdrawn from its batch before the write: %w", ch.Key, ch.Version, context.Cause(ctx))
@@ -327,7 +352,14 @@ func (h *Handler) add(it *item) (*batch, error) {
 		h.started = true
 		go h.flushLoop()
 	}
+	size := it.ch.size()
 	b := h.cur
+	if b != nil && b.live > 0 && b.bytes+size > h.cfg.MaxBatchBytes {
+		// The change would make the batch too large: write it without.
+		h.sealLocked(b)
+		h.signal()
+		b = nil
+	}
 	if b == nil {
 		b = &batch{deadline: time.Now().Add(h.cfg.MaxLatency), done: make(chan struct{})}
 		h.cur = b
@@ -335,7 +367,8 @@ func (h *Handler) add(it *item) (*batch, error) {
 	}
 	b.items = append(b.items, it)
 	b.live++
-	if b.live >= h.cfg.MaxBatch {
+	b.bytes += size
+	if b.live >= h.cfg.MaxBatch || b.bytes >= h.cfg.MaxBatchBytes {
 		h.sealLocked(b)
 		h.signal()
 	}
@@ -483,7 +516,11 @@ func (h *Handler) write(b *batch) {
 	}
 	close(b.done)
 	if h.cfg.OnFlush != nil && b.live > 0 {
-		h.cfg.OnFlush(FlushInfo{Changes: b.live, Rows: len(rows), Rejected: rejected, Duration: took, Err: err})
+		size := 0
+		for _, row := range rows {
+			size += row.size()
+		}
+		h.cfg.OnFlush(FlushInfo{Changes: b.live, Rows: len(rows), Rejected: rejected, Bytes: size, Duration: took, Err: err})
 	}
 }
 

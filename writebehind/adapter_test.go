@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -118,6 +119,7 @@ func TestNewHandler_Config(t *testing.T) {
 		{name: "negative MaxBatch", sink: sink, cfg: &writebehind.HandlerConfig{MaxBatch: -1}, field: "HandlerConfig.MaxBatch"},
 		{name: "negative MaxLatency", sink: sink, cfg: &writebehind.HandlerConfig{MaxLatency: -time.Second}, field: "HandlerConfig.MaxLatency"},
 		{name: "negative WriteTimeout", sink: sink, cfg: &writebehind.HandlerConfig{WriteTimeout: -1}, field: "HandlerConfig.WriteTimeout"},
+		{name: "negative MaxBatchBytes", sink: sink, cfg: &writebehind.HandlerConfig{MaxBatchBytes: -1}, field: "HandlerConfig.MaxBatchBytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -633,5 +635,114 @@ func TestHandler_OnFlush(t *testing.T) {
 	}
 	if s := h.Stats(); s.Batches != 1 || s.WriteErrors != 1 || s.Rejected != 1 || s.Changes != 2 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// batchBytes returns the size of each batch: the sum of its changes' key and
+// value lengths, as HandlerConfig.MaxBatchBytes counts them.
+func batchBytes(batches [][]writebehind.Change) []int {
+	sizes := make([]int, len(batches))
+	for i, b := range batches {
+		for _, ch := range b {
+			sizes[i] += len(ch.Key) + len(ch.Value)
+		}
+	}
+	return sizes
+}
+
+func TestHandler_Handle_MaxBatchBytes(t *testing.T) {
+	t.Parallel()
+	const limit = 1000
+	sink := &recordingSink{}
+	flushed := make(chan writebehind.FlushInfo, 20)
+	h := newHandler(t, sink, &writebehind.HandlerConfig{
+		MaxBatch:      100,
+		MaxBatchBytes: limit,
+		MaxLatency:    time.Hour, // only full batches and Close write anything
+		OnFlush:       func(fi writebehind.FlushInfo) { flushed <- fi },
+	})
+	want := make(map[string]string)
+	var results []<-chan error
+	for i := range 10 {
+		key, value := fmt.Sprintf("k%02d", i), strings.Repeat(strconv.Itoa(i), 297) // 300 bytes
+		want[key] = value
+		results = append(results, handleAsync(t.Context(), h, setMsg(key, int64(i+1), value)))
+	}
+	huge := strings.Repeat("h", 2500) // larger than a batch may be
+	want["huge"] = huge
+	results = append(results, handleAsync(t.Context(), h, setMsg("huge", 11, huge)))
+	// The batches fill up by size, not by count: all but the last are
+	// written without waiting for MaxLatency or Close.
+	redistest.WaitFor(t, 10*time.Second, "batches written by size", func() bool {
+		return h.Stats().Changes >= 8
+	})
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range results {
+		if err := result(t, ch); err != nil {
+			t.Fatalf("Handle %d: %v", i, err)
+		}
+	}
+	got := sink.got()
+	sizes := batchBytes(got)
+	for i, b := range got {
+		if sizes[i] > limit && len(b) != 1 {
+			t.Errorf("batch %d holds %d changes of %d bytes, want at most %d bytes or a single change", i, len(b), sizes[i], limit)
+		}
+	}
+	// 3 changes of 300 bytes fit in 1000, the huge one goes alone.
+	if len(got) < 5 {
+		t.Errorf("%d batches (bytes %v), want at least 5", len(got), sizes)
+	}
+	arrived := make(map[string]string)
+	for _, b := range got {
+		for _, ch := range b {
+			if _, dup := arrived[ch.Key]; dup {
+				t.Errorf("key %q written twice", ch.Key)
+			}
+			arrived[ch.Key] = string(ch.Value)
+		}
+	}
+	if !maps.Equal(arrived, want) {
+		t.Fatalf("the sink got %d changes, want exactly the %d written", len(arrived), len(want))
+	}
+	close(flushed)
+	var flushedBytes []int
+	for fi := range flushed {
+		flushedBytes = append(flushedBytes, fi.Bytes)
+	}
+	if !slices.Equal(flushedBytes, sizes) {
+		t.Fatalf("FlushInfo.Bytes %v, want the batches' sizes %v", flushedBytes, sizes)
+	}
+	t.Logf("batch sizes in bytes: %v", sizes)
+}
+
+// TestHandler_Handle_DefaultMaxBatchBytes writes changes of MaxValueBytes
+// with the default configuration: 500 of them would make one batch of 8 GiB,
+// beyond what PostgreSQL accepts in a message (1 GB).
+func TestHandler_Handle_DefaultMaxBatchBytes(t *testing.T) {
+	t.Parallel()
+	sink := &recordingSink{}
+	h := newHandler(t, sink, &writebehind.HandlerConfig{MaxLatency: time.Hour})
+	value := make([]byte, writebehind.MaxValueBytes) // shared by all messages
+	var results []<-chan error
+	for i := range 6 {
+		m := setMsg(fmt.Sprintf("big%d", i), int64(i+1), "")
+		m.Payload = value
+		results = append(results, handleAsync(t.Context(), h, m))
+	}
+	waitWaiting(t, h, 3) // the first three were written: a fourth would not fit
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range results {
+		if err := result(t, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := sink.got()
+	if !slices.Equal(batchSizes(got), []int{3, 3}) {
+		t.Fatalf("batches of %v changes (%v bytes), want two of 3 (at most DefaultMaxBatchBytes = %d)", batchSizes(got), batchBytes(got), writebehind.DefaultMaxBatchBytes)
 	}
 }

@@ -83,5 +83,6 @@
 // HandlerConfig.MaxBatch, ideally twice as much so the next batch fills while
 // one is written. One Handler writes one batch at a time. Batching is what
 // makes write-behind cheap: a batch of 500 rows costs about one commit, where
-// 500 single-row transactions cost 500.
+// 500 single-row transactions cost 500. HandlerConfig.MaxBatchBytes (64 MiB)
+// bounds a batch by size too, so that large values make smaller batches.
 package writebehind

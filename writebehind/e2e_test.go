@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -489,6 +490,69 @@ func TestWriteBehind_LargeVersions(t *testing.T) {
 				for _, dl := range listDeadLetters(t, q) {
 					t.Logf("dead letter %s: %s", dl.Reason, dl.Error)
 				}
+				t.Fatalf("%d dead letters, want 0", n)
+			}
+			checkConsistent(t, w, sink.rows(t), expect)
+		})
+	}
+}
+
+// TestWriteBehind_LargeValues persists values of 1 MiB with batches bounded
+// to 4 MiB: every Sink.Write (one transaction) stays within the bound, and
+// every value arrives exactly.
+func TestWriteBehind_LargeValues(t *testing.T) {
+	t.Parallel()
+	const (
+		limit = 4 << 20
+		size  = 1 << 20
+	)
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			sink := newSink(t, d, "")
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			var (
+				mu      sync.Mutex
+				flushes []writebehind.FlushInfo
+			)
+			h := newHandler(t, sink, &writebehind.HandlerConfig{
+				MaxBatchBytes: limit,
+				MaxLatency:    50 * time.Millisecond,
+				OnFlush: func(fi writebehind.FlushInfo) {
+					mu.Lock()
+					defer mu.Unlock()
+					flushes = append(flushes, fi)
+				},
+			})
+			expect := make(map[string]want)
+			for i := range 24 {
+				key := fmt.Sprintf("big%02d", i%12)
+				value := bytes.Repeat([]byte{byte('a' + i)}, size-len(key)+i%3) // about 1 MiB with the key
+				v, err := w.Set(ctx, key, value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				expect[key] = want{value: value, version: v}
+			}
+			// The consumer starts with the whole backlog waiting, so the
+			// batches fill up by size.
+			runConsumer(t, q, h, consumerConfig(streamq.ConsumerConfig{}))
+			waitDrained(t, q)
+			mu.Lock()
+			defer mu.Unlock()
+			var total int
+			for _, fi := range flushes {
+				total += fi.Changes
+				if fi.Err != nil || fi.Bytes > limit && fi.Rows > 1 {
+					t.Errorf("flush %+v: want a commit of at most %d bytes, or of a single change", fi, limit)
+				}
+			}
+			if total != 24 || len(flushes) < 24/4 {
+				t.Errorf("%d changes in %d batches, want 24 in at least 6 (4 per batch at the most)", total, len(flushes))
+			}
+			if n := deadLetters(t, q); n != 0 {
 				t.Fatalf("%d dead letters, want 0", n)
 			}
 			checkConsistent(t, w, sink.rows(t), expect)

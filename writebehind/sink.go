@@ -92,6 +92,10 @@ func (c Change) invalidReason() string {
 	return ""
 }
 
+// size is what a change counts towards HandlerConfig.MaxBatchBytes and the
+// statement size of an SQLSink: its key and value bytes.
+func (c Change) size() int { return len(c.Key) + len(c.Value) }
+
 // EncodeFields returns the canonical JSON encoding of a hash's fields, the
 // Value of a [Change] with Hash set, as a [Writer] puts it in the stream and
 // [SQLSink] stores it: one compact JSON object of strings, members sorted by

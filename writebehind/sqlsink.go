@@ -70,6 +70,11 @@ const (
 	sqliteMaxParams   = 32766 // SQLITE_MAX_VARIABLE_NUMBER of SQLite >= 3.32
 	postgresMaxParams = 65535 // the wire protocol counts parameters in 16 bits
 	paramsPerRow      = 4     // key, value, version, deleted
+
+	// maxStatementBytes bounds the keys and values one INSERT statement of
+	// an SQLSink carries, whatever the batch: PostgreSQL refuses a message
+	// (the statement with its parameters) over 1 GB.
+	maxStatementBytes = 64 << 20
 )
 
 // Connection settings applied by OpenSQLite and OpenPostgres.
@@ -141,10 +146,11 @@ type SQLSinkConfig struct {
 // An SQLSink is safe for concurrent use. The caller owns the *sql.DB and
 // closes it.
 type SQLSink struct {
-	db      *sql.DB
-	dialect Dialect
-	table   string // as configured, for messages
-	maxRows int    // rows per INSERT statement
+	db       *sql.DB
+	dialect  Dialect
+	table    string // as configured, for messages
+	maxRows  int    // rows per INSERT statement
+	maxBytes int    // keys and values per INSERT statement (one row may exceed it)
 
 	createSQL    string
 	upsertPrefix string // INSERT INTO ... VALUES
@@ -153,8 +159,9 @@ type SQLSink struct {
 	allSQL       string
 
 	// afterStatement, when set by tests, runs after each INSERT statement of
-	// a Write, inside its transaction.
-	afterStatement func()
+	// a Write, inside its transaction, with the statement's number of rows
+	// and their size (Change.size).
+	afterStatement func(rows, size int)
 }
 
 // NewSQLSink returns a sink writing to db as configured by cfg (nil means the
@@ -215,7 +222,7 @@ func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 		deleted = quoteIdent(c.DeletedColumn)
 		updated = quoteIdent(c.UpdatedAtColumn)
 	)
-	s := &SQLSink{db: db, dialect: dialect, table: c.Table}
+	s := &SQLSink{db: db, dialect: dialect, table: c.Table, maxBytes: maxStatementBytes}
 	var blobType, timeType, falseLit, nowExpr string
 	switch dialect {
 	case DialectSQLite:
@@ -268,7 +275,10 @@ func (s *SQLSink) CreateSchema(ctx context.Context) error {
 // out-of-order batches are harmless. Of several changes of one key in the
 // batch only the one with the highest version is kept (on a tie, the later
 // one). Large batches are split into several statements, within the same
-// transaction, to respect the database's limit of bind parameters.
+// transaction, to respect the database's limit of bind parameters, and so
+// that no statement carries more than 64 MiB of keys and values (PostgreSQL
+// refuses messages over 1 GB); a larger change goes in a statement of its
+// own.
 //
 // Write checks every change first and returns a [*ChangeError] without
 // writing anything when one is invalid. On any error nothing of the batch is
@@ -302,8 +312,10 @@ func (s *SQLSink) Write(ctx context.Context, changes []Change) error {
 	}
 	var sb strings.Builder
 	args := make([]any, 0, 1+min(len(rows), s.maxRows)*paramsPerRow)
-	for start := 0; start < len(rows); start += s.maxRows {
-		chunk := rows[start:min(start+s.maxRows, len(rows))]
+	for start := 0; start < len(rows); {
+		end := s.chunkEnd(rows, start)
+		chunk := rows[start:end]
+		start = end
 		sb.Reset()
 		args = args[:0]
 		if s.dialect == DialectSQLite {
@@ -324,13 +336,32 @@ func (s *SQLSink) Write(ctx context.Context, changes []Change) error {
 			return fmt.Errorf("streamq: write-behind upsert %d rows into %s: %w", len(chunk), s.table, err)
 		}
 		if s.afterStatement != nil {
-			s.afterStatement()
+			size := 0
+			for _, ch := range chunk {
+				size += ch.size()
+			}
+			s.afterStatement(len(chunk), size)
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("streamq: write-behind commit %d rows into %s: %w", len(rows), s.table, err)
 	}
 	return nil
+}
+
+// chunkEnd returns the end of the chunk of rows that starts at start: at most
+// maxRows rows and maxBytes of keys and values, and at least one row.
+func (s *SQLSink) chunkEnd(rows []Change, start int) int {
+	end, size := start, 0
+	for end < len(rows) && end-start < s.maxRows {
+		n := rows[end].size()
+		if end > start && size+n > s.maxBytes {
+			break
+		}
+		size += n
+		end++
+	}
+	return end
 }
 
 // buildUpsert writes an INSERT ... ON CONFLICT statement for n rows to sb.

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -314,7 +316,7 @@ func TestSQLSink_Write_LargeBatch(t *testing.T) {
 			t.Fatalf("%d rows fit in one statement (max %d): the test would not cover chunking", n, s.maxRows)
 		}
 		statements := 0
-		s.afterStatement = func() { statements++ }
+		s.afterStatement = func(int, int) { statements++ }
 		batch := make([]Change, n)
 		want := make(map[string]string, n)
 		for i := range batch {
@@ -533,7 +535,7 @@ func TestSQLSink_Write_FailedTransactionWritesNothing(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			statements := 0
-			s.afterStatement = func() {
+			s.afterStatement = func(int, int) {
 				statements++
 				cancel() // the first statement ran; the transaction is still open
 			}
@@ -829,4 +831,34 @@ func TestOpenPostgres(t *testing.T) {
 	} else if strings.Contains(err.Error(), "secret") {
 		t.Errorf("OpenPostgres error shows the password: %v", err)
 	}
+}
+
+func TestSQLSink_Write_StatementBytes(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		s.maxBytes = 1000
+		type statement struct{ rows, size int }
+		var statements []statement
+		s.afterStatement = func(rows, size int) { statements = append(statements, statement{rows, size}) }
+		var batch []Change
+		want := make(map[string]string)
+		for i := range 10 {
+			key := fmt.Sprintf("k%02d", i)
+			value := strings.Repeat(strconv.Itoa(i), 297) // 300 bytes with the key
+			batch = append(batch, setChange(key, value, 1))
+			want[key] = value
+		}
+		huge := strings.Repeat("h", 2500) // larger than a statement may carry
+		batch = append(batch, setChange("k10", huge, 1))
+		want["k10"] = huge
+		rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		mustWriteSink(t, s, batch...)
+		wantSinkAll(t, s, want)
+		// Rows go in key order: three of 300 bytes fit in 1000, the tenth
+		// goes alone, and the large one has a statement of its own.
+		wantStatements := []statement{{3, 900}, {3, 900}, {3, 900}, {1, 300}, {1, 2503}}
+		if !slices.Equal(statements, wantStatements) {
+			t.Fatalf("statements (rows, bytes) %v, want %v", statements, wantStatements)
+		}
+	})
 }
