@@ -27,6 +27,10 @@ const (
 	// HeaderVersion holds the change's version, a decimal integer from 1 to
 	// math.MaxInt64 (2^63-1), written exactly (never in exponent notation).
 	HeaderVersion = "wb-version"
+	// HeaderIssued holds Change.Issued: the Redis server's clock when the
+	// script assigned the version, in microseconds since the Unix epoch, as
+	// a decimal integer. Entries queued before writers set it have none.
+	HeaderIssued = "wb-issued"
 )
 
 // Values of [HeaderOp].
@@ -88,10 +92,13 @@ type WriterConfig struct {
 // [VersionKeyPart]), so they are strictly increasing per key, are never
 // reused, and survive cache expiry. They range from 1 to math.MaxInt64 and
 // are handled exactly over the whole range (the script never turns them into
-// Lua numbers); a counter at math.MaxInt64 makes writes fail. Do not delete
-// the counter while the sink holds rows written through the queue: new
-// changes would get lower versions than the stored rows and be ignored by
-// the sink.
+// Lua numbers); a counter at math.MaxInt64 makes writes fail. Each change
+// also records the Redis clock when it got its version (Change.Issued), so a
+// counter that goes backwards (deleted, evicted, or a failover to a replica
+// that missed increments) cannot make the sink drop later changes silently:
+// it refuses them with [ErrVersionRegressed]. Raise the counter with
+// [Writer.EnsureVersionAtLeast] and repair the refused keys with
+// [Writer.Resync], or let a [Handler] do both (HandlerConfig.Writer).
 //
 // A Writer is safe for concurrent use.
 type Writer struct {
@@ -264,24 +271,11 @@ func isWrongType(err error) bool { return err != nil && strings.HasPrefix(err.Er
 // acknowledged history once and tries again, then gives up with
 // streamq.ErrQueueFull.
 func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash []any) (int64, error) {
-	// Hash stays false: the JSON of a hash was just encoded by encodeHash,
-	// so only the key and the size need checking here.
-	if err := (Change{Key: key, Value: value, Deleted: op == OpDelete, Version: 1}).Validate(); err != nil {
+	keys, args, err := w.prepare(ctx, op, key, value, hash)
+	if err != nil {
 		return 0, err
 	}
-	fields := w.p.EntryFields(ctx, value, map[string]string{HeaderKey: key, HeaderOp: op}, time.Now())
-	if w.hooks {
-		fields = ownHeaders(fields, key, op)
-	}
-	args := make([]any, 0, 4+len(fields)+len(hash))
-	args = append(args, max(w.q.MaxLen(), 0), op, w.ttl.Milliseconds(), len(fields))
-	args = append(args, fields...)
-	args = append(args, hash...)
-	keys := []string{w.q.StreamKey(), w.CacheKey(key), w.version}
-	var (
-		version int64
-		err     error
-	)
+	var version int64
 	for attempt := 0; ; attempt++ {
 		version, err = parseVersion(scriptWrite.Run(ctx, w.q.Client(), keys, args...))
 		if err == nil || !isQueueFull(err) || attempt > 0 {
@@ -295,6 +289,25 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 		return 0, w.writeError(op, key, err)
 	}
 	return version, nil
+}
+
+// prepare checks a change and returns the keys and arguments of scriptWrite
+// for it.
+func (w *Writer) prepare(ctx context.Context, op, key string, value []byte, hash []any) ([]string, []any, error) {
+	// Hash stays false: the JSON of a hash was just encoded by encodeHash,
+	// so only the key and the size need checking here.
+	if err := (Change{Key: key, Value: value, Deleted: op == OpDelete, Version: 1}).Validate(); err != nil {
+		return nil, nil, err
+	}
+	fields := w.p.EntryFields(ctx, value, map[string]string{HeaderKey: key, HeaderOp: op}, time.Now())
+	if w.hooks {
+		fields = ownHeaders(fields, key, op)
+	}
+	args := make([]any, 0, 4+len(fields)+len(hash))
+	args = append(args, max(w.q.MaxLen(), 0), op, w.ttl.Milliseconds(), len(fields))
+	args = append(args, fields...)
+	args = append(args, hash...)
+	return []string{w.q.StreamKey(), w.CacheKey(key), w.version}, args, nil
 }
 
 // parseVersion reads the reply of scriptWrite: the version as a decimal
@@ -324,9 +337,140 @@ func (w *Writer) writeError(op, key string, err error) error {
 	return fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, w.q.StreamKey(), err)
 }
 
+// EnsureVersionAtLeast raises the writer's version counter to v if it is
+// lower (or missing), in one atomic step, so that every later change gets a
+// version above v. It returns the counter's value before the call (0 when it
+// did not exist); the counter was raised when previous < v. v must not be
+// negative; v = 0 only reads the counter (creating it at 0 when missing).
+//
+// Use it after the counter was lost or went backwards, with v the sink's
+// highest version (see [SQLSink.MaxVersion] and [ErrVersionRegressed]), or
+// to seed the counter high, for example from a microsecond clock
+// (time.Now().UnixMicro() is about 1.8e15, far below the math.MaxInt64
+// limit of versions). Raising the counter never harms: versions only need to
+// increase. A counter holding something other than an integer is an error,
+// and is left as it is.
+func (w *Writer) EnsureVersionAtLeast(ctx context.Context, v int64) (previous int64, err error) {
+	if v < 0 {
+		return 0, fmt.Errorf("streamq: write-behind raise version counter %s to %d: versions are positive; pass the sink's highest version, or 0 to read the counter", w.version, v)
+	}
+	s, err := scriptEnsureVersion.Run(ctx, w.q.Client(), []string{w.version}, strconv.FormatInt(v, 10)).Text()
+	if err == nil {
+		previous, err = strconv.ParseInt(s, 10, 64)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("streamq: write-behind raise version counter %s to %d: %w", w.version, v, err)
+	}
+	return previous, nil
+}
+
+// maxResyncAttempts bounds the optimistic transactions of one Resync when
+// other writers keep changing the key.
+const maxResyncAttempts = 5
+
+// Resync queues key's current cache entry for the sink again, with a new
+// version, as if it had just been written with [Writer.Set] or
+// [Writer.SetFields] (a string or a hash, whichever the cache holds; the TTL
+// is set again as those would). It reads the entry and queues it in one
+// optimistic transaction (WATCH on the cache key, then the write script in
+// MULTI), so it never queues a value that a newer write replaced. It returns
+// the new version, or found false when the key is not cached, and then
+// changes nothing: an entry that is missing may have been deleted, expired or
+// evicted, and only the caller can tell which (call [Writer.Delete] if it was
+// deleted). When other writes keep changing the key during Resync, each of
+// them queued the key with a newer version itself: after a few attempts
+// Resync stops and returns version 0 (and whether the key is cached).
+//
+// Use it to repair keys whose changes a sink refused with
+// [ErrVersionRegressed], after raising the counter with
+// [Writer.EnsureVersionAtLeast]; the cache holds their newest value. It
+// changes the cache only in what Set or SetFields would (the TTL), and errors
+// are as for them; an entry of another type than a string or a hash is an
+// error.
+func (w *Writer) Resync(ctx context.Context, key string) (version int64, found bool, err error) {
+	if err := (Change{Key: key, Version: 1}).Validate(); err != nil {
+		return 0, false, err
+	}
+	ck := w.CacheKey(key)
+	trimmed := false
+	for attempt := 1; ; attempt++ {
+		err := w.q.Client().Watch(ctx, func(tx *redis.Tx) error {
+			var err error
+			version, found, err = w.resyncTx(ctx, tx, key, ck)
+			return err
+		}, ck)
+		switch {
+		case err == nil:
+			return version, found, nil
+		case errors.Is(err, redis.TxFailedErr) && attempt < maxResyncAttempts:
+			continue // the key changed (or expired): read it again
+		case errors.Is(err, redis.TxFailedErr):
+			// The writes that keep changing the key queue it themselves.
+			n, err := w.q.Client().Exists(ctx, ck).Result()
+			if err != nil {
+				return 0, false, w.writeError("resync", key, err)
+			}
+			return 0, n > 0, nil
+		case isQueueFull(err) && !trimmed:
+			trimmed = true
+			if n, terr := w.q.Trim(ctx); terr == nil && n > 0 {
+				continue
+			}
+		}
+		return 0, false, w.writeError("resync", key, err)
+	}
+}
+
+// resyncTx is one attempt of Resync, inside WATCH of the cache key ck.
+func (w *Writer) resyncTx(ctx context.Context, tx *redis.Tx, key, ck string) (int64, bool, error) {
+	typ, err := tx.Type(ctx, ck).Result()
+	if err != nil {
+		return 0, false, err
+	}
+	var (
+		op    string
+		value []byte
+		pairs []any
+	)
+	switch typ {
+	case "none":
+		return 0, false, nil
+	case "string":
+		op = OpSet
+		if value, err = tx.Get(ctx, ck).Bytes(); err != nil {
+			return 0, false, err // redis.Nil if it expired meanwhile: EXEC would fail anyway
+		}
+	case "hash":
+		op = OpSetFields
+		fields, err := tx.HGetAll(ctx, ck).Result()
+		if err != nil {
+			return 0, false, err
+		}
+		if value, pairs, err = encodeHash(key, fields); err != nil {
+			return 0, false, err
+		}
+	default:
+		return 0, false, fmt.Errorf("the cache key %s holds a %s, not a string or hash written by a Writer", ck, typ)
+	}
+	keys, args, err := w.prepare(ctx, op, key, value, pairs)
+	if err != nil {
+		return 0, false, err
+	}
+	var cmd *redis.Cmd
+	if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		// EVAL, not EVALSHA: a NOSCRIPT reply could not be retried in MULTI.
+		cmd = scriptWrite.Eval(ctx, p, keys, args...)
+		return nil
+	}); err != nil {
+		return 0, false, err
+	}
+	v, err := parseVersion(cmd)
+	return v, true, err
+}
+
 // ownHeaders resets the wb-* headers of entry fields after enqueue hooks ran:
 // a hook cannot change the key or operation of a change, nor pre-empt the
-// version that scriptWrite adds.
+// version and issue time that scriptWrite adds.
 func ownHeaders(fields []any, key, op string) []any {
 	for i := 0; i+1 < len(fields); i += 2 {
 		if fields[i] != "headers" {
@@ -343,6 +487,7 @@ func ownHeaders(fields []any, key, op string) []any {
 		_ = json.Unmarshal(raw, &h) // written by json.Marshal of a map[string]string
 		h[HeaderKey], h[HeaderOp] = key, op
 		delete(h, HeaderVersion)
+		delete(h, HeaderIssued)
 		b, _ := json.Marshal(h) // map[string]string always marshals
 		fields[i+1] = b
 	}
@@ -377,12 +522,12 @@ func isQueueFull(err error) bool { return err != nil && strings.HasPrefix(err.Er
 // Redis no longer refuses its writes for maxmemory). HSET gets at most 500
 // pairs per call, since Lua's unpack is limited to a few thousand values.
 //
-// The version goes into the headers as "wb-version": it is appended last to
-// the JSON object, so it wins over a hook that set the same header. The
-// version is never a Lua number: INCR's reply is one (a double, exact only up
-// to 2^53, and formatted as 1e+14 from 10^14 up), so the script reads the
-// counter back with GET, whose reply is the exact decimal string, and returns
-// that.
+// The version goes into the headers as "wb-version" and the server's clock
+// in microseconds as "wb-issued": they are appended last to the JSON object,
+// so they win over a hook that set the same headers. The version is never a
+// Lua number: INCR's reply is one (a double, exact only up to 2^53, and
+// formatted as 1e+14 from 10^14 up), so the script reads the counter back
+// with GET, whose reply is the exact decimal string, and returns that.
 var scriptWrite = redis.NewScript(`
 local cap = tonumber(ARGV[1])
 if cap > 0 then
@@ -399,13 +544,15 @@ local version = redis.call('GET', KEYS[3])
 if incr < 1 then
   return redis.error_reply('VERSIONCOUNTER the counter is ' .. version .. ', not positive')
 end
+local now = redis.call('TIME')
+local issued = now[1] .. string.format('%06d', tonumber(now[2]))
 local last = 4 + tonumber(ARGV[4])
 local fields = {}
 local value = ''
 for i = 5, last - 1, 2 do
   local name, val = ARGV[i], ARGV[i + 1]
   if name == 'headers' then
-    val = string.sub(val, 1, -2) .. ',"wb-version":"' .. version .. '"}'
+    val = string.sub(val, 1, -2) .. ',"wb-version":"' .. version .. '","wb-issued":"' .. issued .. '"}'
   elseif name == 'payload' then
     value = val
   end
@@ -439,4 +586,37 @@ else
   redis.call('SET', KEYS[2], value)
 end
 return version
+`)
+
+// scriptEnsureVersion raises the version counter to a floor.
+//
+// KEYS[1] the version counter, <prefix>:{<queue>}:wb:version
+// ARGV[1] the floor: a decimal integer from 0 to 2^63-1 without leading zeros
+//
+// Returns the counter's value before, as a decimal string ("0" when it was
+// missing: INCRBY 0 creates it, and fails on a counter that is not an
+// integer). The values are compared as decimal strings, never as Lua
+// numbers, which are exact only up to 2^53.
+var scriptEnsureVersion = redis.NewScript(`
+redis.call('INCRBY', KEYS[1], 0)
+local cur, floor = redis.call('GET', KEYS[1]), ARGV[1]
+local lower
+if string.sub(cur, 1, 1) == '-' then
+  lower = true
+elseif #cur ~= #floor then
+  lower = #cur < #floor
+else
+  lower = false
+  for i = 1, #cur do
+    local a, b = string.byte(cur, i), string.byte(floor, i)
+    if a ~= b then
+      lower = a < b
+      break
+    end
+  end
+end
+if lower then
+  redis.call('SET', KEYS[1], floor)
+end
+return cur
 `)

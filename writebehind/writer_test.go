@@ -728,6 +728,7 @@ func TestWriter_Version_Large(t *testing.T) {
 			w := newWriter(t, q, nil)
 			seedCounter(t, q, strconv.FormatInt(tc.seed, 10))
 			want := tc.seed + 1
+			before := time.Now().UnixMicro()
 			v, err := w.Set(ctx, "k", []byte("x"))
 			if err != nil || v != want {
 				t.Fatalf("Set = %d, %v; want version %d", v, err, want)
@@ -743,6 +744,10 @@ func TestWriter_Version_Large(t *testing.T) {
 			ch, err := writebehind.FromMessage(m)
 			if err != nil || ch.Version != want {
 				t.Fatalf("FromMessage = %+v, %v; want version %d", ch, err, want)
+			}
+			// The test's Redis runs on this machine, on the same clock.
+			if ch.Issued < before-time.Minute.Microseconds() || ch.Issued > time.Now().UnixMicro()+time.Minute.Microseconds() {
+				t.Fatalf("issued %d, want about %d (the Redis clock in microseconds)", ch.Issued, before)
 			}
 		})
 	}
@@ -781,4 +786,204 @@ func TestWriter_Version_Large(t *testing.T) {
 			t.Fatalf("stream holds %d entries, want none", n)
 		}
 	})
+}
+
+func TestWriter_EnsureVersionAtLeast(t *testing.T) {
+	t.Parallel()
+	const p53 = int64(1) << 53
+	for _, tc := range []struct {
+		name     string
+		counter  string // "" means missing
+		floor    int64
+		previous int64
+		after    string // the counter afterwards
+	}{
+		{name: "missing", floor: 10, previous: 0, after: "10"},
+		{name: "lower", counter: "7", floor: 10, previous: 7, after: "10"},
+		{name: "higher", counter: "12", floor: 10, previous: 12, after: "12"},
+		{name: "equal", counter: "10", floor: 10, previous: 10, after: "10"},
+		{name: "read only", counter: "12", floor: 0, previous: 12, after: "12"},
+		{name: "read a missing counter", floor: 0, previous: 0, after: "0"},
+		{name: "negative", counter: "-7", floor: 3, previous: -7, after: "3"},
+		{name: "more digits", counter: "999", floor: 1000, previous: 999, after: "1000"},
+		// Equal as Lua numbers (doubles), different as integers.
+		{name: "above 2^53, raised", counter: strconv.FormatInt(p53, 10), floor: p53 + 1, previous: p53, after: strconv.FormatInt(p53+1, 10)},
+		{name: "above 2^53, kept", counter: strconv.FormatInt(p53+1, 10), floor: p53, previous: p53 + 1, after: strconv.FormatInt(p53+1, 10)},
+		{name: "MaxInt64", counter: "5", floor: math.MaxInt64, previous: 5, after: strconv.FormatInt(math.MaxInt64, 10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			if tc.counter != "" {
+				seedCounter(t, q, tc.counter)
+			}
+			previous, err := w.EnsureVersionAtLeast(ctx, tc.floor)
+			if err != nil || previous != tc.previous {
+				t.Fatalf("EnsureVersionAtLeast(%d) = %d, %v; want %d", tc.floor, previous, err, tc.previous)
+			}
+			if got, err := q.Client().Get(ctx, q.Key(writebehind.VersionKeyPart)).Result(); err != nil || got != tc.after {
+				t.Fatalf("counter = %q, %v; want %q", got, err, tc.after)
+			}
+			if tc.after == strconv.FormatInt(math.MaxInt64, 10) {
+				return
+			}
+			after, _ := strconv.ParseInt(tc.after, 10, 64)
+			if v, err := w.Set(ctx, "k", []byte("x")); err != nil || v != after+1 {
+				t.Fatalf("Set after EnsureVersionAtLeast = %d, %v; want version %d", v, err, after+1)
+			}
+		})
+	}
+
+	t.Run("errors", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		q := newQueue(t, nil)
+		w := newWriter(t, q, nil)
+		if _, err := w.EnsureVersionAtLeast(ctx, -1); err == nil {
+			t.Fatal("EnsureVersionAtLeast(-1) succeeded")
+		}
+		seedCounter(t, q, "not a number")
+		if _, err := w.EnsureVersionAtLeast(ctx, 5); err == nil || !strings.Contains(err.Error(), "not an integer") {
+			t.Fatalf("EnsureVersionAtLeast of a non-integer counter = %v, want an error", err)
+		}
+		if got, _ := q.Client().Get(ctx, q.Key(writebehind.VersionKeyPart)).Result(); got != "not a number" {
+			t.Fatalf("counter = %q, want it left as it was", got)
+		}
+	})
+}
+
+func TestWriter_Resync(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	w := newWriter(t, q, &writebehind.WriterConfig{TTL: time.Hour})
+	if _, err := w.Set(ctx, "s", []byte("string value")); err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{"name": "Ada", "bio": "<math>"}
+	if _, err := w.SetFields(ctx, "h", fields); err != nil {
+		t.Fatal(err)
+	}
+	last, err := w.Delete(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		key   string
+		op    string
+		value []byte
+	}{
+		{"s", writebehind.OpSet, []byte("string value")},
+		{"h", writebehind.OpSetFields, encodeFields(t, fields)},
+	} {
+		v, found, err := w.Resync(ctx, tc.key)
+		if err != nil || !found || v != last+1 {
+			t.Fatalf("Resync(%q) = %d, %v, %v; want version %d", tc.key, v, found, err, last+1)
+		}
+		last = v
+		entries, err := q.Client().XRevRangeN(ctx, q.StreamKey(), "+", "-", 1).Result()
+		if err != nil || len(entries) != 1 {
+			t.Fatal(entries, err)
+		}
+		m := entryMessage(t, entries[0])
+		ch, err := writebehind.FromMessage(m)
+		if err != nil || ch.Key != tc.key || ch.Version != v || !bytes.Equal(ch.Value, tc.value) || m.Headers[writebehind.HeaderOp] != tc.op {
+			t.Fatalf("queued change %+v (op %s), %v; want %q = %q at version %d (op %s)", ch, m.Headers[writebehind.HeaderOp], err, tc.key, tc.value, v, tc.op)
+		}
+		if ttl, err := q.Client().PTTL(ctx, w.CacheKey(tc.key)).Result(); err != nil || ttl <= 0 {
+			t.Fatalf("PTTL of %q after Resync = %v, %v; want the writer's TTL", tc.key, ttl, err)
+		}
+	}
+	if got, _, err := w.GetFields(ctx, "h"); err != nil || !maps.Equal(got, fields) {
+		t.Fatalf("cache of h = %v, %v; want it unchanged", got, err)
+	}
+
+	n, _ := q.Client().XLen(ctx, q.StreamKey()).Result()
+	if v, found, err := w.Resync(ctx, "gone"); err != nil || found || v != 0 {
+		t.Fatalf("Resync of a key that is not cached = %d, %v, %v; want not found", v, found, err)
+	}
+	if err := q.Client().RPush(ctx, w.CacheKey("list"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.Resync(ctx, "list"); err == nil || !strings.Contains(err.Error(), "holds a list") {
+		t.Fatalf("Resync of a list = %v, want an error", err)
+	}
+	if m, _ := q.Client().XLen(ctx, q.StreamKey()).Result(); m != n {
+		t.Fatalf("stream grew from %d to %d entries, want nothing queued", n, m)
+	}
+}
+
+// TestWriter_Resync_Concurrent resyncs a key while another goroutine keeps
+// setting it: a resync may only queue the value the key had right before it,
+// never one that a newer Set replaced.
+func TestWriter_Resync_Concurrent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	w := newWriter(t, q, nil)
+	if _, err := w.Set(ctx, "k", []byte("v0")); err != nil {
+		t.Fatal(err)
+	}
+	const sets = 300
+	done := make(chan error, 1)
+	go func() {
+		for i := 1; i <= sets; i++ {
+			if _, err := w.Set(ctx, "k", []byte("v"+strconv.Itoa(i))); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	queued, superseded := 0, 0 // resyncs that queued the key, or found it queued by a Set
+	deadline := time.Now().Add(time.Minute)
+	for finished := false; !finished; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the %d sets did not finish within a minute", sets)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished = true
+		default:
+		}
+		v, found, err := w.Resync(ctx, "k")
+		if err != nil || !found {
+			t.Fatalf("Resync = %v, %v", found, err)
+		}
+		if v > 0 {
+			queued++
+		} else {
+			superseded++
+		}
+	}
+	entries, err := q.Client().XRange(ctx, q.StreamKey(), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1+sets+queued {
+		t.Fatalf("stream holds %d entries, want %d", len(entries), 1+sets+queued)
+	}
+	var prev []byte
+	next := 1
+	for _, e := range entries {
+		ch, err := writebehind.FromMessage(entryMessage(t, e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case prev == nil || bytes.Equal(ch.Value, prev): // the first, or a resync
+		case string(ch.Value) == "v"+strconv.Itoa(next):
+			next++
+		default:
+			t.Fatalf("entry %s queues %q after %q: a resync queued a stale value", e.ID, ch.Value, prev)
+		}
+		prev = ch.Value
+	}
+	t.Logf("%d resyncs queued the key and %d found it queued by a Set meanwhile, interleaved with %d sets", queued, superseded, sets)
 }
