@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
 )
 
 // DefaultRateLimitMaxWait is the longest a job waits for a token when
@@ -38,9 +39,9 @@ type RateLimitConfig struct {
 	Burst int
 
 	// Key is the Redis key of the shared bucket. Defaults to
-	// core.Of(q).Keys.Part("ratelimit"), one limit per queue. Give several queues' limiters
-	// the same key to share one limit between them (the script uses one key,
-	// so this works on a Redis Cluster too).
+	// <prefix>:{<queue>}:ratelimit, one limit per queue. Give several
+	// queues' limiters the same key to share one limit between them (the
+	// script uses one key, so this works on a Redis Cluster too).
 	Key string
 
 	// MaxWait is the longest one job waits for a token; it also never waits
@@ -114,19 +115,15 @@ func (l *RateLimiter) Wait(ctx context.Context) error {
 	if dl, ok := ctx.Deadline(); ok {
 		limit = min(limit, time.Until(dl))
 	}
-	res, err := scriptTakeToken.Run(ctx, l.rdb, []string{l.key},
-		l.rate, l.burst, max(limit.Milliseconds(), 0)).Int64Slice()
+	took, waitMs, err := rdb.TakeToken(ctx, l.rdb, l.key, l.rate, l.burst, max(limit.Milliseconds(), 0))
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("streamq: rate limit: %w", context.Cause(ctx))
 		}
 		return fmt.Errorf("streamq: rate limit %s: %w", l.key, err)
 	}
-	if len(res) != 2 {
-		return fmt.Errorf("streamq: rate limit %s: unexpected reply %v", l.key, res)
-	}
-	wait := time.Duration(res[1]) * time.Millisecond
-	if res[0] != 1 {
+	wait := time.Duration(waitMs) * time.Millisecond
+	if !took {
 		// Jobs refused together would all come back when the same token is
 		// due and be refused together again: spread them over half as much
 		// again.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -17,6 +18,10 @@ import (
 const (
 	// DefaultMaxBatch is the number of changes that makes a batch full.
 	DefaultMaxBatch = 500
+	// DefaultMaxBatchBytes is the size, in key and value bytes, that makes a
+	// batch full (64 MiB): far below PostgreSQL's 1 GB limit on a message,
+	// and a bound on the memory a batch holds.
+	DefaultMaxBatchBytes = 64 << 20
 	// DefaultMaxLatency is how long a batch waits for more changes after its
 	// first one before it is written.
 	DefaultMaxLatency = 50 * time.Millisecond
@@ -47,6 +52,16 @@ type HandlerConfig struct {
 	// in its own Sink.Write call. Defaults to DefaultMaxBatch.
 	MaxBatch int
 
+	// MaxBatchBytes bounds a batch by size: the sum of its changes' key and
+	// value lengths. A change that would take the batch past it goes into
+	// the next batch, and a batch is written at once when it reaches it, so
+	// one Sink.Write gets at most MaxBatchBytes, or a single change that is
+	// larger on its own. It bounds the memory of a batch and the size of a
+	// transaction (500 changes of MaxValueBytes would be 8 GiB; PostgreSQL
+	// refuses messages over 1 GB, though [SQLSink] splits its statements
+	// anyway). Defaults to DefaultMaxBatchBytes.
+	MaxBatchBytes int
+
 	// MaxLatency is how long a batch collects changes after its first one
 	// before it is written, if it does not fill up first. It bounds the delay
 	// that batching adds to persisting a change. Defaults to
@@ -64,6 +79,26 @@ type HandlerConfig struct {
 	// wait for persistence in tests. It must be quick and must not panic: the
 	// next batch waits for it. Defaults to nil.
 	OnFlush func(FlushInfo)
+
+	// Writer, if set, is the Writer whose changes the Handler persists (on
+	// the same queue), and the sink must be a [VersionedSink] such as
+	// [SQLSink]. When the sink refuses changes with [ErrVersionRegressed]
+	// because the version counter went backwards, the Handler then repairs
+	// it at once instead of dead-lettering them: it raises the counter to
+	// the sink's highest version ([Writer.EnsureVersionAtLeast] with
+	// MaxVersion), then queues each refused key's cached value again with a
+	// new version ([Writer.Resync]), and returns nil for the refused changes,
+	// which the resynced value supersedes. A refused key that is no longer
+	// cached cannot be resynced: its changes are dead-lettered with the
+	// reason. When raising or resyncing fails, the changes return the error
+	// and are retried. Repairs are logged with Logger and counted in
+	// HandlerStats.Resynced. Defaults to nil: refused changes are
+	// dead-lettered (see the README for the repair by hand).
+	Writer *Writer
+
+	// Logger logs the repairs of a counter that went backwards (see Writer),
+	// at level Warn. Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 // FlushInfo describes one batch written by a [Handler], for
@@ -78,6 +113,13 @@ type FlushInfo struct {
 	// Rejected is the number of changes the sink refused with a
 	// [*ChangeError]; they fail permanently.
 	Rejected int
+	// Resynced is the number of changes the sink refused with
+	// [ErrVersionRegressed] whose keys the Handler resynced from the cache
+	// (see HandlerConfig.Writer); they succeeded.
+	Resynced int
+	// Bytes is the size of the rows passed to the sink: the sum of their key
+	// and value lengths (see HandlerConfig.MaxBatchBytes).
+	Bytes int
 	// Duration is the time spent in Sink.Write.
 	Duration time.Duration
 	// Err is the error of the write, nil when the batch was committed.
@@ -99,12 +141,17 @@ type HandlerStats struct {
 	// returned the error, so the consumer retries them.
 	WriteErrors int64
 	// Rejected is the number of changes refused for good: malformed entries
-	// and changes the sink refused with a [*ChangeError]. They returned a
-	// [streamq.Permanent] error, so the consumer dead-lettered them.
+	// and changes the sink refused with a [*ChangeError] (unless they were
+	// resynced, see Resynced). They returned a [streamq.Permanent] error, so
+	// the consumer dead-lettered them.
 	Rejected int64
 	// Withdrawn is the number of changes whose Handle context ended before
 	// their batch was written; they were taken out of the batch unwritten.
 	Withdrawn int64
+	// Resynced is the number of changes refused with [ErrVersionRegressed]
+	// that the Handler repaired by resyncing their keys from the cache (see
+	// HandlerConfig.Writer). They returned nil.
+	Resynced int64
 	// Waiting is the number of Handle calls waiting for their batch to be
 	// written right now (a gauge, not a counter).
 	Waiting int64
@@ -130,7 +177,10 @@ type HandlerStats struct {
 // malformed and is dead-lettered.
 // Malformed entries and changes the sink refuses with a [*ChangeError] return
 // a [streamq.Permanent] error and are dead-lettered; the rest of their batch is
-// written.
+// written. A refusal wrapping [ErrVersionRegressed] (the version counter went
+// backwards) is repaired instead when HandlerConfig.Writer is set. Changes of
+// one key that contradict each other in a batch (see [VersionRegressed]) are
+// refused in the same way, rather than coalesced.
 //
 // When the context of a Handle call ends (job timeout, shutdown deadline,
 // claim lost) before its batch is written, its change is taken out of the
@@ -156,7 +206,7 @@ type Handler struct {
 	wake chan struct{} // capacity 1: something changed for the flusher
 	done chan struct{} // closed when the flusher returns
 
-	changes, rows, batches, writeErrors, rejected, withdrawn, waiting atomic.Int64
+	changes, rows, batches, writeErrors, rejected, withdrawn, resynced, waiting atomic.Int64
 }
 
 // batch is a group of changes written by one Sink.Write call. Its fields are
@@ -165,6 +215,7 @@ type Handler struct {
 type batch struct {
 	items    []*item
 	live     int       // items not withdrawn
+	bytes    int       // size of the items not withdrawn (Change.size)
 	deadline time.Time // first change + MaxLatency
 	sealed   bool
 	done     chan struct{} // closed when every item's err is final
@@ -193,6 +244,12 @@ func NewHandler(sink Sink, cfg *HandlerConfig) (*Handler, error) {
 	if c.MaxBatch < 0 {
 		return nil, &streamq.ConfigError{Field: "HandlerConfig.MaxBatch", Reason: fmt.Sprintf("%d is negative: use a positive number of changes per batch, or 0 for %d", c.MaxBatch, DefaultMaxBatch)}
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if c.MaxBatchBytes < 0 {
+		return nil, &streamq.ConfigError{Field: "HandlerConfig.MaxBatchBytes", Reason: fmt.Sprintf("%d is negative: use a positive number of bytes per batch, or 0 for %d (64 MiB)", c.MaxBatchBytes, DefaultMaxBatchBytes)}
+	}
 	if c.MaxLatency == 0 {
 		c.MaxLatency = DefaultMaxLatency
 	}
@@ -204,6 +261,12 @@ func NewHandler(sink Sink, cfg *HandlerConfig) (*Handler, error) {
 	}
 	if c.WriteTimeout < 0 {
 		return nil, &streamq.ConfigError{Field: "HandlerConfig.WriteTimeout", Reason: fmt.Sprintf("%s is negative: use a positive duration, or 0 for %s", c.WriteTimeout, DefaultWriteTimeout)}
+	}
+	if _, ok := sink.(VersionedSink); c.Writer != nil && !ok {
+		return nil, &streamq.ConfigError{Field: "HandlerConfig.Writer", Reason: fmt.Sprintf("the sink (%T) is not a writebehind.VersionedSink: raising the version counter needs its MaxVersion; use an *SQLSink, add MaxVersion to the sink, or leave Writer nil", sink)}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return &Handler{
 		sink: sink,
@@ -222,6 +285,7 @@ func (h *Handler) Stats() HandlerStats {
 		WriteErrors: h.writeErrors.Load(),
 		Rejected:    h.rejected.Load(),
 		Withdrawn:   h.withdrawn.Load(),
+		Resynced:    h.resynced.Load(),
 		Waiting:     h.waiting.Load(),
 	}
 }
@@ -244,6 +308,12 @@ func FromMessage(msg *streamq.Message) (Change, error) {
 		return Change{}, fmt.Errorf("%w: header %q is %q, want a positive integer", ErrMalformedChange, HeaderVersion, v)
 	}
 	ch := Change{Key: key, Version: version}
+	if v, ok := msg.Headers[HeaderIssued]; ok {
+		ch.Issued, err = strconv.ParseInt(v, 10, 64)
+		if err != nil || ch.Issued < 0 {
+			return Change{}, fmt.Errorf("%w: header %q is %q, want microseconds since the Unix epoch", ErrMalformedChange, HeaderIssued, v)
+		}
+	}
 	switch op := msg.Headers[HeaderOp]; op {
 	case OpSet:
 		ch.Value = msg.Payload
@@ -301,6 +371,7 @@ func (h *Handler) Handle(ctx context.Context, msg *streamq.Message) error {
 	if !b.sealed {
 		it.withdrawn = true
 		b.live--
+		b.bytes -= ch.size()
 		h.mu.Unlock()
 		h.withdrawn.Add(1)
 		return fmt.Errorf("streamq: write-behind change %q version %d withdrawn from its batch before the write: %w", ch.Key, ch.Version, context.Cause(ctx))
@@ -327,7 +398,14 @@ func (h *Handler) add(it *item) (*batch, error) {
 		h.started = true
 		go h.flushLoop()
 	}
+	size := it.ch.size()
 	b := h.cur
+	if b != nil && b.live > 0 && b.bytes+size > h.cfg.MaxBatchBytes {
+		// The change would make the batch too large: write it without.
+		h.sealLocked(b)
+		h.signal()
+		b = nil
+	}
 	if b == nil {
 		b = &batch{deadline: time.Now().Add(h.cfg.MaxLatency), done: make(chan struct{})}
 		h.cur = b
@@ -335,7 +413,8 @@ func (h *Handler) add(it *item) (*batch, error) {
 	}
 	b.items = append(b.items, it)
 	b.live++
-	if b.live >= h.cfg.MaxBatch {
+	b.bytes += size
+	if b.live >= h.cfg.MaxBatch || b.bytes >= h.cfg.MaxBatchBytes {
 		h.sealLocked(b)
 		h.signal()
 	}
@@ -417,52 +496,56 @@ func (h *Handler) flushLoop() {
 	}
 }
 
-// write writes a sealed batch and settles its items. A change the sink
-// refuses with a *ChangeError fails permanently (with every change of its key
-// in the batch), and the rest is written again without it.
+// write writes a sealed batch and settles its items. Changes of one key are
+// coalesced to the newest. A change the sink refuses with a *ChangeError
+// fails permanently, with every change of its key in the batch, and the rest
+// is written again without them; a refusal wrapping ErrVersionRegressed is
+// repaired instead when HandlerConfig.Writer is set (see repair).
 func (h *Handler) write(b *batch) {
-	// Coalesce: the newest version of each key, among changes not withdrawn.
-	var (
-		rows  []Change
-		byKey = make(map[string][]*item, len(b.items))
-		index = make(map[string]int, len(b.items))
-	)
+	live := make([]*item, 0, b.live)
+	changes := make([]Change, 0, b.live)
 	for _, it := range b.items {
-		if it.withdrawn {
-			continue
+		if !it.withdrawn {
+			live = append(live, it)
+			changes = append(changes, it.ch)
 		}
-		k := it.ch.Key
-		byKey[k] = append(byKey[k], it)
-		if i, ok := index[k]; ok {
-			if it.ch.Version >= rows[i].Version {
-				rows[i] = it.ch
-			}
-			continue
-		}
-		index[k] = len(rows)
-		rows = append(rows, it.ch)
 	}
-	var (
-		err      error
-		rejected int
-	)
+	keep, contradicting := newestPerKey(changes)
+	rows := make([]Change, len(keep))
+	for i, k := range keep {
+		rows[i] = changes[k]
+	}
+	refused := make(map[string]*ChangeError) // by key, the first refusal
+	for _, ce := range contradicting {
+		if _, dup := refused[ce.Key]; !dup {
+			refused[ce.Key] = ce
+		}
+	}
+	var err error
 	start := time.Now()
-	// Bounded: each round either ends the loop or removes one row.
+	// Bounded: each round either ends the loop or removes at least one row.
 	for len(rows) > 0 {
 		err = h.safeWrite(rows)
-		var ce *ChangeError
-		if err == nil || !errors.As(err, &ce) || ce.Index < 0 || ce.Index >= len(rows) {
+		drop := make(map[int]bool)
+		for _, ce := range changeErrors(err) {
+			if ce.Index < 0 || ce.Index >= len(rows) {
+				continue
+			}
+			drop[ce.Index] = true
+			if k := rows[ce.Index].Key; refused[k] == nil {
+				refused[k] = ce
+			}
+		}
+		if err == nil || len(drop) == 0 {
 			break
 		}
-		bad := rows[ce.Index].Key
-		perm := streamq.Permanent(err)
-		for _, it := range byKey[bad] {
-			it.err = perm
-			rejected++
+		kept := rows[:0]
+		for i, row := range rows {
+			if !drop[i] {
+				kept = append(kept, row)
+			}
 		}
-		h.rejected.Add(int64(len(byKey[bad])))
-		rows = append(rows[:ce.Index], rows[ce.Index+1:]...)
-		err = nil
+		rows, err = kept, nil
 	}
 	took := time.Since(start)
 	if err != nil {
@@ -472,19 +555,111 @@ func (h *Handler) write(b *batch) {
 		h.batches.Add(1)
 		h.rows.Add(int64(len(rows)))
 	}
-	for _, it := range b.items {
-		if it.withdrawn || it.err != nil {
-			continue
-		}
-		it.err = err
-		if err == nil {
-			h.changes.Add(1)
+	outcomes := h.refusals(refused)
+	var rejected, resynced int
+	for _, it := range live {
+		o, isRefused := outcomes[it.ch.Key]
+		switch {
+		case !isRefused:
+			it.err = err
+			if err == nil {
+				h.changes.Add(1)
+			}
+		case o.err == nil:
+			resynced++
+		case o.permanent:
+			it.err = streamq.Permanent(o.err)
+			rejected++
+		default:
+			it.err = o.err
 		}
 	}
+	h.rejected.Add(int64(rejected))
+	h.resynced.Add(int64(resynced))
 	close(b.done)
 	if h.cfg.OnFlush != nil && b.live > 0 {
-		h.cfg.OnFlush(FlushInfo{Changes: b.live, Rows: len(rows), Rejected: rejected, Duration: took, Err: err})
+		size := 0
+		for _, row := range rows {
+			size += row.size()
+		}
+		h.cfg.OnFlush(FlushInfo{Changes: b.live, Rows: len(rows), Rejected: rejected, Resynced: resynced, Bytes: size, Duration: took, Err: err})
 	}
+}
+
+// outcome is the result of the changes of a refused key.
+type outcome struct {
+	err       error // nil: the key was repaired, the changes succeed
+	permanent bool  // err is final: dead-letter the changes
+}
+
+// refusals decides the outcome of the changes of each refused key: a
+// permanent failure with the refusal, or, for a version that regressed when
+// HandlerConfig.Writer is set, the outcome of repair.
+func (h *Handler) refusals(refused map[string]*ChangeError) map[string]outcome {
+	out := make(map[string]outcome, len(refused))
+	var regressed map[string]*ChangeError
+	for key, ce := range refused {
+		if h.cfg.Writer == nil || !errors.Is(ce, ErrVersionRegressed) {
+			out[key] = outcome{err: ce, permanent: true}
+			continue
+		}
+		if regressed == nil {
+			regressed = make(map[string]*ChangeError)
+		}
+		regressed[key] = ce
+	}
+	if len(regressed) > 0 {
+		h.repair(regressed, out)
+	}
+	return out
+}
+
+// repair raises HandlerConfig.Writer's version counter to the sink's highest
+// version, then queues the cached value of each key in regressed again with
+// a new version, which the sink applies and which supersedes the refused
+// changes of the key (the cache holds the key's newest value, written with or
+// after them). It sets each key's outcome in out: nil when resynced; a
+// permanent failure when the key is not cached (deleted, expired or evicted:
+// only a person can tell what the row should be); the error otherwise, so
+// that the changes are retried and repaired later.
+func (h *Handler) repair(regressed map[string]*ChangeError, out map[string]outcome) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.WriteTimeout)
+	defer cancel()
+	w := h.cfg.Writer
+	floor, err := h.maxVersion(ctx)
+	var previous int64
+	if err == nil {
+		previous, err = w.EnsureVersionAtLeast(ctx, floor)
+	}
+	if err != nil {
+		for key, ce := range regressed {
+			out[key] = outcome{err: fmt.Errorf("%w; raising the version counter failed: %w", ce, err)}
+		}
+		return
+	}
+	var resynced, missing int
+	for key, ce := range regressed {
+		_, found, err := w.Resync(ctx, key)
+		switch {
+		case err != nil:
+			out[key] = outcome{err: fmt.Errorf("%w; the counter was raised to %d, but resyncing the key failed: %w", ce, floor, err)}
+		case !found:
+			missing++
+			out[key] = outcome{permanent: true, err: &ChangeError{Index: ce.Index, Key: key, Err: ErrVersionRegressed,
+				Reason: ce.Reason + "; the counter was raised, but the key is not in the cache (deleted, expired or evicted), so it could not be resynced: " +
+					"write it again through the Writer (Delete it if it was deleted)"}}
+		default:
+			resynced++
+			out[key] = outcome{}
+		}
+	}
+	h.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "streamq: write-behind version counter went backwards: raised it to the sink's highest version and resynced the refused keys from the cache",
+		slog.String("queue", w.Queue().Name()),
+		slog.Int64("counter_before", previous),
+		slog.Int64("sink_max_version", floor),
+		slog.Int("resynced_keys", resynced),
+		slog.Int("uncached_keys", missing),
+		slog.Int("failed_keys", len(regressed)-resynced-missing))
 }
 
 // safeWrite calls Sink.Write with the write timeout and turns a panic into a
@@ -499,4 +674,15 @@ func (h *Handler) safeWrite(rows []Change) (err error) {
 		}
 	}()
 	return h.sink.Write(ctx, rows)
+}
+
+// maxVersion calls the sink's MaxVersion and turns a panic into a
+// *streamq.PanicError, as safeWrite does for Write.
+func (h *Handler) maxVersion(ctx context.Context) (v int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &streamq.PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return h.sink.(VersionedSink).MaxVersion(ctx)
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +77,12 @@ func delMsg(key string, version int64) *streamq.Message {
 	}
 }
 
+// issuedMsg sets the issue time of a change message, as a Writer does.
+func issuedMsg(m *streamq.Message, issued int64) *streamq.Message {
+	m.Headers[writebehind.HeaderIssued] = strconv.FormatInt(issued, 10)
+	return m
+}
+
 // handleAsync runs h.Handle in a goroutine and returns its result channel.
 func handleAsync(ctx context.Context, h *writebehind.Handler, msg *streamq.Message) <-chan error {
 	ch := make(chan error, 1)
@@ -117,6 +126,8 @@ func TestNewHandler_Config(t *testing.T) {
 		{name: "negative MaxBatch", sink: sink, cfg: &writebehind.HandlerConfig{MaxBatch: -1}, field: "HandlerConfig.MaxBatch"},
 		{name: "negative MaxLatency", sink: sink, cfg: &writebehind.HandlerConfig{MaxLatency: -time.Second}, field: "HandlerConfig.MaxLatency"},
 		{name: "negative WriteTimeout", sink: sink, cfg: &writebehind.HandlerConfig{WriteTimeout: -1}, field: "HandlerConfig.WriteTimeout"},
+		{name: "negative MaxBatchBytes", sink: sink, cfg: &writebehind.HandlerConfig{MaxBatchBytes: -1}, field: "HandlerConfig.MaxBatchBytes"},
+		{name: "Writer without a VersionedSink", sink: sink, cfg: &writebehind.HandlerConfig{Writer: &writebehind.Writer{}}, field: "HandlerConfig.Writer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -173,6 +184,12 @@ func TestFromMessage(t *testing.T) {
 		{name: "version not a number", msg: withHeader(setMsg("k", 1, "v"), writebehind.HeaderVersion, "1.5"), wantErr: writebehind.ErrMalformedChange},
 		{name: "version zero", msg: setMsg("k", 0, "v"), wantErr: writebehind.ErrMalformedChange},
 		{name: "version negative", msg: setMsg("k", -3, "v"), wantErr: writebehind.ErrMalformedChange},
+		{name: "version MaxInt64", msg: setMsg("k", math.MaxInt64, "v"), want: writebehind.Change{Key: "k", Value: []byte("v"), Version: math.MaxInt64}},
+		{name: "version in exponent notation", msg: withHeader(setMsg("k", 1, "v"), writebehind.HeaderVersion, "1e+14"), wantErr: writebehind.ErrMalformedChange},
+		{name: "version beyond MaxInt64", msg: withHeader(setMsg("k", 1, "v"), writebehind.HeaderVersion, "9223372036854775808"), wantErr: writebehind.ErrMalformedChange},
+		{name: "issued", msg: issuedMsg(setMsg("k", 2, "v"), 1_750_000_000_123_456), want: writebehind.Change{Key: "k", Value: []byte("v"), Version: 2, Issued: 1_750_000_000_123_456}},
+		{name: "issued not a number", msg: withHeader(setMsg("k", 1, "v"), writebehind.HeaderIssued, "soon"), wantErr: writebehind.ErrMalformedChange},
+		{name: "issued negative", msg: issuedMsg(setMsg("k", 1, "v"), -1), wantErr: writebehind.ErrMalformedChange},
 		{name: "delete with payload", msg: func() *streamq.Message { m := delMsg("k", 1); m.Payload = []byte("x"); return m }(), wantErr: writebehind.ErrMalformedChange},
 		{name: "empty key", msg: setMsg("", 1, "v"), wantErr: writebehind.ErrInvalidChange},
 		{name: "key too long", msg: setMsg(strings.Repeat("k", writebehind.MaxKeyBytes+1), 1, "v"), wantErr: writebehind.ErrInvalidChange},
@@ -192,7 +209,7 @@ func TestFromMessage(t *testing.T) {
 				t.Fatalf("FromMessage: %v", err)
 			}
 			if got.Key != tc.want.Key || string(got.Value) != string(tc.want.Value) || (got.Value == nil) != (tc.want.Value == nil) ||
-				got.Deleted != tc.want.Deleted || got.Hash != tc.want.Hash || got.Version != tc.want.Version {
+				got.Deleted != tc.want.Deleted || got.Hash != tc.want.Hash || got.Version != tc.want.Version || got.Issued != tc.want.Issued {
 				t.Fatalf("FromMessage = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -629,5 +646,202 @@ func TestHandler_OnFlush(t *testing.T) {
 	}
 	if s := h.Stats(); s.Batches != 1 || s.WriteErrors != 1 || s.Rejected != 1 || s.Changes != 2 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// batchBytes returns the size of each batch: the sum of its changes' key and
+// value lengths, as HandlerConfig.MaxBatchBytes counts them.
+func batchBytes(batches [][]writebehind.Change) []int {
+	sizes := make([]int, len(batches))
+	for i, b := range batches {
+		for _, ch := range b {
+			sizes[i] += len(ch.Key) + len(ch.Value)
+		}
+	}
+	return sizes
+}
+
+func TestHandler_Handle_MaxBatchBytes(t *testing.T) {
+	t.Parallel()
+	const limit = 1000
+	sink := &recordingSink{}
+	flushed := make(chan writebehind.FlushInfo, 20)
+	h := newHandler(t, sink, &writebehind.HandlerConfig{
+		MaxBatch:      100,
+		MaxBatchBytes: limit,
+		MaxLatency:    time.Hour, // only full batches and Close write anything
+		OnFlush:       func(fi writebehind.FlushInfo) { flushed <- fi },
+	})
+	want := make(map[string]string)
+	var results []<-chan error
+	for i := range 10 {
+		key, value := fmt.Sprintf("k%02d", i), strings.Repeat(strconv.Itoa(i), 297) // 300 bytes
+		want[key] = value
+		results = append(results, handleAsync(t.Context(), h, setMsg(key, int64(i+1), value)))
+	}
+	huge := strings.Repeat("h", 2500) // larger than a batch may be
+	want["huge"] = huge
+	results = append(results, handleAsync(t.Context(), h, setMsg("huge", 11, huge)))
+	// The batches fill up by size, not by count: all but the last are
+	// written without waiting for MaxLatency or Close.
+	redistest.WaitFor(t, 10*time.Second, "batches written by size", func() bool {
+		return h.Stats().Changes >= 8
+	})
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range results {
+		if err := result(t, ch); err != nil {
+			t.Fatalf("Handle %d: %v", i, err)
+		}
+	}
+	got := sink.got()
+	sizes := batchBytes(got)
+	for i, b := range got {
+		if sizes[i] > limit && len(b) != 1 {
+			t.Errorf("batch %d holds %d changes of %d bytes, want at most %d bytes or a single change", i, len(b), sizes[i], limit)
+		}
+	}
+	// 3 changes of 300 bytes fit in 1000, the huge one goes alone.
+	if len(got) < 5 {
+		t.Errorf("%d batches (bytes %v), want at least 5", len(got), sizes)
+	}
+	arrived := make(map[string]string)
+	for _, b := range got {
+		for _, ch := range b {
+			if _, dup := arrived[ch.Key]; dup {
+				t.Errorf("key %q written twice", ch.Key)
+			}
+			arrived[ch.Key] = string(ch.Value)
+		}
+	}
+	if !maps.Equal(arrived, want) {
+		t.Fatalf("the sink got %d changes, want exactly the %d written", len(arrived), len(want))
+	}
+	close(flushed)
+	var flushedBytes []int
+	for fi := range flushed {
+		flushedBytes = append(flushedBytes, fi.Bytes)
+	}
+	if !slices.Equal(flushedBytes, sizes) {
+		t.Fatalf("FlushInfo.Bytes %v, want the batches' sizes %v", flushedBytes, sizes)
+	}
+	t.Logf("batch sizes in bytes: %v", sizes)
+}
+
+// TestHandler_Handle_DefaultMaxBatchBytes writes changes of MaxValueBytes
+// with the default configuration: 500 of them would make one batch of 8 GiB,
+// beyond what PostgreSQL accepts in a message (1 GB).
+func TestHandler_Handle_DefaultMaxBatchBytes(t *testing.T) {
+	t.Parallel()
+	sink := &recordingSink{}
+	h := newHandler(t, sink, &writebehind.HandlerConfig{MaxLatency: time.Hour})
+	value := make([]byte, writebehind.MaxValueBytes) // shared by all messages
+	var results []<-chan error
+	for i := range 6 {
+		m := setMsg(fmt.Sprintf("big%d", i), int64(i+1), "")
+		m.Payload = value
+		results = append(results, handleAsync(t.Context(), h, m))
+	}
+	waitWaiting(t, h, 3) // the first three were written: a fourth would not fit
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range results {
+		if err := result(t, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := sink.got()
+	if !slices.Equal(batchSizes(got), []int{3, 3}) {
+		t.Fatalf("batches of %v changes (%v bytes), want two of 3 (at most DefaultMaxBatchBytes = %d)", batchSizes(got), batchBytes(got), writebehind.DefaultMaxBatchBytes)
+	}
+}
+
+func TestHandler_Handle_VersionRegressedInBatch(t *testing.T) {
+	t.Parallel()
+	sink := &recordingSink{}
+	h := newHandler(t, sink, &writebehind.HandlerConfig{MaxBatch: 4, MaxLatency: time.Hour})
+	const t0 = 1_750_000_000_000_000
+	results := []<-chan error{
+		// An old change of k, and one written after the counter was reset:
+		// neither may win silently.
+		handleAsync(t.Context(), h, issuedMsg(setMsg("k", 105, "old"), t0)),
+		handleAsync(t.Context(), h, issuedMsg(setMsg("k", 2, "after the reset"), t0+100)),
+		// A replay of an older change of z is coalesced away silently.
+		handleAsync(t.Context(), h, issuedMsg(setMsg("z", 7, "z7"), t0+50)),
+		handleAsync(t.Context(), h, issuedMsg(setMsg("z", 6, "z6"), t0+40)),
+	}
+	for i, ch := range results {
+		err := result(t, ch)
+		var perm *streamq.PermanentError
+		switch {
+		case i < 2 && (!errors.As(err, &perm) || !errors.Is(err, writebehind.ErrVersionRegressed)):
+			t.Fatalf("Handle of k = %v, want a permanent ErrVersionRegressed", err)
+		case i >= 2 && err != nil:
+			t.Fatalf("Handle of z: %v", err)
+		}
+	}
+	got := sink.got()
+	if len(got) != 1 || len(got[0]) != 1 || got[0][0].Key != "z" || got[0][0].Version != 7 {
+		t.Fatalf("batches %v, want one with z at version 7", got)
+	}
+	if s := h.Stats(); s.Rejected != 2 || s.Changes != 2 {
+		t.Fatalf("stats %+v, want 2 rejected and 2 committed", s)
+	}
+}
+
+func TestHandler_Handle_SinkRefusesSeveral(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	// The sink refuses two changes of the batch at once, as SQLSink does.
+	sink := &recordingSink{before: func(_ context.Context, changes []writebehind.Change) error {
+		calls.Add(1)
+		var errs []error
+		for i, ch := range changes {
+			switch ch.Key {
+			case "regressed":
+				errs = append(errs, &writebehind.ChangeError{Index: i, Key: ch.Key, Err: writebehind.ErrVersionRegressed, Reason: "the sink holds version 9"})
+			case "bad":
+				errs = append(errs, &writebehind.ChangeError{Index: i, Key: ch.Key, Reason: "refused"})
+			}
+		}
+		return errors.Join(errs...)
+	}}
+	h := newHandler(t, sink, &writebehind.HandlerConfig{MaxBatch: 5, MaxLatency: time.Hour})
+	msgs := []*streamq.Message{setMsg("a", 1, "x"), setMsg("regressed", 2, "y"), setMsg("bad", 3, "z"), setMsg("regressed", 1, "w"), setMsg("b", 4, "v")}
+	results := make([]<-chan error, len(msgs))
+	for i, m := range msgs {
+		results[i] = handleAsync(t.Context(), h, m)
+	}
+	for i, ch := range results {
+		err := result(t, ch)
+		key := msgs[i].Headers[writebehind.HeaderKey]
+		var perm *streamq.PermanentError
+		switch key {
+		case "regressed":
+			if !errors.As(err, &perm) || !errors.Is(err, writebehind.ErrVersionRegressed) {
+				t.Fatalf("Handle of %s = %v, want a permanent ErrVersionRegressed", key, err)
+			}
+		case "bad":
+			if !errors.As(err, &perm) || !errors.Is(err, writebehind.ErrInvalidChange) {
+				t.Fatalf("Handle of %s = %v, want a permanent ErrInvalidChange", key, err)
+			}
+		default:
+			if err != nil {
+				t.Fatalf("Handle of %s: %v", key, err)
+			}
+		}
+	}
+	// One refused write, then one that commits the rest: both refusals are
+	// taken out at once.
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("the sink was called %d times, want 2", n)
+	}
+	if got := sink.got(); len(got) != 1 || len(got[0]) != 2 {
+		t.Fatalf("committed batches %v, want one with a and b", got)
+	}
+	if s := h.Stats(); s.Rejected != 3 || s.Changes != 2 {
+		t.Fatalf("stats %+v, want 3 rejected, 2 committed", s)
 	}
 }

@@ -37,7 +37,17 @@
 //     duplicates, retries and changes applied out of order all end with the
 //     newest version of every key in the database: once the queue is drained,
 //     the database holds exactly what the cache holds (for keys whose cache
-//     entry did not expire), and deleted keys are absent from both.
+//     entry did not expire), and deleted keys are absent from both. Versions
+//     range from 1 to math.MaxInt64 and are exact over the whole range.
+//   - A version counter that goes backwards (deleted, evicted, or a failover
+//     to a replica that missed increments) drops nothing silently. Each
+//     change also records the Redis clock when it got its version
+//     ([HeaderIssued]); a sink refuses a change whose version and issue
+//     time contradict the stored row's with [ErrVersionRegressed] instead of
+//     ignoring it, while replays of old changes are still ignored. A
+//     [Handler] with HandlerConfig.Writer repairs it by itself: it raises the
+//     counter ([Writer.EnsureVersionAtLeast]) and queues the refused keys'
+//     cached values again ([Writer.Resync]).
 //   - A sink that stays down loses nothing either: each change is retried
 //     until streamq.ConsumerConfig.MaxDeliveries attempts failed, then
 //     dead-lettered with reason [streamq.ReasonMaxDeliveries] and the sink's
@@ -54,13 +64,15 @@
 //   - <prefix>:{<queue>}:cache:<key> is the cached value: a plain string
 //     (Set) or a hash (SetFields), with the optional WriterConfig.TTL.
 //   - <prefix>:{<queue>}:wb:version is the version counter. It never expires;
-//     do not delete it while the sink holds rows written through the queue.
+//     keep it out of eviction (a maxmemory policy that evicts only keys with
+//     a TTL, or none). Losing it is detected and repaired (see above), but
+//     changes written meanwhile may need the repair.
 //   - <prefix>:{<queue>}:stream is the queue's stream: each change is a job in
 //     wire format version 1 whose payload is the value (empty for a
 //     deletion; for a hash, its fields as a canonical JSON object, see
 //     [EncodeFields]) and whose headers hold [HeaderKey], [HeaderOp]
-//     ([OpSet], [OpSetFields] or [OpDelete]) and [HeaderVersion]. Decode one
-//     with [FromMessage].
+//     ([OpSet], [OpSetFields] or [OpDelete]), [HeaderVersion] and
+//     [HeaderIssued]. Decode one with [FromMessage].
 //
 // # Hashes
 //
@@ -82,5 +94,6 @@
 // HandlerConfig.MaxBatch, ideally twice as much so the next batch fills while
 // one is written. One Handler writes one batch at a time. Batching is what
 // makes write-behind cheap: a batch of 500 rows costs about one commit, where
-// 500 single-row transactions cost 500.
+// 500 single-row transactions cost 500. HandlerConfig.MaxBatchBytes (64 MiB)
+// bounds a batch by size too, so that large values make smaller batches.
 package writebehind

@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -438,4 +442,374 @@ func listDeadLetters(t *testing.T, q *streamq.Queue) []streamq.DeadLetter {
 	}
 	t.Fatal("more than 100,000 dead letters")
 	return nil
+}
+
+// TestWriteBehind_LargeVersions persists changes whose versions are at and
+// beyond what a Lua number formats or holds exactly (1e14, 2^53) up to
+// math.MaxInt64: each reaches the database with its exact version.
+func TestWriteBehind_LargeVersions(t *testing.T) {
+	t.Parallel()
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			sink := newSink(t, d, "")
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			h := newHandler(t, sink, &writebehind.HandlerConfig{MaxLatency: 10 * time.Millisecond})
+			runConsumer(t, q, h, consumerConfig(streamq.ConsumerConfig{}))
+
+			expect := make(map[string]want)
+			write := func(key, value string, wantVersion int64) {
+				t.Helper()
+				var (
+					v   int64
+					err error
+				)
+				if value == "" {
+					v, err = w.Delete(ctx, key)
+					expect[key] = want{deleted: true, version: v}
+				} else {
+					v, err = w.Set(ctx, key, []byte(value))
+					expect[key] = want{value: []byte(value), version: v}
+				}
+				if err != nil || v != wantVersion {
+					t.Fatalf("write %q = version %d, %v; want %d", key, v, err, wantVersion)
+				}
+			}
+			seedCounter(t, q, "99999999999999") // as seeding from a clock would
+			write("a", "at 1e14", 1e14)
+			seedCounter(t, q, strconv.FormatInt(1<<53-1, 10))
+			write("b", "at 2^53", 1<<53)
+			write("c", "at 2^53+1", 1<<53+1)
+			write("a", "at 2^53+2", 1<<53+2)
+			seedCounter(t, q, strconv.FormatInt(math.MaxInt64-2, 10))
+			write("d", "at MaxInt64-1", math.MaxInt64-1)
+			write("b", "", math.MaxInt64)
+
+			waitDrained(t, q)
+			if n := deadLetters(t, q); n != 0 {
+				for _, dl := range listDeadLetters(t, q) {
+					t.Logf("dead letter %s: %s", dl.Reason, dl.Error)
+				}
+				t.Fatalf("%d dead letters, want 0", n)
+			}
+			checkConsistent(t, w, sink.rows(t), expect)
+		})
+	}
+}
+
+// lostCounterConsumer is the consumer configuration of the lost counter
+// tests: quiet, since dead letters are expected.
+func lostCounterConsumer() *streamq.ConsumerConfig {
+	return consumerConfig(streamq.ConsumerConfig{Logger: slog.New(slog.DiscardHandler)})
+}
+
+// lostCounterSetup persists 20 keys (k00 to k19, versions 1 to 20) through a
+// handler made by newH, then deletes the version counter, as an eviction, a
+// deletion or a failover to a replica that missed its increments would. The
+// consumer keeps running until stop is called.
+func lostCounterSetup(t *testing.T, d writebehind.Dialect, newH func(*testSink, *writebehind.Writer) *writebehind.Handler) (
+	sink *testSink, q *streamq.Queue, w *writebehind.Writer, h *writebehind.Handler, expect map[string]want, stop func(),
+) {
+	t.Helper()
+	ctx := t.Context()
+	sink = newSink(t, d, "")
+	q = newQueue(t, nil)
+	w = newWriter(t, q, nil)
+	h = newH(sink, w)
+	_, stop = runConsumer(t, q, h, lostCounterConsumer())
+	expect = make(map[string]want)
+	for i := range 20 {
+		key, value := fmt.Sprintf("k%02d", i), fmt.Sprintf("before-%d", i)
+		v, err := w.Set(ctx, key, []byte(value))
+		if err != nil || v != int64(i+1) {
+			t.Fatalf("Set(%q) = %d, %v; want version %d", key, v, err, i+1)
+		}
+		expect[key] = want{value: []byte(value), version: v}
+	}
+	waitDrained(t, q)
+	if err := core.Of(q).RDB.Del(ctx, core.Of(q).Keys.Part(writebehind.VersionKeyPart)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return sink, q, w, h, expect, stop
+}
+
+// TestWriteBehind_CounterLost loses the version counter: the changes that
+// get versions the database already holds are dead-lettered with
+// ErrVersionRegressed instead of being ignored silently, and the repair of
+// the README (raise the counter, resync the keys) brings the database back
+// in step with the cache.
+func TestWriteBehind_CounterLost(t *testing.T) {
+	t.Parallel()
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			sink, q, w, _, expect, _ := lostCounterSetup(t, d, func(s *testSink, _ *writebehind.Writer) *writebehind.Handler {
+				return newHandler(t, s, &writebehind.HandlerConfig{MaxLatency: 10 * time.Millisecond})
+			})
+			writes := []struct {
+				key, value string // value "" deletes
+				regressed  bool
+			}{
+				{"k00", "after-0", true},  // version 1 again, issued later
+				{"k05", "after-5", true},  // version 2, the row has 6
+				{"k19", "", true},         // a deletion at version 3, the row has 20
+				{"new", "new-key", false}, // no row: written
+				{"k03", "after-3", false}, // version 5, the row has 4: written
+			}
+			for _, wr := range writes {
+				var (
+					v   int64
+					err error
+				)
+				if wr.value == "" {
+					v, err = w.Delete(ctx, wr.key)
+					expect[wr.key] = want{deleted: true, version: v}
+				} else {
+					v, err = w.Set(ctx, wr.key, []byte(wr.value))
+					expect[wr.key] = want{value: []byte(wr.value), version: v}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitDrained(t, q)
+
+			// Nothing was dropped silently: each regressed change is a dead
+			// letter that says what happened and what to do.
+			refused := map[string]bool{}
+			for _, dl := range listDeadLetters(t, q) {
+				key := dl.Headers[writebehind.HeaderKey]
+				refused[key] = true
+				if dl.Reason != streamq.ReasonPermanent || !strings.Contains(dl.Error, writebehind.ErrVersionRegressed.Error()) ||
+					!strings.Contains(dl.Error, "EnsureVersionAtLeast") {
+					t.Errorf("dead letter of %s: %s: %s; want a permanent ErrVersionRegressed with the fix", key, dl.Reason, dl.Error)
+				}
+			}
+			for _, wr := range writes {
+				if refused[wr.key] != wr.regressed {
+					t.Errorf("%s dead-lettered: %v, want %v (dead letters of %v)", wr.key, refused[wr.key], wr.regressed, refused)
+				}
+			}
+			rows := sink.rows(t)
+			if string(rows["k00"].value) != "before-0" || string(rows["new"].value) != "new-key" || string(rows["k03"].value) != "after-3" {
+				t.Fatalf("rows before the repair: k00 %q, new %q, k03 %q", rows["k00"].value, rows["new"].value, rows["k03"].value)
+			}
+
+			// The repair, as the README describes it.
+			maxVersion, err := sink.MaxVersion(ctx)
+			if err != nil || maxVersion != 20 {
+				t.Fatalf("MaxVersion = %d, %v; want 20", maxVersion, err)
+			}
+			if previous, err := w.EnsureVersionAtLeast(ctx, maxVersion); err != nil || previous != 5 {
+				t.Fatalf("EnsureVersionAtLeast = %d, %v; want the lost counter's 5", previous, err)
+			}
+			for _, dl := range listDeadLetters(t, q) {
+				ch, err := writebehind.FromMessage(&streamq.Message{Payload: dl.Payload, Headers: dl.Headers})
+				if err != nil {
+					t.Fatal(err)
+				}
+				v, found, err := w.Resync(ctx, ch.Key)
+				switch {
+				case err != nil:
+					t.Fatal(err)
+				case !found && ch.Deleted:
+					v, err = w.Delete(ctx, ch.Key)
+					expect[ch.Key] = want{deleted: true, version: v}
+				case !found:
+					t.Fatalf("%s is not cached", ch.Key)
+				default:
+					e := expect[ch.Key]
+					e.version = v
+					expect[ch.Key] = e
+				}
+				if err != nil || v <= maxVersion {
+					t.Fatalf("repair of %s = version %d, %v; want above %d", ch.Key, v, err, maxVersion)
+				}
+				if _, err := q.DeadLetters().Purge(ctx, dl.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitDrained(t, q)
+			if n := deadLetters(t, q); n != 0 {
+				t.Fatalf("%d dead letters after the repair, want 0", n)
+			}
+			checkConsistent(t, w, sink.rows(t), expect)
+		})
+	}
+}
+
+// logBuffer is an io.Writer for a test's logger, safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestWriteBehind_CounterLostRepaired loses the version counter while
+// writers keep going, with HandlerConfig.Writer set: the handler raises the
+// counter and resyncs the refused keys by itself, so the database ends up
+// holding what the cache holds, and only a deletion, which cannot be
+// resynced from the cache, is dead-lettered.
+func TestWriteBehind_CounterLostRepaired(t *testing.T) {
+	t.Parallel()
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			var logs logBuffer
+			sink, q, w, h, expect, stop := lostCounterSetup(t, d, func(s *testSink, w *writebehind.Writer) *writebehind.Handler {
+				return newHandler(t, s, &writebehind.HandlerConfig{
+					MaxLatency: 10 * time.Millisecond,
+					Writer:     w,
+					Logger:     slog.New(slog.NewTextHandler(&logs, nil)),
+				})
+			})
+			// While no consumer runs, so that nothing overtakes them: a
+			// deletion of k19 at version 1 (the row has 20), and Sets of k18
+			// to k10 at versions 2 to 10, all below their rows' versions.
+			stop()
+			v, err := w.Delete(ctx, "k19")
+			if err != nil {
+				t.Fatal(err)
+			}
+			expect["k19"] = want{deleted: true, version: v}
+			for i := 18; i >= 10; i-- {
+				key, value := fmt.Sprintf("k%02d", i), fmt.Sprintf("after-%d", i)
+				v, err := w.Set(ctx, key, []byte(value))
+				if err != nil {
+					t.Fatal(err)
+				}
+				expect[key] = want{value: []byte(value), version: v}
+			}
+			runConsumer(t, q, h, lostCounterConsumer())
+			waitDrained(t, q)
+
+			if s := h.Stats(); s.Resynced != 9 || s.Rejected != 1 {
+				t.Fatalf("stats %+v, want 9 changes resynced (k10 to k18) and 1 rejected (k19)", s)
+			}
+			for _, want := range []string{"version counter went backwards", "counter_before=10", "sink_max_version=20", "resynced_keys=9", "uncached_keys=1"} {
+				if !strings.Contains(logs.String(), want) {
+					t.Errorf("log %q, want %q", logs.String(), want)
+				}
+			}
+			letters := listDeadLetters(t, q)
+			if len(letters) != 1 || letters[0].Headers[writebehind.HeaderKey] != "k19" ||
+				!strings.Contains(letters[0].Error, "not in the cache") {
+				for _, dl := range letters {
+					t.Logf("dead letter of %s: %s", dl.Headers[writebehind.HeaderKey], dl.Error)
+				}
+				t.Fatalf("%d dead letters, want only the deletion of k19, refused as not cached", len(letters))
+			}
+			v, err = w.Delete(ctx, "k19") // the counter was raised: written
+			if err != nil || v <= 20 {
+				t.Fatalf("Delete after the repair = version %d, %v; want above 20", v, err)
+			}
+			expect["k19"] = want{deleted: true, version: v}
+			if _, err := q.DeadLetters().Purge(ctx, letters[0].ID); err != nil {
+				t.Fatal(err)
+			}
+			// Writers keep going.
+			maps.Copy(expect, workload(t, w, 400, 19, 4, 0, nil))
+			waitDrained(t, q)
+			if n := deadLetters(t, q); n != 0 {
+				t.Fatalf("%d dead letters, want 0", n)
+			}
+			t.Logf("stats %+v", h.Stats())
+			// The resynced rows carry the resync's version, newer than the
+			// regressed one the writer returned: compare values, and
+			// versions only as a lower bound.
+			rows := sink.rows(t)
+			keys := slices.Sorted(maps.Keys(expect))
+			cached, _ := readCache(t, w, keys)
+			for _, k := range keys {
+				e, r := expect[k], rows[k]
+				c, inCache := cached[k]
+				switch {
+				case e.deleted:
+					if inCache || !r.deleted || r.version < e.version {
+						t.Errorf("key %q: deleted at version %d, but cached %v, row %+v", k, e.version, inCache, r)
+					}
+				case !inCache || !bytes.Equal(c, e.value) || r.deleted || !bytes.Equal(r.value, e.value) || r.version < e.version:
+					t.Errorf("key %q: cache %q, row %q (version %d, deleted %v); want %q at version %d or later", k, c, r.value, r.version, r.deleted, e.value, e.version)
+				}
+			}
+		})
+	}
+}
+
+// TestWriteBehind_LargeValues persists values of 1 MiB with batches bounded
+// to 4 MiB: every Sink.Write (one transaction) stays within the bound, and
+// every value arrives exactly.
+func TestWriteBehind_LargeValues(t *testing.T) {
+	t.Parallel()
+	const (
+		limit = 4 << 20
+		size  = 1 << 20
+	)
+	for _, d := range e2eDialects() {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			sink := newSink(t, d, "")
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			var (
+				mu      sync.Mutex
+				flushes []writebehind.FlushInfo
+			)
+			h := newHandler(t, sink, &writebehind.HandlerConfig{
+				MaxBatchBytes: limit,
+				MaxLatency:    50 * time.Millisecond,
+				OnFlush: func(fi writebehind.FlushInfo) {
+					mu.Lock()
+					defer mu.Unlock()
+					flushes = append(flushes, fi)
+				},
+			})
+			expect := make(map[string]want)
+			for i := range 24 {
+				key := fmt.Sprintf("big%02d", i%12)
+				value := bytes.Repeat([]byte{byte('a' + i)}, size-len(key)+i%3) // about 1 MiB with the key
+				v, err := w.Set(ctx, key, value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				expect[key] = want{value: value, version: v}
+			}
+			// The consumer starts with the whole backlog waiting, so the
+			// batches fill up by size.
+			runConsumer(t, q, h, consumerConfig(streamq.ConsumerConfig{}))
+			waitDrained(t, q)
+			mu.Lock()
+			defer mu.Unlock()
+			var total int
+			for _, fi := range flushes {
+				total += fi.Changes
+				if fi.Err != nil || fi.Bytes > limit && fi.Rows > 1 {
+					t.Errorf("flush %+v: want a commit of at most %d bytes, or of a single change", fi, limit)
+				}
+			}
+			if total != 24 || len(flushes) < 24/4 {
+				t.Errorf("%d changes in %d batches, want 24 in at least 6 (4 per batch at the most)", total, len(flushes))
+			}
+			if n := deadLetters(t, q); n != 0 {
+				t.Fatalf("%d dead letters, want 0", n)
+			}
+			checkConsistent(t, w, sink.rows(t), expect)
+		})
+	}
 }

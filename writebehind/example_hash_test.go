@@ -3,6 +3,7 @@ package writebehind_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -85,6 +86,13 @@ func ExampleWriter_SetFields() {
 // persist runs a consumer of q with a Handler writing to sink until the
 // handler has committed n changes (at most 10 s), then stops both.
 func persist(ctx context.Context, q *streamq.Queue, sink writebehind.Sink, n int64) {
+	runHandler(ctx, q, sink, func(s writebehind.HandlerStats) bool { return s.Changes >= n })
+}
+
+// runHandler runs a consumer of q with a Handler writing to sink until done
+// holds for the handler's stats after a batch (at most 10 s), then stops
+// both.
+func runHandler(ctx context.Context, q *streamq.Queue, sink writebehind.Sink, done func(writebehind.HandlerStats) bool) {
 	flushed := make(chan struct{}, 1)
 	h, err := writebehind.NewHandler(sink, &writebehind.HandlerConfig{
 		OnFlush: func(writebehind.FlushInfo) {
@@ -98,23 +106,27 @@ func persist(ctx context.Context, q *streamq.Queue, sink writebehind.Sink, n int
 		panic(err)
 	}
 	defer h.Close()
-	c, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Concurrency: 1000, Block: 100 * time.Millisecond})
+	c, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{
+		Concurrency: 1000,
+		Block:       100 * time.Millisecond,
+		Logger:      slog.New(slog.DiscardHandler), // a warning per dead letter
+	})
 	if err != nil {
 		panic(err)
 	}
 	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
+	finished := make(chan error, 1)
+	go func() { finished <- c.Run(runCtx) }()
 	timeout := time.After(10 * time.Second)
-	for h.Stats().Changes < n {
+	for !done(h.Stats()) {
 		select {
 		case <-flushed:
 		case <-timeout:
-			panic("changes not persisted within 10s")
+			panic("the handler did not get there within 10s")
 		}
 	}
 	stop()
-	if err := <-done; err != nil {
+	if err := <-finished; err != nil {
 		panic(err)
 	}
 }

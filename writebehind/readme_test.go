@@ -12,4 +12,5 @@ func TestREADME_Examples(t *testing.T) {
 	t.Parallel()
 	readmetest.Check(t, "../README.md", "example_hash_test.go", "writebehind-hash")
 	readmetest.Check(t, "../README.md", "example_deadletter_test.go", "writebehind-deadletters")
+	readmetest.Check(t, "../README.md", "example_version_test.go", "writebehind-counter")
 }

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -25,12 +27,32 @@ const (
 // help; the refusal is reported as a [*ChangeError] that wraps ErrInvalidChange.
 var ErrInvalidChange = errors.New("streamq: invalid write-behind change")
 
+// ErrVersionRegressed marks a [Change] that a [Sink] refused because its
+// version and its issue time (Change.Issued) order it differently than the
+// key's stored row, or than another change of the key in the same batch: a
+// change issued later has the same or a lower version, or one issued earlier
+// a higher version. That happens only when the writer's version counter went
+// backwards (it was deleted or evicted, or a failover promoted a replica that
+// missed increments), or the Redis server's clock did. Applying the change
+// could overwrite a newer row, and ignoring it could drop the newest write, so
+// the sink does neither. The refusal is a [*ChangeError] that wraps
+// ErrVersionRegressed; the fix is to raise the counter above the sink's
+// highest version ([Writer.EnsureVersionAtLeast], [SQLSink.MaxVersion]) and
+// queue the key's cached value again ([Writer.Resync]). A [Handler] with
+// HandlerConfig.Writer set does both by itself; otherwise the change is
+// dead-lettered with the reason. See the README's "When the version counter
+// goes backwards".
+var ErrVersionRegressed = errors.New("streamq: write-behind version counter went backwards")
+
 // Change is one cache mutation to persist.
 //
 // Version orders the mutations of one key: the writer assigns it when it
 // updates the cache, it is strictly increasing per key and starts at 1. Sinks
 // use it to stay correct under replays: a change never overwrites a stored
-// row whose version is the same or newer.
+// row whose version is the same or newer. Issued, the time the writer
+// assigned the version, lets a sink tell a replay of an old change from a new
+// change whose version is too low because the counter went backwards (see
+// [ErrVersionRegressed]).
 type Change struct {
 	// Key identifies the row. It must be non-empty valid UTF-8 without NUL
 	// bytes, at most MaxKeyBytes long.
@@ -53,8 +75,16 @@ type Change struct {
 	// changes are never Hash.
 	Hash bool
 	// Version is the key's version after this change: strictly increasing
-	// per key, and greater than 0.
+	// per key, greater than 0 and at most math.MaxInt64.
 	Version int64
+	// Issued is when the writer issued the change: the Redis server's clock,
+	// in microseconds since the Unix epoch, read by the script that assigned
+	// Version ([HeaderIssued]). 0 means unknown (a change queued before
+	// writers recorded it, or built by hand): such a change is ordered by
+	// Version alone. Sinks store it with the row and refuse a change whose
+	// Version and Issued contradict the stored row's with
+	// [ErrVersionRegressed] (see [VersionRegressed]).
+	Issued int64
 }
 
 // Validate reports whether c can be written by a [Sink]. It returns nil or a
@@ -78,6 +108,8 @@ func (c Change) invalidReason() string {
 		return "key contains a NUL byte, which PostgreSQL text cannot store: encode binary keys (for example as hex or base64)"
 	case c.Version <= 0:
 		return fmt.Sprintf("version is %d: versions are assigned by the writer, strictly increasing per key, starting at 1", c.Version)
+	case c.Issued < 0:
+		return fmt.Sprintf("issued is %d: it is the Redis clock in microseconds since the Unix epoch when the writer issued the change, or 0 when unknown", c.Issued)
 	case len(c.Value) > MaxValueBytes:
 		return fmt.Sprintf("value is %d bytes long: the limit is MaxValueBytes (%d)", len(c.Value), MaxValueBytes)
 	case c.Deleted && len(c.Value) > 0:
@@ -91,6 +123,10 @@ func (c Change) invalidReason() string {
 	}
 	return ""
 }
+
+// size is what a change counts towards HandlerConfig.MaxBatchBytes and the
+// statement size of an SQLSink: its key and value bytes.
+func (c Change) size() int { return len(c.Key) + len(c.Value) }
 
 // EncodeFields returns the canonical JSON encoding of a hash's fields, the
 // Value of a [Change] with Hash set, as a [Writer] puts it in the stream and
@@ -160,8 +196,10 @@ func shortValue(v []byte) string {
 	return fmt.Sprintf("%q", v)
 }
 
-// ChangeError reports a [Change] that a [Sink] refused. When Write returns a
-// ChangeError it has written none of the batch. It wraps [ErrInvalidChange].
+// ChangeError reports a [Change] that a [Sink] refused. When Write returns
+// one or more ChangeErrors (several are joined with [errors.Join]) it has
+// written none of the batch. It wraps Err: [ErrInvalidChange] or
+// [ErrVersionRegressed].
 type ChangeError struct {
 	// Index is the position of the refused change in the batch passed to
 	// Write, or -1 when the error comes from [Change.Validate].
@@ -170,6 +208,9 @@ type ChangeError struct {
 	Key string
 	// Reason says what is wrong and how to fix it.
 	Reason string
+	// Err says why the change was refused: [ErrInvalidChange] (it can never
+	// be written) or [ErrVersionRegressed]. nil means ErrInvalidChange.
+	Err error
 }
 
 // Error describes the refused change; long keys are shortened.
@@ -180,13 +221,143 @@ func (e *ChangeError) Error() string {
 		key = key[:maxShown] + "..."
 	}
 	if e.Index >= 0 {
-		return fmt.Sprintf("%s: change %d (key %q): %s", ErrInvalidChange, e.Index, key, e.Reason)
+		return fmt.Sprintf("%s: change %d (key %q): %s", e.Unwrap(), e.Index, key, e.Reason)
 	}
-	return fmt.Sprintf("%s: key %q: %s", ErrInvalidChange, key, e.Reason)
+	return fmt.Sprintf("%s: key %q: %s", e.Unwrap(), key, e.Reason)
 }
 
-// Unwrap returns [ErrInvalidChange].
-func (e *ChangeError) Unwrap() error { return ErrInvalidChange }
+// Unwrap returns Err, or [ErrInvalidChange] when Err is nil.
+func (e *ChangeError) Unwrap() error {
+	if e.Err == nil {
+		return ErrInvalidChange
+	}
+	return e.Err
+}
+
+// changeErrors returns the *ChangeErrors in err: err itself or the errors it
+// joins (see [errors.Join]), at any depth.
+func changeErrors(err error) []*ChangeError {
+	var ce *ChangeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ce) && ce == err:
+		return []*ChangeError{ce}
+	}
+	var out []*ChangeError
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			out = append(out, changeErrors(e)...)
+		}
+		return out
+	}
+	if errors.As(err, &ce) {
+		out = append(out, ce)
+	}
+	return out
+}
+
+// VersionRegressed reports whether c and stored, a change of the same key
+// and the key's stored row (or an earlier change of the key), contradict
+// each other: c has the same or a lower version but was issued later, or a
+// higher version but was issued earlier. Without a counter or clock going
+// backwards versions and issue times grow together, so that a replay of an
+// old change has both lower (or equal, for the same change) and the next
+// change both higher.
+//
+// A change whose Issued is 0 (unknown) never contradicts anything; a stored
+// row whose Issued is 0 (written before issue times were recorded) counts as
+// issued before every change that has one. Sinks refuse a change for which
+// VersionRegressed is true with a [*ChangeError] wrapping
+// [ErrVersionRegressed], instead of applying or ignoring it.
+func VersionRegressed(c, stored Change) bool {
+	switch {
+	case c.Issued == 0:
+		return false
+	case c.Version <= stored.Version:
+		return c.Issued > stored.Issued
+	default:
+		return c.Issued < stored.Issued
+	}
+}
+
+// regressedReason says why c contradicts stored, the key's row in the sink
+// (see VersionRegressed), and how to fix it.
+func regressedReason(c, stored Change) string {
+	order := "but was issued later"
+	if c.Version > stored.Version {
+		order = "but was issued earlier"
+	}
+	return fmt.Sprintf("the sink holds version %d issued %s, this change has version %d %s (%s): %s",
+		stored.Version, issuedString(stored.Issued), c.Version, order, issuedString(c.Issued), regressedFix)
+}
+
+// regressedFix ends the reason of every ErrVersionRegressed refusal.
+const regressedFix = "the version counter went backwards (deleted or evicted, or a failover to a replica that missed increments) " +
+	"or the Redis clock did; raise the counter above the sink's highest version with Writer.EnsureVersionAtLeast " +
+	"(see SQLSink.MaxVersion), then queue the key's cached value again with Writer.Resync (HandlerConfig.Writer does both)"
+
+// issuedString formats Change.Issued for messages.
+func issuedString(us int64) string {
+	if us == 0 {
+		return "at an unknown time"
+	}
+	return "at " + time.UnixMicro(us).UTC().Format("2006-01-02T15:04:05.000000Z")
+}
+
+// newestPerKey coalesces changes by key. It returns the indexes of the
+// changes to write, sorted by key: the highest version of each key (on a tie,
+// the later change). A key whose changes contradict each other (see
+// VersionRegressed) is left out, and each of its changes gets a *ChangeError
+// wrapping ErrVersionRegressed in refused. changes is not modified.
+func newestPerKey(changes []Change) (keep []int, refused []*ChangeError) {
+	order := make([]int, len(changes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(changes[a].Key, changes[b].Key) })
+	keep = order[:0]
+	for start := 0; start < len(order); {
+		end := start + 1
+		for end < len(order) && changes[order[end]].Key == changes[order[start]].Key {
+			end++
+		}
+		group := order[start:end]
+		start = end
+		newest := group[0]
+		for _, i := range group[1:] {
+			if changes[i].Version >= changes[newest].Version {
+				newest = i
+			}
+		}
+		reason := contradiction(changes, group, newest)
+		if reason == "" {
+			keep = append(keep, newest)
+			continue
+		}
+		for _, i := range group {
+			refused = append(refused, &ChangeError{Index: i, Key: changes[i].Key, Err: ErrVersionRegressed, Reason: reason})
+		}
+	}
+	return keep, refused
+}
+
+// contradiction returns why the changes of one key at group contradict each
+// other (see VersionRegressed), or "" when they do not. Only contradictions
+// with the change of the highest version count: when it is newer than each
+// other change by version and by issue time, it is the key's newest state,
+// whatever the order of the others.
+func contradiction(changes []Change, group []int, newest int) string {
+	n := changes[newest]
+	for _, i := range group {
+		c := changes[i]
+		if VersionRegressed(c, n) || VersionRegressed(n, c) {
+			return fmt.Sprintf("the batch holds changes of this key that contradict each other, version %d issued %s and version %d issued %s: %s",
+				c.Version, issuedString(c.Issued), n.Version, issuedString(n.Issued), regressedFix)
+		}
+	}
+	return ""
+}
 
 // Sink persists a batch of changes in one transaction; it must be idempotent
 // and must not let an older Version overwrite a newer one.
@@ -194,11 +365,26 @@ func (e *ChangeError) Unwrap() error { return ErrInvalidChange }
 // Write either stores the whole batch or none of it: when it returns nil the
 // batch is committed durably and the caller may acknowledge the changes' stream
 // entries; on error nothing of the batch may remain written, and the caller
-// retries later or, for a [*ChangeError], removes the refused change. A batch
-// may hold several changes of one key; the one with the highest Version wins.
-// Because changes are delivered at least once, Write must accept changes it
-// has already stored (same key and Version) and changes older than the stored
-// row, and leave the row as it is. Write must be safe for concurrent use.
+// retries later or, for [*ChangeError]s (one, or several joined with
+// [errors.Join]), removes the refused changes and writes the rest again. A
+// batch may hold several changes of one key; the one with the highest Version
+// wins. Because changes are delivered at least once, Write must accept changes
+// it has already stored (same key and Version) and changes older than the
+// stored row, and leave the row as it is. A change that is not such a replay
+// but contradicts the stored row (see [VersionRegressed]) must be refused with
+// a *ChangeError wrapping [ErrVersionRegressed] rather than ignored, so that
+// no write is dropped silently. Write must be safe for concurrent use.
 type Sink interface {
 	Write(ctx context.Context, changes []Change) error
+}
+
+// VersionedSink is a [Sink] that can report the highest version it stores,
+// so that a writer's version counter can be raised above it (see
+// HandlerConfig.Writer and [Writer.EnsureVersionAtLeast]). [SQLSink]
+// implements it.
+type VersionedSink interface {
+	Sink
+	// MaxVersion returns the highest Version of any stored row, deletions
+	// included, or 0 when there is none.
+	MaxVersion(ctx context.Context) (int64, error)
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +58,8 @@ const (
 	DefaultDeletedColumn = "deleted"
 	// DefaultUpdatedAtColumn is the timestamp column used when SQLSinkConfig.UpdatedAtColumn is empty.
 	DefaultUpdatedAtColumn = "updated_at"
+	// DefaultIssuedColumn is the issue time column used when SQLSinkConfig.IssuedColumn is empty.
+	DefaultIssuedColumn = "issued"
 
 	// MaxIdentifierLen is the longest accepted table, schema or column name,
 	// in bytes (PostgreSQL's limit; longer names would be silently truncated).
@@ -69,7 +70,12 @@ const (
 const (
 	sqliteMaxParams   = 32766 // SQLITE_MAX_VARIABLE_NUMBER of SQLite >= 3.32
 	postgresMaxParams = 65535 // the wire protocol counts parameters in 16 bits
-	paramsPerRow      = 4     // key, value, version, deleted
+	paramsPerRow      = 5     // key, value, version, deleted, issued
+
+	// maxStatementBytes bounds the keys and values one INSERT statement of
+	// an SQLSink carries, whatever the batch: PostgreSQL refuses a message
+	// (the statement with its parameters) over 1 GB.
+	maxStatementBytes = 64 << 20
 )
 
 // Connection settings applied by OpenSQLite and OpenPostgres.
@@ -121,14 +127,24 @@ type SQLSinkConfig struct {
 	// RFC 3339 UTC with milliseconds ("2006-01-02T15:04:05.000Z").
 	// Defaults to DefaultUpdatedAtColumn.
 	UpdatedAtColumn string
+	// IssuedColumn holds Change.Issued of the change that wrote the row, the
+	// Redis clock in microseconds when the writer issued it (BIGINT NOT NULL
+	// DEFAULT 0; 0 for rows written before the column existed, and for
+	// changes without an issue time). With the version it tells a replay of
+	// an old change from a change refused with ErrVersionRegressed.
+	// [SQLSink.CreateSchema] adds it to a table created without it. Defaults
+	// to DefaultIssuedColumn.
+	IssuedColumn string
 }
 
 // SQLSink is a [Sink] that upserts changes into one table of a SQLite or
 // PostgreSQL database through database/sql. Each key has one row holding
-// its value, version and a tombstone flag: a deletion keeps the row with
-// deleted = true and value = NULL, so that a replayed older change can not
-// bring the key back. A change is applied only if its version is newer than
-// the row's.
+// its value, version, a tombstone flag and the issue time of the change that
+// wrote it (Change.Issued): a deletion keeps the row with deleted = true and
+// value = NULL, so that a replayed older change can not bring the key back. A
+// change is applied only if its version is newer than the row's; one whose
+// version and issue time contradict the row's is refused with
+// [ErrVersionRegressed] (see [SQLSink.Write]).
 //
 // Hashes ([Writer.SetFields]) are stored in the same value column as their
 // fields' canonical JSON object, as [EncodeFields] writes it (for example
@@ -141,20 +157,29 @@ type SQLSinkConfig struct {
 // An SQLSink is safe for concurrent use. The caller owns the *sql.DB and
 // closes it.
 type SQLSink struct {
-	db      *sql.DB
-	dialect Dialect
-	table   string // as configured, for messages
-	maxRows int    // rows per INSERT statement
+	db       *sql.DB
+	dialect  Dialect
+	table    string // as configured, for messages
+	maxRows  int    // rows per INSERT statement
+	maxBytes int    // keys and values per INSERT statement (one row may exceed it)
 
-	createSQL    string
-	upsertPrefix string // INSERT INTO ... VALUES
-	upsertSuffix string // ON CONFLICT ... WHERE ...
-	getSQL       string
-	allSQL       string
+	createSQL     string
+	upsertPrefix  string // INSERT INTO ... VALUES
+	upsertSuffix  string // ON CONFLICT ... WHERE ...
+	storedPrefix  string // SELECT key, version, issued ... WHERE key IN (
+	getSQL        string
+	allSQL        string
+	maxVersionSQL string
+
+	// Adding the issued column to a table created without it.
+	hasIssuedSQL  string
+	hasIssuedArgs []any
+	addIssuedSQL  string
 
 	// afterStatement, when set by tests, runs after each INSERT statement of
-	// a Write, inside its transaction.
-	afterStatement func()
+	// a Write, inside its transaction, with the statement's number of rows
+	// and their size (Change.size).
+	afterStatement func(rows, size int)
 }
 
 // NewSQLSink returns a sink writing to db as configured by cfg (nil means the
@@ -176,6 +201,7 @@ func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 	defaultString(&c.VersionColumn, DefaultVersionColumn)
 	defaultString(&c.DeletedColumn, DefaultDeletedColumn)
 	defaultString(&c.UpdatedAtColumn, DefaultUpdatedAtColumn)
+	defaultString(&c.IssuedColumn, DefaultIssuedColumn)
 
 	dialect, err := resolveDialect(db, c.Dialect)
 	if err != nil {
@@ -191,6 +217,7 @@ func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 		{"VersionColumn", c.VersionColumn},
 		{"DeletedColumn", c.DeletedColumn},
 		{"UpdatedAtColumn", c.UpdatedAtColumn},
+		{"IssuedColumn", c.IssuedColumn},
 	}
 	seen := make(map[string]string, len(cols))
 	for _, col := range cols {
@@ -214,8 +241,9 @@ func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 		version = quoteIdent(c.VersionColumn)
 		deleted = quoteIdent(c.DeletedColumn)
 		updated = quoteIdent(c.UpdatedAtColumn)
+		issued  = quoteIdent(c.IssuedColumn)
 	)
-	s := &SQLSink{db: db, dialect: dialect, table: c.Table}
+	s := &SQLSink{db: db, dialect: dialect, table: c.Table, maxBytes: maxStatementBytes}
 	var blobType, timeType, falseLit, nowExpr string
 	switch dialect {
 	case DialectSQLite:
@@ -230,16 +258,34 @@ func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 		"\t%s %s,\n"+
 		"\t%s BIGINT NOT NULL,\n"+
 		"\t%s BOOLEAN NOT NULL DEFAULT %s,\n"+
-		"\t%s %s NOT NULL DEFAULT (%s)\n)",
-		table, key, value, blobType, version, deleted, falseLit, updated, timeType, nowExpr)
+		"\t%s %s NOT NULL DEFAULT (%s),\n"+
+		"\t%s BIGINT NOT NULL DEFAULT 0\n)",
+		table, key, value, blobType, version, deleted, falseLit, updated, timeType, nowExpr, issued)
+	s.addIssuedSQL = fmt.Sprintf("ALTER TABLE %s ADD COLUMN %s BIGINT NOT NULL DEFAULT 0", table, issued)
+	schemaName, tableName, qualified := strings.Cut(c.Table, ".")
+	switch {
+	case dialect == DialectPostgres:
+		s.hasIssuedSQL = "SELECT COUNT(*) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped"
+		s.hasIssuedArgs = []any{table, c.IssuedColumn}
+	case qualified:
+		s.hasIssuedSQL = "SELECT COUNT(*) FROM pragma_table_info(?, ?) WHERE name = ? COLLATE NOCASE"
+		s.hasIssuedArgs = []any{tableName, schemaName, c.IssuedColumn}
+	default:
+		s.hasIssuedSQL = "SELECT COUNT(*) FROM pragma_table_info(?) WHERE name = ? COLLATE NOCASE"
+		s.hasIssuedArgs = []any{c.Table, c.IssuedColumn}
+	}
 	// The alias lets the WHERE clause name the stored row the same way in
 	// both dialects, whether or not the table is schema-qualified.
-	s.upsertPrefix = fmt.Sprintf("INSERT INTO %s AS cur (%s, %s, %s, %s, %s) VALUES ",
-		table, updated, key, value, version, deleted)
+	s.upsertPrefix = fmt.Sprintf("INSERT INTO %s AS cur (%s, %s, %s, %s, %s, %s) VALUES ",
+		table, updated, key, value, version, deleted, issued)
+	// A change replaces the row only if it is newer by version and not
+	// older by issue time (0: unknown); Write sorts out the others.
 	s.upsertSuffix = fmt.Sprintf(" ON CONFLICT (%[1]s) DO UPDATE SET "+
-		"%[2]s = excluded.%[2]s, %[3]s = excluded.%[3]s, %[4]s = excluded.%[4]s, %[5]s = excluded.%[5]s "+
-		"WHERE cur.%[3]s < excluded.%[3]s",
-		key, value, version, deleted, updated)
+		"%[2]s = excluded.%[2]s, %[3]s = excluded.%[3]s, %[4]s = excluded.%[4]s, %[5]s = excluded.%[5]s, %[6]s = excluded.%[6]s "+
+		"WHERE cur.%[3]s < excluded.%[3]s AND (excluded.%[6]s = 0 OR cur.%[6]s <= excluded.%[6]s)",
+		key, value, version, deleted, updated, issued)
+	s.storedPrefix = fmt.Sprintf("SELECT %s, %s, %s FROM %s WHERE %s IN (", key, version, issued, table, key)
+	s.maxVersionSQL = fmt.Sprintf("SELECT COALESCE(MAX(%s), 0) FROM %s", version, table)
 	param1 := "?"
 	if dialect == DialectPostgres {
 		param1 = "$1"
@@ -253,14 +299,46 @@ func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 // Dialect returns the dialect the sink speaks.
 func (s *SQLSink) Dialect() Dialect { return s.dialect }
 
-// CreateSchema creates the sink's table if it does not exist yet. It does not
-// change an existing table, and does not create a schema named in
+// CreateSchema creates the sink's table if it does not exist yet, and adds
+// the issued column (SQLSinkConfig.IssuedColumn) to a table created without
+// it, as ALTER TABLE ... ADD COLUMN issued BIGINT NOT NULL DEFAULT 0 would
+// (in PostgreSQL 10 and older that rewrites the table). It changes nothing
+// else of an existing table, and does not create a schema named in
 // SQLSinkConfig.Table.
 func (s *SQLSink) CreateSchema(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, s.createSQL); err != nil {
 		return fmt.Errorf("streamq: write-behind create table %s: %w", s.table, err)
 	}
+	if ok, err := s.hasIssuedColumn(ctx); err != nil || ok {
+		return err
+	}
+	if _, err := s.db.ExecContext(ctx, s.addIssuedSQL); err != nil {
+		// Another process may have added it meanwhile.
+		if ok, cerr := s.hasIssuedColumn(ctx); cerr == nil && ok {
+			return nil
+		}
+		return fmt.Errorf("streamq: write-behind add the issued column to %s: %w", s.table, err)
+	}
 	return nil
+}
+
+func (s *SQLSink) hasIssuedColumn(ctx context.Context) (bool, error) {
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.hasIssuedSQL, s.hasIssuedArgs...).Scan(&n); err != nil {
+		return false, fmt.Errorf("streamq: write-behind read the columns of %s: %w", s.table, err)
+	}
+	return n > 0, nil
+}
+
+// MaxVersion returns the highest version of any row, deletions included, or
+// 0 when the table is empty; see [Writer.EnsureVersionAtLeast]. Without an
+// index on the version column it reads the whole table.
+func (s *SQLSink) MaxVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := s.db.QueryRowContext(ctx, s.maxVersionSQL).Scan(&v); err != nil {
+		return 0, fmt.Errorf("streamq: write-behind highest version in %s: %w", s.table, err)
+	}
+	return v, nil
 }
 
 // Write stores changes in one transaction: each change replaces its key's row
@@ -268,14 +346,22 @@ func (s *SQLSink) CreateSchema(ctx context.Context) error {
 // out-of-order batches are harmless. Of several changes of one key in the
 // batch only the one with the highest version is kept (on a tie, the later
 // one). Large batches are split into several statements, within the same
-// transaction, to respect the database's limit of bind parameters.
+// transaction, to respect the database's limit of bind parameters, and so
+// that no statement carries more than 64 MiB of keys and values (PostgreSQL
+// refuses messages over 1 GB); a larger change goes in a statement of its
+// own.
 //
 // Write checks every change first and returns a [*ChangeError] without
-// writing anything when one is invalid. On any error nothing of the batch is
-// written, except when committing fails because the connection broke: the
-// commit may then have happened or not, and since Write is idempotent the
-// caller simply retries. Rows are written in key order, so that concurrent
-// Writes to PostgreSQL lock rows in the same order and do not deadlock.
+// writing anything when one is invalid. A change that contradicts its key's
+// row or another change of the key in the batch (see [VersionRegressed]) is
+// neither applied nor ignored: Write writes nothing and returns a
+// *ChangeError wrapping [ErrVersionRegressed] for each such change (joined
+// with [errors.Join] when there are several); the caller writes the rest
+// again without them. On any error nothing of the batch is written, except
+// when committing fails because the connection broke: the commit may then
+// have happened or not, and since Write is idempotent the caller simply
+// retries. Rows are written in key order, so that concurrent Writes to
+// PostgreSQL lock rows in the same order and do not deadlock.
 func (s *SQLSink) Write(ctx context.Context, changes []Change) error {
 	if len(changes) == 0 {
 		return nil
@@ -285,7 +371,10 @@ func (s *SQLSink) Write(ctx context.Context, changes []Change) error {
 			return &ChangeError{Index: i, Key: changes[i].Key, Reason: reason}
 		}
 	}
-	rows := newestPerKey(changes)
+	keep, refused := newestPerKey(changes)
+	if len(refused) > 0 {
+		return joinRefused(refused)
+	}
 
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -301,16 +390,19 @@ func (s *SQLSink) Write(ctx context.Context, changes []Change) error {
 		sqliteNow = time.Now().UTC().Format(sqliteTimeLayout)
 	}
 	var sb strings.Builder
-	args := make([]any, 0, 1+min(len(rows), s.maxRows)*paramsPerRow)
-	for start := 0; start < len(rows); start += s.maxRows {
-		chunk := rows[start:min(start+s.maxRows, len(rows))]
+	args := make([]any, 0, 1+min(len(keep), s.maxRows)*paramsPerRow)
+	for start := 0; start < len(keep); {
+		end := s.chunkEnd(changes, keep, start)
+		chunk := keep[start:end]
+		start = end
 		sb.Reset()
 		args = args[:0]
 		if s.dialect == DialectSQLite {
 			args = append(args, sqliteNow)
 		}
 		s.buildUpsert(&sb, len(chunk))
-		for _, ch := range chunk {
+		for _, i := range chunk {
+			ch := changes[i]
 			value := ch.Value
 			switch {
 			case ch.Deleted:
@@ -318,23 +410,118 @@ func (s *SQLSink) Write(ctx context.Context, changes []Change) error {
 			case value == nil:
 				value = []byte{}
 			}
-			args = append(args, ch.Key, value, ch.Version, ch.Deleted)
+			args = append(args, ch.Key, value, ch.Version, ch.Deleted, ch.Issued)
 		}
-		if _, err := tx.ExecContext(ctx, sb.String(), args...); err != nil {
+		res, err := tx.ExecContext(ctx, sb.String(), args...)
+		if err != nil {
 			return fmt.Errorf("streamq: write-behind upsert %d rows into %s: %w", len(chunk), s.table, err)
 		}
+		if n, err := res.RowsAffected(); err != nil || n < int64(len(chunk)) {
+			// Some rows were not replaced: replays, or contradictions.
+			found, err := s.regressed(ctx, tx, changes, chunk)
+			if err != nil {
+				return err
+			}
+			refused = append(refused, found...)
+		}
 		if s.afterStatement != nil {
-			s.afterStatement()
+			size := 0
+			for _, i := range chunk {
+				size += changes[i].size()
+			}
+			s.afterStatement(len(chunk), size)
 		}
 	}
+	if len(refused) > 0 {
+		return joinRefused(refused) // and roll back
+	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("streamq: write-behind commit %d rows into %s: %w", len(rows), s.table, err)
+		return fmt.Errorf("streamq: write-behind commit %d rows into %s: %w", len(keep), s.table, err)
 	}
 	return nil
 }
 
+// chunkEnd returns the end of the chunk of keep that starts at start: at
+// most maxRows rows and maxBytes of keys and values, and at least one row.
+func (s *SQLSink) chunkEnd(changes []Change, keep []int, start int) int {
+	end, size := start, 0
+	for end < len(keep) && end-start < s.maxRows {
+		n := changes[keep[end]].size()
+		if end > start && size+n > s.maxBytes {
+			break
+		}
+		size += n
+		end++
+	}
+	return end
+}
+
+// regressed reads the rows of the chunk's keys after its upsert, inside tx,
+// and returns a *ChangeError for each change that was not applied and
+// contradicts its row (see VersionRegressed). The other changes were applied,
+// or are replays that the row already covers.
+func (s *SQLSink) regressed(ctx context.Context, tx *sql.Tx, changes []Change, chunk []int) ([]*ChangeError, error) {
+	var sb strings.Builder
+	sb.WriteString(s.storedPrefix)
+	args := make([]any, len(chunk))
+	for n, i := range chunk {
+		if n > 0 {
+			sb.WriteByte(',')
+		}
+		if s.dialect == DialectPostgres {
+			sb.WriteString("$" + strconv.Itoa(n+1))
+		} else {
+			sb.WriteByte('?')
+		}
+		args[n] = changes[i].Key
+	}
+	sb.WriteByte(')')
+	rows, err := tx.QueryContext(ctx, sb.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: write-behind read %d rows of %s: %w", len(chunk), s.table, err)
+	}
+	defer rows.Close()
+	stored := make(map[string]Change, len(chunk))
+	for rows.Next() {
+		var c Change
+		if err := rows.Scan(&c.Key, &c.Version, &c.Issued); err != nil {
+			return nil, fmt.Errorf("streamq: write-behind read rows of %s: %w", s.table, err)
+		}
+		stored[c.Key] = c
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("streamq: write-behind read rows of %s: %w", s.table, err)
+	}
+	var refused []*ChangeError
+	for _, i := range chunk {
+		c := changes[i]
+		row, ok := stored[c.Key]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("streamq: write-behind upsert of %q into %s: the row is missing after the upsert", c.Key, s.table)
+		case row.Version == c.Version && row.Issued == c.Issued: // applied, or the same change
+		case VersionRegressed(c, row):
+			refused = append(refused, &ChangeError{Index: i, Key: c.Key, Err: ErrVersionRegressed, Reason: regressedReason(c, row)})
+		}
+	}
+	return refused, nil
+}
+
+// joinRefused returns the refusals as one error: the *ChangeError itself when
+// there is one.
+func joinRefused(refused []*ChangeError) error {
+	if len(refused) == 1 {
+		return refused[0]
+	}
+	errs := make([]error, len(refused))
+	for i, ce := range refused {
+		errs[i] = ce
+	}
+	return errors.Join(errs...)
+}
+
 // buildUpsert writes an INSERT ... ON CONFLICT statement for n rows to sb.
-// Each row is (updated_at, key, value, version, deleted).
+// Each row is (updated_at, key, value, version, deleted, issued).
 func (s *SQLSink) buildUpsert(sb *strings.Builder, n int) {
 	sb.Grow(len(s.upsertPrefix) + len(s.upsertSuffix) + n*32)
 	sb.WriteString(s.upsertPrefix)
@@ -350,9 +537,9 @@ func (s *SQLSink) buildUpsert(sb *strings.Builder, n int) {
 			// "?": SQLite looks numbered ones up in a list, which would
 			// make a long statement quadratic to prepare and bind.
 			if i == 0 {
-				sb.WriteString("(?,?,?,?,?)")
+				sb.WriteString("(?,?,?,?,?,?)")
 			} else {
-				sb.WriteString("(?1,?,?,?,?)")
+				sb.WriteString("(?1,?,?,?,?,?)")
 			}
 		case DialectPostgres:
 			sb.WriteString("(now()")
@@ -412,24 +599,6 @@ func (s *SQLSink) All(ctx context.Context) (map[string][]byte, error) {
 		return nil, fmt.Errorf("streamq: write-behind read %s: %w", s.table, err)
 	}
 	return all, nil
-}
-
-// newestPerKey returns a copy of changes sorted by key with only the highest
-// version of each key (on a tie, the later change). The input is not modified.
-func newestPerKey(changes []Change) []Change {
-	sorted := slices.Clone(changes)
-	slices.SortStableFunc(sorted, func(a, b Change) int { return strings.Compare(a.Key, b.Key) })
-	out := sorted[:0]
-	for _, ch := range sorted {
-		if n := len(out); n > 0 && out[n-1].Key == ch.Key {
-			if ch.Version >= out[n-1].Version {
-				out[n-1] = ch
-			}
-			continue
-		}
-		out = append(out, ch)
-	}
-	return out
 }
 
 // resolveDialect returns the configured dialect, or the one of db's driver.

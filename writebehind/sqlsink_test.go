@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -314,7 +316,7 @@ func TestSQLSink_Write_LargeBatch(t *testing.T) {
 			t.Fatalf("%d rows fit in one statement (max %d): the test would not cover chunking", n, s.maxRows)
 		}
 		statements := 0
-		s.afterStatement = func() { statements++ }
+		s.afterStatement = func(int, int) { statements++ }
 		batch := make([]Change, n)
 		want := make(map[string]string, n)
 		for i := range batch {
@@ -533,7 +535,7 @@ func TestSQLSink_Write_FailedTransactionWritesNothing(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			statements := 0
-			s.afterStatement = func() {
+			s.afterStatement = func(int, int) {
 				statements++
 				cancel() // the first statement ran; the transaction is still open
 			}
@@ -566,7 +568,8 @@ func TestSQLSink_Write_FailedTransactionWritesNothing(t *testing.T) {
 				}
 				ddl := fmt.Sprintf(`CREATE TABLE %s (
 					"key" TEXT NOT NULL PRIMARY KEY CHECK ("key" <> 'poison'),
-					"value" %s, "version" BIGINT NOT NULL, "deleted" BOOLEAN NOT NULL, "updated_at" %s)`,
+					"value" %s, "version" BIGINT NOT NULL, "deleted" BOOLEAN NOT NULL, "updated_at" %s,
+					"issued" BIGINT NOT NULL DEFAULT 0)`,
 					quoteIdent(table), blob, ts)
 				if _, err := db.ExecContext(t.Context(), ddl); err != nil {
 					t.Fatal(err)
@@ -604,14 +607,18 @@ func TestSQLSink_CustomNames(t *testing.T) {
 				VersionColumn:   "Where_V2",
 				DeletedColumn:   "_gone",
 				UpdatedAtColumn: "order",
+				IssuedColumn:    "Group",
 			})
 			if err := s.CreateSchema(t.Context()); err != nil {
 				t.Fatalf("second CreateSchema: %v", err)
 			}
-			mustWriteSink(t, s, setChange("a", "1", 1), setChange("b", "2", 1))
-			mustWriteSink(t, s, delChange("a", 2), setChange("b", "old", 1))
+			mustWriteSink(t, s, setChange("a", "1", 1), issuedChange("b", "2", 1, issuedAt))
+			mustWriteSink(t, s, delChange("a", 2), issuedChange("b", "old", 1, issuedAt-1))
 			wantSinkRow(t, s, "a", "", 2, true)
 			wantSinkAll(t, s, map[string]string{"b": "2"})
+			if err := s.Write(t.Context(), []Change{issuedChange("b", "lost", 1, issuedAt+1)}); !errors.Is(err, ErrVersionRegressed) {
+				t.Fatalf("Write of a regressed change = %v, want ErrVersionRegressed", err)
+			}
 		})
 	}
 }
@@ -740,6 +747,7 @@ func TestNewSQLSink_Config(t *testing.T) {
 		{"name too long", sqliteDB, &SQLSinkConfig{Table: strings.Repeat("t", MaxIdentifierLen+1)}, "SQLSinkConfig.Table", "MaxIdentifierLen"},
 		{"bad column", sqliteDB, &SQLSinkConfig{ValueColumn: "val ue"}, "SQLSinkConfig.ValueColumn", "ASCII letters"},
 		{"duplicate column", sqliteDB, &SQLSinkConfig{DeletedColumn: "Key"}, "SQLSinkConfig.DeletedColumn", "KeyColumn"},
+		{"issued column is the version column", sqliteDB, &SQLSinkConfig{IssuedColumn: "version"}, "SQLSinkConfig.IssuedColumn", "VersionColumn"},
 	}
 	for _, tt := range invalid {
 		var before SQLSinkConfig
@@ -829,4 +837,248 @@ func TestOpenPostgres(t *testing.T) {
 	} else if strings.Contains(err.Error(), "secret") {
 		t.Errorf("OpenPostgres error shows the password: %v", err)
 	}
+}
+
+// issuedAt is a Change.Issued for tests: a microsecond clock reading.
+const issuedAt = int64(1_750_000_000_000_000)
+
+// issuedChange is a change of key with a value, version and issue time.
+func issuedChange(key, value string, version, issued int64) Change {
+	return Change{Key: key, Value: []byte(value), Version: version, Issued: issued}
+}
+
+// storedRow reads the version and issue time of key's row.
+func storedRow(t *testing.T, s *SQLSink, key string) (version, issued int64) {
+	t.Helper()
+	table, err := quoteTable(s.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := `SELECT "version", "issued" FROM ` + table + ` WHERE "key" = ?`
+	if s.dialect == DialectPostgres {
+		q = strings.Replace(q, "?", "$1", 1)
+	}
+	if err := s.db.QueryRowContext(t.Context(), q, key).Scan(&version, &issued); err != nil {
+		t.Fatalf("read row %q: %v", key, err)
+	}
+	return version, issued
+}
+
+func TestSQLSink_Write_VersionRegressed(t *testing.T) {
+	t.Parallel()
+	const t0 = issuedAt
+	tests := []struct {
+		name      string
+		stored    Change // written first
+		change    Change
+		regressed bool   // refused with ErrVersionRegressed
+		applied   bool   // else: ignored, the row stays
+		reason    string // part of the refusal's reason
+	}{
+		{name: "replay of the stored change", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "a", 5, t0+50)},
+		{name: "replay of an older change", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "old", 3, t0+30)},
+		{name: "replay of an older deletion", stored: issuedChange("k", "a", 5, t0+50), change: Change{Key: "k", Deleted: true, Version: 4, Issued: t0 + 40}},
+		{name: "newer change", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "new", 6, t0+60), applied: true},
+		{name: "newer change issued in the same microsecond", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "new", 6, t0+50), applied: true},
+		{name: "lower version issued later", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "lost", 3, t0+70), regressed: true,
+			reason: "the sink holds version 5 issued at 2025-06-15T15:06:40.000050Z, this change has version 3 but was issued later (at 2025-06-15T15:06:40.000070Z)"},
+		{name: "same version issued later", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "lost", 5, t0+70), regressed: true, reason: "version 5 but was issued later"},
+		{name: "deletion with a lower version issued later", stored: issuedChange("k", "a", 5, t0+50), change: Change{Key: "k", Deleted: true, Version: 2, Issued: t0 + 70}, regressed: true},
+		{name: "higher version issued earlier", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "stale", 9, t0+10), regressed: true, reason: "version 9 but was issued earlier"},
+		{name: "change without issue time, lower version", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "old", 3, 0)},
+		{name: "change without issue time, higher version", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "new", 6, 0), applied: true},
+		{name: "row without issue time, lower version", stored: issuedChange("k", "a", 5, 0), change: issuedChange("k", "lost", 3, t0), regressed: true, reason: "the sink holds version 5 issued at an unknown time"},
+		{name: "row without issue time, higher version", stored: issuedChange("k", "a", 5, 0), change: issuedChange("k", "new", 6, t0), applied: true},
+	}
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		for i, tt := range tests {
+			key := fmt.Sprintf("k%02d", i)
+			stored, change := tt.stored, tt.change
+			stored.Key, change.Key = key, key
+			mustWriteSink(t, s, stored)
+			// Another key in the same batch, to check that a refusal
+			// writes nothing of the batch.
+			other := issuedChange(fmt.Sprintf("other%02d", i), "o", 1, t0)
+			err := s.Write(t.Context(), []Change{change, other})
+			want := stored
+			switch {
+			case tt.regressed:
+				var ce *ChangeError
+				if !errors.As(err, &ce) || !errors.Is(err, ErrVersionRegressed) || errors.Is(err, ErrInvalidChange) {
+					t.Fatalf("%s: Write = %v, want a *ChangeError wrapping ErrVersionRegressed", tt.name, err)
+				}
+				if ce.Index != 0 || ce.Key != key || !strings.Contains(ce.Reason, tt.reason) || !strings.Contains(ce.Reason, "Writer.EnsureVersionAtLeast") {
+					t.Fatalf("%s: ChangeError{Index: %d, Key: %q, Reason: %q}, want index 0, key %q and a reason with %q and the fix", tt.name, ce.Index, ce.Key, ce.Reason, key, tt.reason)
+				}
+				if _, _, _, found, _ := s.Get(t.Context(), other.Key); found {
+					t.Fatalf("%s: the batch's other change was written despite the refusal", tt.name)
+				}
+			case err != nil:
+				t.Fatalf("%s: Write = %v, want nil", tt.name, err)
+			case tt.applied:
+				want = change
+			}
+			wantSinkRow(t, s, key, string(want.Value), want.Version, want.Deleted)
+			if v, issued := storedRow(t, s, key); v != want.Version || issued != want.Issued {
+				t.Fatalf("%s: row version %d issued %d, want %d issued %d", tt.name, v, issued, want.Version, want.Issued)
+			}
+		}
+	})
+}
+
+func TestSQLSink_Write_VersionRegressedSeveral(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		mustWriteSink(t, s, issuedChange("a", "a", 10, issuedAt), issuedChange("b", "b", 11, issuedAt), issuedChange("c", "c", 12, issuedAt))
+		s.maxRows = 2 // the refusals come from different statements
+		batch := []Change{
+			issuedChange("c", "lost", 1, issuedAt+9),
+			issuedChange("new", "n", 2, issuedAt+9),
+			issuedChange("a", "lost", 3, issuedAt+9),
+			issuedChange("b", "newer", 12, issuedAt+9),
+		}
+		err := s.Write(t.Context(), batch)
+		var got []string
+		for _, ce := range changeErrors(err) {
+			if !errors.Is(ce, ErrVersionRegressed) || batch[ce.Index].Key != ce.Key {
+				t.Fatalf("refusal %v does not match change %d", ce, ce.Index)
+			}
+			got = append(got, fmt.Sprintf("%d:%s", ce.Index, ce.Key))
+		}
+		slices.Sort(got)
+		if want := []string{"0:c", "2:a"}; !slices.Equal(got, want) {
+			t.Fatalf("Write = %v; refused %v, want %v, all in one error", err, got, want)
+		}
+		wantSinkAll(t, s, map[string]string{"a": "a", "b": "b", "c": "c"})
+
+		// The caller writes the rest again without them.
+		mustWriteSink(t, s, batch[1], batch[3])
+		wantSinkAll(t, s, map[string]string{"a": "a", "b": "newer", "c": "c", "new": "n"})
+	})
+}
+
+func TestSQLSink_Write_VersionRegressedInBatch(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		batch := []Change{
+			issuedChange("k", "old", 105, issuedAt),
+			issuedChange("ok", "fine", 1, issuedAt),
+			issuedChange("k", "after the loss", 2, issuedAt+100),
+			issuedChange("z", "z", 7, issuedAt),
+			issuedChange("z", "older", 6, issuedAt-1), // consistent: coalesced away
+		}
+		err := s.Write(t.Context(), batch)
+		var refused []int
+		for _, ce := range changeErrors(err) {
+			if !errors.Is(ce, ErrVersionRegressed) || !strings.Contains(ce.Reason, "contradict each other, version 2") {
+				t.Fatalf("refusal %v, want ErrVersionRegressed for contradicting changes of one key", ce)
+			}
+			refused = append(refused, ce.Index)
+		}
+		slices.Sort(refused)
+		if !slices.Equal(refused, []int{0, 2}) {
+			t.Fatalf("Write = %v; refused changes %v, want [0 2] (both changes of k)", err, refused)
+		}
+		wantSinkAll(t, s, map[string]string{})
+	})
+}
+
+func TestSQLSink_MaxVersion(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		if v, err := s.MaxVersion(t.Context()); err != nil || v != 0 {
+			t.Fatalf("MaxVersion of an empty table = %d, %v; want 0", v, err)
+		}
+		const big = int64(1)<<62 + 3
+		mustWriteSink(t, s, setChange("a", "x", 7), delChange("b", big), setChange("c", "y", 3))
+		if v, err := s.MaxVersion(t.Context()); err != nil || v != big {
+			t.Fatalf("MaxVersion = %d, %v; want %d (a deletion's version counts)", v, err, big)
+		}
+	})
+}
+
+func TestSQLSink_CreateSchema_AddsIssuedColumn(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		d     Dialect
+		table func(name string) string // the configured table name
+	}{
+		{DialectSQLite, func(name string) string { return name }},
+		{DialectSQLite, func(name string) string { return "main." + name }},
+		{DialectPostgres, func(name string) string { return name }},
+		{DialectPostgres, func(name string) string { return "public." + name }},
+	} {
+		t.Run(tc.d.String()+"/"+tc.table("t"), func(t *testing.T) {
+			t.Parallel()
+			db := openSinkTestDB(t, tc.d)
+			name := uniqueTableName(t)
+			dropTableOnCleanup(t, db, quoteIdent(name))
+			// A table as CreateSchema made it before the issued column.
+			blob, ts := "BLOB", "TEXT"
+			if tc.d == DialectPostgres {
+				blob, ts = "BYTEA", "TIMESTAMPTZ"
+			}
+			ddl := fmt.Sprintf(`CREATE TABLE %s ("key" TEXT NOT NULL PRIMARY KEY, "value" %s, "version" BIGINT NOT NULL,
+				"deleted" BOOLEAN NOT NULL DEFAULT FALSE, "updated_at" %s NOT NULL DEFAULT CURRENT_TIMESTAMP)`, quoteIdent(name), blob, ts)
+			if _, err := db.ExecContext(t.Context(), ddl); err != nil {
+				t.Fatal(err)
+			}
+			ins := `INSERT INTO ` + quoteIdent(name) + ` ("key", "value", "version") VALUES ('old', 'v', 5)`
+			if _, err := db.ExecContext(t.Context(), ins); err != nil {
+				t.Fatal(err)
+			}
+			s, err := NewSQLSink(db, &SQLSinkConfig{Table: tc.table(name)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Write(t.Context(), []Change{setChange("x", "y", 1)}); err == nil {
+				t.Fatal("Write to a table without the issued column succeeded")
+			}
+			for range 2 { // the second call finds the column
+				if err := s.CreateSchema(t.Context()); err != nil {
+					t.Fatalf("CreateSchema on an existing table: %v", err)
+				}
+			}
+			if v, issued := storedRow(t, s, "old"); v != 5 || issued != 0 {
+				t.Fatalf("old row: version %d issued %d, want 5 and 0", v, issued)
+			}
+			// The old row counts as issued before every change with a time.
+			err = s.Write(t.Context(), []Change{issuedChange("old", "lost", 4, issuedAt)})
+			if !errors.Is(err, ErrVersionRegressed) {
+				t.Fatalf("Write of a lower version issued later = %v, want ErrVersionRegressed", err)
+			}
+			mustWriteSink(t, s, issuedChange("old", "new", 6, issuedAt), setChange("x", "y", 1))
+			wantSinkAll(t, s, map[string]string{"old": "new", "x": "y"})
+		})
+	}
+}
+
+func TestSQLSink_Write_StatementBytes(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		s.maxBytes = 1000
+		type statement struct{ rows, size int }
+		var statements []statement
+		s.afterStatement = func(rows, size int) { statements = append(statements, statement{rows, size}) }
+		var batch []Change
+		want := make(map[string]string)
+		for i := range 10 {
+			key := fmt.Sprintf("k%02d", i)
+			value := strings.Repeat(strconv.Itoa(i), 297) // 300 bytes with the key
+			batch = append(batch, setChange(key, value, 1))
+			want[key] = value
+		}
+		huge := strings.Repeat("h", 2500) // larger than a statement may carry
+		batch = append(batch, setChange("k10", huge, 1))
+		want["k10"] = huge
+		rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+		mustWriteSink(t, s, batch...)
+		wantSinkAll(t, s, want)
+		// Rows go in key order: three of 300 bytes fit in 1000, the tenth
+		// goes alone, and the large one has a statement of its own.
+		wantStatements := []statement{{3, 900}, {3, 900}, {3, 900}, {1, 300}, {1, 2503}}
+		if !slices.Equal(statements, wantStatements) {
+			t.Fatalf("statements (rows, bytes) %v, want %v", statements, wantStatements)
+		}
+	})
 }

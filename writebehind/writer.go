@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -24,8 +27,13 @@ const (
 	HeaderKey = "wb-key"
 	// HeaderOp holds the operation: [OpSet], [OpSetFields] or [OpDelete].
 	HeaderOp = "wb-op"
-	// HeaderVersion holds the change's version, a positive decimal integer.
+	// HeaderVersion holds the change's version, a decimal integer from 1 to
+	// math.MaxInt64 (2^63-1), written exactly (never in exponent notation).
 	HeaderVersion = "wb-version"
+	// HeaderIssued holds Change.Issued: the Redis server's clock when the
+	// script assigned the version, in microseconds since the Unix epoch, as
+	// a decimal integer. Entries queued before writers set it have none.
+	HeaderIssued = "wb-issued"
 )
 
 // Values of [HeaderOp].
@@ -85,9 +93,15 @@ type WriterConfig struct {
 //
 // Versions come from one counter per queue (INCR on the key named by
 // [VersionKeyPart]), so they are strictly increasing per key, are never
-// reused, and survive cache expiry. Do not delete the counter while the sink
-// holds rows written through the queue: new changes would get lower versions
-// than the stored rows and be ignored by the sink.
+// reused, and survive cache expiry. They range from 1 to math.MaxInt64 and
+// are handled exactly over the whole range (the script never turns them into
+// Lua numbers); a counter at math.MaxInt64 makes writes fail. Each change
+// also records the Redis clock when it got its version (Change.Issued), so a
+// counter that goes backwards (deleted, evicted, or a failover to a replica
+// that missed increments) cannot make the sink drop later changes silently:
+// it refuses them with [ErrVersionRegressed]. Raise the counter with
+// [Writer.EnsureVersionAtLeast] and repair the refused keys with
+// [Writer.Resync], or let a [Handler] do both (HandlerConfig.Writer).
 //
 // A Writer is safe for concurrent use.
 type Writer struct {
@@ -135,6 +149,10 @@ func (w *Writer) Queue() *streamq.Queue { return w.q }
 // <prefix>:{<queue>}:cache:<key>. It holds the value as a plain string
 // (written by [Writer.Set]) or as a hash (written by [Writer.SetFields]).
 func (w *Writer) CacheKey(key string) string { return core.Of(w.q).Keys.Part(CacheKeyPrefix + key) }
+
+// VersionKey returns the Redis key of the writer's version counter,
+// <prefix>:{<queue>}:wb:version (see [Writer.EnsureVersionAtLeast]).
+func (w *Writer) VersionKey() string { return w.version }
 
 // Set stores value as key's value in the cache and queues the change for the
 // sink, in one atomic step, and returns the change's version.
@@ -253,17 +271,40 @@ func (w *Writer) GetFields(ctx context.Context, key string) (fields map[string]s
 	return fields, true, nil
 }
 
-func isWrongType(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "WRONGTYPE") }
+func isWrongType(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
 
-// write runs scriptWrite for one change; hash holds the HSET field/value
+// write runs the write script (internal/rdb) for one change; hash holds the HSET field/value
 // arguments of an OpSetFields change. When the stream is at its cap it trims
 // acknowledged history once and tries again, then gives up with
 // streamq.ErrQueueFull.
 func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash []any) (int64, error) {
+	keys, args, err := w.prepare(ctx, op, key, value, hash)
+	if err != nil {
+		return 0, err
+	}
+	var version int64
+	for attempt := 0; ; attempt++ {
+		version, err = parseVersion(rdb.Write(ctx, core.Of(w.q).RDB, keys, args))
+		if err == nil || !errors.Is(err, streamq.ErrQueueFull) || attempt > 0 {
+			break
+		}
+		if n, terr := w.q.Trim(ctx); terr != nil || n == 0 {
+			break
+		}
+	}
+	if err != nil {
+		return 0, w.writeError(op, key, err)
+	}
+	return version, nil
+}
+
+// prepare checks a change and returns the keys and arguments of the write script (internal/rdb)
+// for it.
+func (w *Writer) prepare(ctx context.Context, op, key string, value []byte, hash []any) ([]string, []any, error) {
 	// Hash stays false: the JSON of a hash was just encoded by encodeHash,
 	// so only the key and the size need checking here.
 	if err := (Change{Key: key, Value: value, Deleted: op == OpDelete, Version: 1}).Validate(); err != nil {
-		return 0, err
+		return nil, nil, err
 	}
 	entry := wire.Job{Payload: value, Headers: core.OfProducer(w.p).RunHooks(ctx, map[string]string{HeaderKey: key, HeaderOp: op}), EnqMillis: time.Now().UnixMilli()}
 	fields := entry.Args()
@@ -274,32 +315,166 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 	args = append(args, max(core.Of(w.q).MaxLen, 0), op, w.ttl.Milliseconds(), len(fields))
 	args = append(args, fields...)
 	args = append(args, hash...)
-	keys := []string{core.Of(w.q).Keys.Stream, w.CacheKey(key), w.version}
-	var (
-		version int64
-		err     error
-	)
-	for attempt := 0; ; attempt++ {
-		version, err = scriptWrite.Run(ctx, core.Of(w.q).RDB, keys, args...).Int64()
-		if err == nil || !isQueueFull(err) || attempt > 0 {
-			break
-		}
-		if n, terr := w.q.Trim(ctx); terr != nil || n == 0 {
-			break
-		}
-	}
+	return rdb.WriteKeys(core.Of(w.q).Keys, w.CacheKey(key), w.version), args, nil
+}
+
+// parseVersion reads the reply of the write script: the version as a
+// decimal string.
+func parseVersion(s string, err error) (int64, error) {
 	if err != nil {
-		if isQueueFull(err) {
-			err = fmt.Errorf("%w (%s)", streamq.ErrQueueFull, strings.TrimPrefix(err.Error(), "QUEUEFULL "))
-		}
-		return 0, fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, core.Of(w.q).Keys.Stream, err)
+		return 0, err
 	}
-	return version, nil
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v <= 0 {
+		return 0, fmt.Errorf("the script returned version %q, want a positive integer", s)
+	}
+	return v, nil
+}
+
+// writeError wraps an error of the write script (internal/rdb): a full queue wraps
+// streamq.ErrQueueFull, a counter that cannot be incremented says why.
+func (w *Writer) writeError(op, key string, err error) error {
+	switch {
+	case errors.Is(err, streamq.ErrQueueFull):
+	default:
+		if reason, ok := rdb.IsVersionCounter(err); ok {
+			err = fmt.Errorf("version counter %s: %s (versions range from 1 to %d; nothing was queued)",
+				w.version, reason, int64(math.MaxInt64))
+		}
+	}
+	return fmt.Errorf("streamq: write-behind %s %q on %s: %w", op, key, core.Of(w.q).Keys.Stream, err)
+}
+
+// EnsureVersionAtLeast raises the writer's version counter to v if it is
+// lower (or missing), in one atomic step, so that every later change gets a
+// version above v. It returns the counter's value before the call (0 when it
+// did not exist); the counter was raised when previous < v. v must not be
+// negative; v = 0 only reads the counter (creating it at 0 when missing).
+//
+// Use it after the counter was lost or went backwards, with v the sink's
+// highest version (see [SQLSink.MaxVersion] and [ErrVersionRegressed]), or
+// to seed the counter high, for example from a microsecond clock
+// (time.Now().UnixMicro() is about 1.8e15, far below the math.MaxInt64
+// limit of versions). Raising the counter never harms: versions only need to
+// increase. A counter holding something other than an integer is an error,
+// and is left as it is.
+func (w *Writer) EnsureVersionAtLeast(ctx context.Context, v int64) (previous int64, err error) {
+	if v < 0 {
+		return 0, fmt.Errorf("streamq: write-behind raise version counter %s to %d: versions are positive; pass the sink's highest version, or 0 to read the counter", w.version, v)
+	}
+	previous, err = rdb.EnsureVersion(ctx, core.Of(w.q).RDB, w.version, v)
+	if err != nil {
+		return 0, fmt.Errorf("streamq: write-behind raise version counter %s to %d: %w", w.version, v, err)
+	}
+	return previous, nil
+}
+
+// maxResyncAttempts bounds the optimistic transactions of one Resync when
+// other writers keep changing the key.
+const maxResyncAttempts = 5
+
+// Resync queues key's current cache entry for the sink again, with a new
+// version, as if it had just been written with [Writer.Set] or
+// [Writer.SetFields] (a string or a hash, whichever the cache holds; the TTL
+// is set again as those would). It reads the entry and queues it in one
+// optimistic transaction (WATCH on the cache key, then the write script in
+// MULTI), so it never queues a value that a newer write replaced. It returns
+// the new version, or found false when the key is not cached, and then
+// changes nothing: an entry that is missing may have been deleted, expired or
+// evicted, and only the caller can tell which (call [Writer.Delete] if it was
+// deleted). When other writes keep changing the key during Resync, each of
+// them queued the key with a newer version itself: after a few attempts
+// Resync stops and returns version 0 (and whether the key is cached).
+//
+// Use it to repair keys whose changes a sink refused with
+// [ErrVersionRegressed], after raising the counter with
+// [Writer.EnsureVersionAtLeast]; the cache holds their newest value. It
+// changes the cache only in what Set or SetFields would (the TTL), and errors
+// are as for them; an entry of another type than a string or a hash is an
+// error.
+func (w *Writer) Resync(ctx context.Context, key string) (version int64, found bool, err error) {
+	if err := (Change{Key: key, Version: 1}).Validate(); err != nil {
+		return 0, false, err
+	}
+	ck := w.CacheKey(key)
+	trimmed := false
+	for attempt := 1; ; attempt++ {
+		err := core.Of(w.q).RDB.Watch(ctx, func(tx *redis.Tx) error {
+			var err error
+			version, found, err = w.resyncTx(ctx, tx, key, ck)
+			return err
+		}, ck)
+		switch {
+		case err == nil:
+			return version, found, nil
+		case errors.Is(err, redis.TxFailedErr) && attempt < maxResyncAttempts:
+			continue // the key changed (or expired): read it again
+		case errors.Is(err, redis.TxFailedErr):
+			// The writes that keep changing the key queue it themselves.
+			n, err := core.Of(w.q).RDB.Exists(ctx, ck).Result()
+			if err != nil {
+				return 0, false, w.writeError("resync", key, err)
+			}
+			return 0, n > 0, nil
+		case errors.Is(rdb.Translate(err), streamq.ErrQueueFull) && !trimmed:
+			trimmed = true
+			if n, terr := w.q.Trim(ctx); terr == nil && n > 0 {
+				continue
+			}
+		}
+		return 0, false, w.writeError("resync", key, err)
+	}
+}
+
+// resyncTx is one attempt of Resync, inside WATCH of the cache key ck.
+func (w *Writer) resyncTx(ctx context.Context, tx *redis.Tx, key, ck string) (int64, bool, error) {
+	typ, err := tx.Type(ctx, ck).Result()
+	if err != nil {
+		return 0, false, err
+	}
+	var (
+		op    string
+		value []byte
+		pairs []any
+	)
+	switch typ {
+	case "none":
+		return 0, false, nil
+	case "string":
+		op = OpSet
+		if value, err = tx.Get(ctx, ck).Bytes(); err != nil {
+			return 0, false, err // redis.Nil if it expired meanwhile: EXEC would fail anyway
+		}
+	case "hash":
+		op = OpSetFields
+		fields, err := tx.HGetAll(ctx, ck).Result()
+		if err != nil {
+			return 0, false, err
+		}
+		if value, pairs, err = encodeHash(key, fields); err != nil {
+			return 0, false, err
+		}
+	default:
+		return 0, false, fmt.Errorf("the cache key %s holds a %s, not a string or hash written by a Writer", ck, typ)
+	}
+	keys, args, err := w.prepare(ctx, op, key, value, pairs)
+	if err != nil {
+		return 0, false, err
+	}
+	var cmd *redis.Cmd
+	if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = rdb.WriteInTx(ctx, p, keys, args)
+		return nil
+	}); err != nil {
+		return 0, false, rdb.Translate(err)
+	}
+	v, err := parseVersion(cmd.Text())
+	return v, true, rdb.Translate(err)
 }
 
 // ownHeaders resets the wb-* headers of entry fields after enqueue hooks ran:
 // a hook cannot change the key or operation of a change, nor pre-empt the
-// version that scriptWrite adds.
+// version and issue time that the write script (internal/rdb) adds.
 func ownHeaders(fields []any, key, op string) []any {
 	for i := 0; i+1 < len(fields); i += 2 {
 		if fields[i] != "headers" {
@@ -316,86 +491,9 @@ func ownHeaders(fields []any, key, op string) []any {
 		_ = json.Unmarshal(raw, &h) // written by json.Marshal of a map[string]string
 		h[HeaderKey], h[HeaderOp] = key, op
 		delete(h, HeaderVersion)
+		delete(h, HeaderIssued)
 		b, _ := json.Marshal(h) // map[string]string always marshals
 		fields[i+1] = b
 	}
 	return fields
 }
-
-func isQueueFull(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "QUEUEFULL") }
-
-// scriptWrite applies one change to the cache and appends it to the stream.
-//
-// KEYS[1] the queue's stream
-// KEYS[2] the cache key, <prefix>:{<queue>}:cache:<key>
-// KEYS[3] the version counter, <prefix>:{<queue>}:wb:version
-// ARGV[1] stream cap (0 or less: none); reaching it refuses, never trims
-// ARGV[2] "set", "hset" or "del"
-// ARGV[3] cache TTL in ms for "set" and "hset" (0: no expiry)
-// ARGV[4] n, the number of stream entry arguments that follow
-// ARGV[5..4+n] field/value arguments of the stream entry (wire format v1,
-// from Producer.EntryFields); the "headers" field must be a non-empty JSON
-// object, and "payload" is the value stored by "set"
-// ARGV[5+n..] for "hset": the hash's field/value pairs (at least one)
-//
-// Returns the change's version. Errors with "QUEUEFULL ..." when the stream
-// holds cap entries, before writing anything. The writes are ordered so that a
-// command failing half way (which Redis does not roll back) can leave at most
-// an unused version number: INCR, then XADD, then the cache writes, which
-// cannot fail: SET; DEL; or DEL, HSET and PEXPIRE of a key that DEL just
-// removed, so it cannot have the wrong type (and once a script has written,
-// Redis no longer refuses its writes for maxmemory). HSET gets at most 500
-// pairs per call, since Lua's unpack is limited to a few thousand values.
-//
-// The version goes into the headers as "wb-version": it is appended last to
-// the JSON object, so it wins over a hook that set the same header.
-var scriptWrite = redis.NewScript(`
-local cap = tonumber(ARGV[1])
-if cap > 0 then
-  local len = redis.call('XLEN', KEYS[1])
-  if len >= cap then
-    return redis.error_reply('QUEUEFULL stream length ' .. len .. ', cap ' .. cap)
-  end
-end
-local version = redis.call('INCR', KEYS[3])
-local last = 4 + tonumber(ARGV[4])
-local fields = {}
-local value = ''
-for i = 5, last - 1, 2 do
-  local name, val = ARGV[i], ARGV[i + 1]
-  if name == 'headers' then
-    val = string.sub(val, 1, -2) .. ',"wb-version":"' .. version .. '"}'
-  elseif name == 'payload' then
-    value = val
-  end
-  fields[#fields + 1] = name
-  fields[#fields + 1] = val
-end
-redis.call('XADD', KEYS[1], '*', unpack(fields))
-local op, ttl = ARGV[2], tonumber(ARGV[3])
-if op == 'del' then
-  redis.call('DEL', KEYS[2])
-elseif op == 'hset' then
-  redis.call('DEL', KEYS[2])
-  local hargs = {}
-  for i = last + 1, #ARGV - 1, 2 do
-    hargs[#hargs + 1] = ARGV[i]
-    hargs[#hargs + 1] = ARGV[i + 1]
-    if #hargs >= 1000 then
-      redis.call('HSET', KEYS[2], unpack(hargs))
-      hargs = {}
-    end
-  end
-  if #hargs > 0 then
-    redis.call('HSET', KEYS[2], unpack(hargs))
-  end
-  if ttl > 0 then
-    redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  end
-elseif ttl > 0 then
-  redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
-else
-  redis.call('SET', KEYS[2], value)
-end
-return version
-`)

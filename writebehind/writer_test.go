@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -699,4 +700,291 @@ func TestDecodeFields(t *testing.T) {
 			}
 		})
 	}
+}
+
+// seedCounter sets the version counter of q, as an operator would.
+func seedCounter(t *testing.T, q *streamq.Queue, value string) {
+	t.Helper()
+	if err := core.Of(q).RDB.Set(t.Context(), core.Of(q).Keys.Part(writebehind.VersionKeyPart), value, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWriter_Version_Large(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		seed int64 // the counter before the write
+	}{
+		{"1e14", 1e14 - 1},              // Lua formats 1e14 as "1e+14"
+		{"2^53", 1<<53 - 1},             // the largest integer a Lua number holds exactly
+		{"2^53+1", 1 << 53},             // a Lua number would round it to 2^53
+		{"2^62+1", 1 << 62},             //
+		{"MaxInt64", math.MaxInt64 - 1}, // the last version
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			seedCounter(t, q, strconv.FormatInt(tc.seed, 10))
+			want := tc.seed + 1
+			before := time.Now().UnixMicro()
+			v, err := w.Set(ctx, "k", []byte("x"))
+			if err != nil || v != want {
+				t.Fatalf("Set = %d, %v; want version %d", v, err, want)
+			}
+			entries, err := core.Of(q).RDB.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
+			if err != nil || len(entries) != 1 {
+				t.Fatalf("stream: %d entries, %v; want 1", len(entries), err)
+			}
+			m := entryMessage(t, entries[0])
+			if got := m.Headers[writebehind.HeaderVersion]; got != strconv.FormatInt(want, 10) {
+				t.Fatalf("header %s = %q, want %d written exactly", writebehind.HeaderVersion, got, want)
+			}
+			ch, err := writebehind.FromMessage(m)
+			if err != nil || ch.Version != want {
+				t.Fatalf("FromMessage = %+v, %v; want version %d", ch, err, want)
+			}
+			// The test's Redis runs on this machine, on the same clock.
+			if ch.Issued < before-time.Minute.Microseconds() || ch.Issued > time.Now().UnixMicro()+time.Minute.Microseconds() {
+				t.Fatalf("issued %d, want about %d (the Redis clock in microseconds)", ch.Issued, before)
+			}
+		})
+	}
+
+	t.Run("beyond MaxInt64", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		q := newQueue(t, nil)
+		w := newWriter(t, q, nil)
+		if _, err := w.Set(ctx, "k", []byte("before")); err != nil {
+			t.Fatal(err)
+		}
+		seedCounter(t, q, strconv.FormatInt(math.MaxInt64, 10))
+		_, err := w.Set(ctx, "k", []byte("after"))
+		if err == nil || !strings.Contains(err.Error(), "overflow") || !strings.Contains(err.Error(), "versions range from 1 to 9223372036854775807") {
+			t.Fatalf("Set with the counter at MaxInt64 = %v, want an overflow error that names the range", err)
+		}
+		t.Log(err)
+		if n, _ := core.Of(q).RDB.XLen(ctx, core.Of(q).Keys.Stream).Result(); n != 1 {
+			t.Fatalf("stream holds %d entries, want only the first change", n)
+		}
+		if v, _, _ := w.Get(ctx, "k"); string(v) != "before" {
+			t.Fatalf("cache holds %q, want the value before the failed Set", v)
+		}
+	})
+
+	t.Run("negative counter", func(t *testing.T) {
+		t.Parallel()
+		q := newQueue(t, nil)
+		w := newWriter(t, q, nil)
+		seedCounter(t, q, "-5")
+		if _, err := w.Delete(t.Context(), "k"); err == nil || !strings.Contains(err.Error(), "not positive") {
+			t.Fatalf("Delete with a negative counter = %v, want an error", err)
+		}
+		if n, _ := core.Of(q).RDB.XLen(t.Context(), core.Of(q).Keys.Stream).Result(); n != 0 {
+			t.Fatalf("stream holds %d entries, want none", n)
+		}
+	})
+}
+
+func TestWriter_EnsureVersionAtLeast(t *testing.T) {
+	t.Parallel()
+	const p53 = int64(1) << 53
+	for _, tc := range []struct {
+		name     string
+		counter  string // "" means missing
+		floor    int64
+		previous int64
+		after    string // the counter afterwards
+	}{
+		{name: "missing", floor: 10, previous: 0, after: "10"},
+		{name: "lower", counter: "7", floor: 10, previous: 7, after: "10"},
+		{name: "higher", counter: "12", floor: 10, previous: 12, after: "12"},
+		{name: "equal", counter: "10", floor: 10, previous: 10, after: "10"},
+		{name: "read only", counter: "12", floor: 0, previous: 12, after: "12"},
+		{name: "read a missing counter", floor: 0, previous: 0, after: "0"},
+		{name: "negative", counter: "-7", floor: 3, previous: -7, after: "3"},
+		{name: "more digits", counter: "999", floor: 1000, previous: 999, after: "1000"},
+		// Equal as Lua numbers (doubles), different as integers.
+		{name: "above 2^53, raised", counter: strconv.FormatInt(p53, 10), floor: p53 + 1, previous: p53, after: strconv.FormatInt(p53+1, 10)},
+		{name: "above 2^53, kept", counter: strconv.FormatInt(p53+1, 10), floor: p53, previous: p53 + 1, after: strconv.FormatInt(p53+1, 10)},
+		{name: "MaxInt64", counter: "5", floor: math.MaxInt64, previous: 5, after: strconv.FormatInt(math.MaxInt64, 10)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			q := newQueue(t, nil)
+			w := newWriter(t, q, nil)
+			if tc.counter != "" {
+				seedCounter(t, q, tc.counter)
+			}
+			previous, err := w.EnsureVersionAtLeast(ctx, tc.floor)
+			if err != nil || previous != tc.previous {
+				t.Fatalf("EnsureVersionAtLeast(%d) = %d, %v; want %d", tc.floor, previous, err, tc.previous)
+			}
+			if got, err := core.Of(q).RDB.Get(ctx, core.Of(q).Keys.Part(writebehind.VersionKeyPart)).Result(); err != nil || got != tc.after {
+				t.Fatalf("counter = %q, %v; want %q", got, err, tc.after)
+			}
+			if tc.after == strconv.FormatInt(math.MaxInt64, 10) {
+				return
+			}
+			after, _ := strconv.ParseInt(tc.after, 10, 64)
+			if v, err := w.Set(ctx, "k", []byte("x")); err != nil || v != after+1 {
+				t.Fatalf("Set after EnsureVersionAtLeast = %d, %v; want version %d", v, err, after+1)
+			}
+		})
+	}
+
+	t.Run("errors", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		q := newQueue(t, nil)
+		w := newWriter(t, q, nil)
+		if _, err := w.EnsureVersionAtLeast(ctx, -1); err == nil {
+			t.Fatal("EnsureVersionAtLeast(-1) succeeded")
+		}
+		seedCounter(t, q, "not a number")
+		if _, err := w.EnsureVersionAtLeast(ctx, 5); err == nil || !strings.Contains(err.Error(), "not an integer") {
+			t.Fatalf("EnsureVersionAtLeast of a non-integer counter = %v, want an error", err)
+		}
+		if got, _ := core.Of(q).RDB.Get(ctx, core.Of(q).Keys.Part(writebehind.VersionKeyPart)).Result(); got != "not a number" {
+			t.Fatalf("counter = %q, want it left as it was", got)
+		}
+	})
+}
+
+func TestWriter_Resync(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	w := newWriter(t, q, &writebehind.WriterConfig{TTL: time.Hour})
+	if _, err := w.Set(ctx, "s", []byte("string value")); err != nil {
+		t.Fatal(err)
+	}
+	fields := map[string]string{"name": "Ada", "bio": "<math>"}
+	if _, err := w.SetFields(ctx, "h", fields); err != nil {
+		t.Fatal(err)
+	}
+	last, err := w.Delete(ctx, "gone")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		key   string
+		op    string
+		value []byte
+	}{
+		{"s", writebehind.OpSet, []byte("string value")},
+		{"h", writebehind.OpSetFields, encodeFields(t, fields)},
+	} {
+		v, found, err := w.Resync(ctx, tc.key)
+		if err != nil || !found || v != last+1 {
+			t.Fatalf("Resync(%q) = %d, %v, %v; want version %d", tc.key, v, found, err, last+1)
+		}
+		last = v
+		entries, err := core.Of(q).RDB.XRevRangeN(ctx, core.Of(q).Keys.Stream, "+", "-", 1).Result()
+		if err != nil || len(entries) != 1 {
+			t.Fatal(entries, err)
+		}
+		m := entryMessage(t, entries[0])
+		ch, err := writebehind.FromMessage(m)
+		if err != nil || ch.Key != tc.key || ch.Version != v || !bytes.Equal(ch.Value, tc.value) || m.Headers[writebehind.HeaderOp] != tc.op {
+			t.Fatalf("queued change %+v (op %s), %v; want %q = %q at version %d (op %s)", ch, m.Headers[writebehind.HeaderOp], err, tc.key, tc.value, v, tc.op)
+		}
+		if ttl, err := core.Of(q).RDB.PTTL(ctx, w.CacheKey(tc.key)).Result(); err != nil || ttl <= 0 {
+			t.Fatalf("PTTL of %q after Resync = %v, %v; want the writer's TTL", tc.key, ttl, err)
+		}
+	}
+	if got, _, err := w.GetFields(ctx, "h"); err != nil || !maps.Equal(got, fields) {
+		t.Fatalf("cache of h = %v, %v; want it unchanged", got, err)
+	}
+
+	n, _ := core.Of(q).RDB.XLen(ctx, core.Of(q).Keys.Stream).Result()
+	if v, found, err := w.Resync(ctx, "gone"); err != nil || found || v != 0 {
+		t.Fatalf("Resync of a key that is not cached = %d, %v, %v; want not found", v, found, err)
+	}
+	if err := core.Of(q).RDB.RPush(ctx, w.CacheKey("list"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.Resync(ctx, "list"); err == nil || !strings.Contains(err.Error(), "holds a list") {
+		t.Fatalf("Resync of a list = %v, want an error", err)
+	}
+	if m, _ := core.Of(q).RDB.XLen(ctx, core.Of(q).Keys.Stream).Result(); m != n {
+		t.Fatalf("stream grew from %d to %d entries, want nothing queued", n, m)
+	}
+}
+
+// TestWriter_Resync_Concurrent resyncs a key while another goroutine keeps
+// setting it: a resync may only queue the value the key had right before it,
+// never one that a newer Set replaced.
+func TestWriter_Resync_Concurrent(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	w := newWriter(t, q, nil)
+	if _, err := w.Set(ctx, "k", []byte("v0")); err != nil {
+		t.Fatal(err)
+	}
+	const sets = 300
+	done := make(chan error, 1)
+	go func() {
+		for i := 1; i <= sets; i++ {
+			if _, err := w.Set(ctx, "k", []byte("v"+strconv.Itoa(i))); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	queued, superseded := 0, 0 // resyncs that queued the key, or found it queued by a Set
+	deadline := time.Now().Add(time.Minute)
+	for finished := false; !finished; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the %d sets did not finish within a minute", sets)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished = true
+		default:
+		}
+		v, found, err := w.Resync(ctx, "k")
+		if err != nil || !found {
+			t.Fatalf("Resync = %v, %v", found, err)
+		}
+		if v > 0 {
+			queued++
+		} else {
+			superseded++
+		}
+	}
+	entries, err := core.Of(q).RDB.XRange(ctx, core.Of(q).Keys.Stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1+sets+queued {
+		t.Fatalf("stream holds %d entries, want %d", len(entries), 1+sets+queued)
+	}
+	var prev []byte
+	next := 1
+	for _, e := range entries {
+		ch, err := writebehind.FromMessage(entryMessage(t, e))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case prev == nil || bytes.Equal(ch.Value, prev): // the first, or a resync
+		case string(ch.Value) == "v"+strconv.Itoa(next):
+			next++
+		default:
+			t.Fatalf("entry %s queues %q after %q: a resync queued a stale value", e.ID, ch.Value, prev)
+		}
+		prev = ch.Value
+	}
+	t.Logf("%d resyncs queued the key and %d found it queued by a Set meanwhile, interleaved with %d sets", queued, superseded, sets)
 }

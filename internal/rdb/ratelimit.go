@@ -1,8 +1,13 @@
-package middleware
+package rdb
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"fmt"
 
-// scriptTakeToken is the shared token bucket of [RateLimiter]. A token that is
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptTakeToken is the shared token bucket of the rate limiter of package middleware. A token that is
 // not there yet may be reserved: the bucket goes negative and the caller
 // waits until its token is due, so waiting workers are served in order with
 // one round trip each and never poll. The clock is the Redis server's TIME,
@@ -50,3 +55,15 @@ redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'ts', stri
 redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
 return {1, wait}
 `)
+
+// TakeToken runs scriptTakeToken.
+func TakeToken(ctx context.Context, c redis.Scripter, key string, rate float64, burst int, maxWaitMillis int64) (took bool, waitMillis int64, err error) {
+	res, err := scriptTakeToken.Run(ctx, c, []string{key}, rate, burst, maxWaitMillis).Int64Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(res) != 2 {
+		return false, 0, fmt.Errorf("unexpected reply %v", res)
+	}
+	return res[0] == 1, res[1], nil
+}

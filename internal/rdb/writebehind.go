@@ -1,0 +1,172 @@
+package rdb
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// scriptWrite applies one change to the cache and appends it to the stream.
+//
+// KEYS[1] the queue's stream
+// KEYS[2] the cache key, <prefix>:{<queue>}:cache:<key>
+// KEYS[3] the version counter, <prefix>:{<queue>}:wb:version
+// ARGV[1] stream cap (0 or less: none); reaching it refuses, never trims
+// ARGV[2] "set", "hset" or "del"
+// ARGV[3] cache TTL in ms for "set" and "hset" (0: no expiry)
+// ARGV[4] n, the number of stream entry arguments that follow
+// ARGV[5..4+n] field/value arguments of the stream entry (wire format v1);
+// the "headers" field must be a non-empty JSON
+// object, and "payload" is the value stored by "set"
+// ARGV[5+n..] for "hset": the hash's field/value pairs (at least one)
+//
+// Returns the change's version as a decimal string. Errors with "QUEUEFULL
+// ..." when the stream holds cap entries, before writing anything, and with
+// "VERSIONCOUNTER ..." when the counter cannot be incremented (not an
+// integer, or at 2^63-1) or is not positive after it. The writes are ordered
+// so that a command failing half way (which Redis does not roll back) can
+// leave at most an unused version number: INCR, then XADD, then the cache
+// writes, which
+// cannot fail: SET; DEL; or DEL, HSET and PEXPIRE of a key that DEL just
+// removed, so it cannot have the wrong type (and once a script has written,
+// Redis no longer refuses its writes for maxmemory). HSET gets at most 500
+// pairs per call, since Lua's unpack is limited to a few thousand values.
+//
+// The version goes into the headers as "wb-version" and the server's clock
+// in microseconds as "wb-issued": they are appended last to the JSON object,
+// so they win over a hook that set the same headers. The version is never a
+// Lua number: INCR's reply is one (a double, exact only up to 2^53, and
+// formatted as 1e+14 from 10^14 up), so the script reads the counter back
+// with GET, whose reply is the exact decimal string, and returns that.
+var scriptWrite = redis.NewScript(`
+local cap = tonumber(ARGV[1])
+if cap > 0 then
+  local len = redis.call('XLEN', KEYS[1])
+  if len >= cap then
+    return redis.error_reply('QUEUEFULL stream length ' .. len .. ', cap ' .. cap)
+  end
+end
+local incr = redis.pcall('INCR', KEYS[3])
+if type(incr) == 'table' then
+  return redis.error_reply('VERSIONCOUNTER ' .. incr.err)
+end
+local version = redis.call('GET', KEYS[3])
+if incr < 1 then
+  return redis.error_reply('VERSIONCOUNTER the counter is ' .. version .. ', not positive')
+end
+local now = redis.call('TIME')
+local issued = now[1] .. string.format('%06d', tonumber(now[2]))
+local last = 4 + tonumber(ARGV[4])
+local fields = {}
+local value = ''
+for i = 5, last - 1, 2 do
+  local name, val = ARGV[i], ARGV[i + 1]
+  if name == 'headers' then
+    val = string.sub(val, 1, -2) .. ',"wb-version":"' .. version .. '","wb-issued":"' .. issued .. '"}'
+  elseif name == 'payload' then
+    value = val
+  end
+  fields[#fields + 1] = name
+  fields[#fields + 1] = val
+end
+redis.call('XADD', KEYS[1], '*', unpack(fields))
+local op, ttl = ARGV[2], tonumber(ARGV[3])
+if op == 'del' then
+  redis.call('DEL', KEYS[2])
+elseif op == 'hset' then
+  redis.call('DEL', KEYS[2])
+  local hargs = {}
+  for i = last + 1, #ARGV - 1, 2 do
+    hargs[#hargs + 1] = ARGV[i]
+    hargs[#hargs + 1] = ARGV[i + 1]
+    if #hargs >= 1000 then
+      redis.call('HSET', KEYS[2], unpack(hargs))
+      hargs = {}
+    end
+  end
+  if #hargs > 0 then
+    redis.call('HSET', KEYS[2], unpack(hargs))
+  end
+  if ttl > 0 then
+    redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  end
+elseif ttl > 0 then
+  redis.call('SET', KEYS[2], value, 'PX', ARGV[3])
+else
+  redis.call('SET', KEYS[2], value)
+end
+return version
+`)
+
+// scriptEnsureVersion raises the version counter to a floor.
+//
+// KEYS[1] the version counter, <prefix>:{<queue>}:wb:version
+// ARGV[1] the floor: a decimal integer from 0 to 2^63-1 without leading zeros
+//
+// Returns the counter's value before, as a decimal string ("0" when it was
+// missing: INCRBY 0 creates it, and fails on a counter that is not an
+// integer). The values are compared as decimal strings, never as Lua
+// numbers, which are exact only up to 2^53.
+var scriptEnsureVersion = redis.NewScript(`
+redis.call('INCRBY', KEYS[1], 0)
+local cur, floor = redis.call('GET', KEYS[1]), ARGV[1]
+local lower
+if string.sub(cur, 1, 1) == '-' then
+  lower = true
+elseif #cur ~= #floor then
+  lower = #cur < #floor
+else
+  lower = false
+  for i = 1, #cur do
+    local a, b = string.byte(cur, i), string.byte(floor, i)
+    if a ~= b then
+      lower = a < b
+      break
+    end
+  end
+end
+if lower then
+  redis.call('SET', KEYS[1], floor)
+end
+return cur
+`)
+
+// WriteKeys returns the KEYS of scriptWrite.
+func WriteKeys(k Keys, cacheKey, versionKey string) []string {
+	return []string{k.Stream, cacheKey, versionKey}
+}
+
+// Write runs scriptWrite (args are ARGV from ARGV[1] on) and returns its
+// reply command, whose error is translated: a QUEUEFULL reply wraps
+// [ErrQueueFull].
+func Write(ctx context.Context, c redis.Scripter, keys []string, args []any) (string, error) {
+	v, err := scriptWrite.Run(ctx, c, keys, args...).Text()
+	return v, Translate(err)
+}
+
+// WriteInTx queues scriptWrite in a MULTI pipeline, as EVAL (a NOSCRIPT
+// reply could not be retried in MULTI).
+func WriteInTx(ctx context.Context, p redis.Pipeliner, keys []string, args []any) *redis.Cmd {
+	return scriptWrite.Eval(ctx, p, keys, args...)
+}
+
+// IsVersionCounter reports scriptWrite's refusal of a version counter it
+// cannot increment, and returns the reason.
+func IsVersionCounter(err error) (string, bool) {
+	const prefix = "VERSIONCOUNTER "
+	if !redis.HasErrorPrefix(err, prefix) {
+		return "", false
+	}
+	s := err.Error()
+	return s[len(prefix):], true
+}
+
+// EnsureVersion runs scriptEnsureVersion and returns the counter before.
+func EnsureVersion(ctx context.Context, c redis.Scripter, versionKey string, floor int64) (int64, error) {
+	s, err := scriptEnsureVersion.Run(ctx, c, []string{versionKey}, strconv.FormatInt(floor, 10)).Text()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
