@@ -277,7 +277,10 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 			started++
 		}
 		r.pool.Release(n - started)
-		full = len(ds) == int(n)
+		// A backlog is likely when a large fetch came back full; a small
+		// one that did (most slots were busy) says nothing, and waiting for
+		// every slot then would only delay the jobs that arrive meanwhile.
+		full = len(ds) == int(n) && 2*n >= conc
 	}
 }
 

@@ -436,3 +436,46 @@ func TestPool_ReusesGoroutines(t *testing.T) {
 		t.Errorf("%d handler goroutines started for 200 jobs run one at a time, want at most 2×Concurrency = 8", started)
 	}
 }
+
+// TestJob_LazyContext checks the job's context before and after its
+// cancelable context exists: not cancelled, Cause nil; cancelled before
+// anyone asked, then Done is closed and Cause reports the cause; a handler
+// waiting on Done before the cancel sees it; values of the parent pass
+// through.
+func TestJob_LazyContext(t *testing.T) {
+	t.Parallel()
+	type key struct{}
+	p := New(context.WithValue(context.Background(), key{}, "v"), Config{Concurrency: 1, LostCause: errLost}, noWork(t))
+	t.Cleanup(p.Close)
+
+	quiet := p.Register("quiet", 0)
+	if quiet.Err() != nil || context.Cause(quiet) != nil || quiet.Value(key{}) != "v" {
+		t.Errorf("fresh job: err %v cause %v value %v", quiet.Err(), context.Cause(quiet), quiet.Value(key{}))
+	}
+	if quiet.inner.Load() != nil {
+		t.Error("the cancelable context was made before anyone needed it")
+	}
+	quiet.cancelWith(errLost)
+	if !errors.Is(quiet.Err(), context.Canceled) || !errors.Is(context.Cause(quiet), errLost) || quiet.Value(key{}) != "v" {
+		t.Errorf("cancelled before use: err %v cause %v value %v", quiet.Err(), context.Cause(quiet), quiet.Value(key{}))
+	}
+	select {
+	case <-quiet.Done():
+	default:
+		t.Error("Done of a job cancelled before use is not closed")
+	}
+
+	waiter := p.Register("waiter", 0)
+	child, cancel := context.WithCancel(waiter) // asks for Done
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { <-child.Done(); done <- context.Cause(child) }()
+	waiter.cancelWith(errShutdown)
+	if err := recv(t, done, "the derived context's cancel"); !errors.Is(err, errShutdown) {
+		t.Errorf("derived context's cause %v, want the shutdown cause", err)
+	}
+	waiter.cancelWith(errLost) // the first cause stays
+	if !errors.Is(context.Cause(waiter), errShutdown) {
+		t.Errorf("cause after a second cancel: %v, want the first", context.Cause(waiter))
+	}
+}
