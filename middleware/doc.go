@@ -41,8 +41,8 @@
 // streamq.Middleware, such as a worker of the priority package, not only
 // with [streamq.Consumer]. A runtime that leaves Message.Group empty gets the
 // consumer group attribute from [TracingConfig.Group]; one that runs
-// [RateLimiter.Middleware] must understand [streamq.Postpone] (runtimes that
-// settle jobs with [streamq.Decide] do).
+// [RateLimiter.Middleware] must understand [streamq.Postpone] (the stream
+// consumer and the priority worker do).
 //
 // # Tracing
 //

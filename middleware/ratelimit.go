@@ -154,7 +154,7 @@ func (l *RateLimiter) Wait(ctx context.Context) error {
 // than it may start.
 //
 // The middleware needs a runtime that understands [streamq.Postpone] (the
-// [streamq.Consumer] does, through [streamq.Decide]).
+// [streamq.Consumer] and the priority worker do).
 func (l *RateLimiter) Middleware() streamq.Middleware {
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {

@@ -57,7 +57,7 @@
 //
 // # Redis keys
 //
-// All keys share the queue's hash tag (see [streamq.Queue.Key]):
+// All keys share the queue's hash tag, "<prefix>:{<queue>}:":
 //
 //   - <prefix>:{<queue>}:periodic:<name>:<tick Unix ms> holds the entry ID of
 //     the tick's job. It expires twice the gap to the following tick plus one

@@ -56,14 +56,16 @@
 //     pending in the group, and acknowledges it in the same script, so
 //     neither a crash between reading and forwarding nor any retry can lose
 //     or double a job.
-//   - The rules of the stream consumer apply, through the functions streamq
-//     exports for adapters: [streamq.Decide] retries failed jobs with
-//     backoff (through the delayed set) or dead-letters them after
-//     MaxDeliveries or on a [streamq.Permanent] error; a job whose runs were
-//     cut short by crashes is charged for them ([streamq.Exhausted]), and
-//     its last allowed attempt runs alone, so a job that crashes its worker
-//     ends in the dead-letter stream instead of killing workers forever,
-//     while its neighbours are not blamed; panics are recovered into
+//   - The rules of the stream consumer apply: the worker runs on the same
+//     engine. Failed jobs are retried with backoff (through the delayed set)
+//     or dead-lettered after MaxDeliveries or on a [streamq.Permanent]
+//     error; an attempt is charged when a handler starts (a lease that
+//     expires while its handler ran counts as one), a job whose runs were
+//     cut short by crashes makes its last allowed attempt alone, so a job
+//     that crashes its worker ends in the dead-letter stream instead of
+//     killing workers forever, while its neighbours are not blamed; a pop
+//     re-sent after a lost reply returns the jobs the first one leased;
+//     panics are recovered into
 //     [*streamq.PanicError]; JobTimeout cancels the handler's context with
 //     [streamq.ErrJobTimeout]. Dead letters go to the queue's own
 //     dead-letter stream, where [streamq.Queue.DeadLetters] lists, requeues
@@ -92,8 +94,8 @@
 //
 // # Redis keys
 //
-// All keys share the queue's hash tag (see [streamq.Queue.Key]), so every
-// script runs on Redis Cluster:
+// All keys share the queue's hash tag, so every script runs on Redis
+// Cluster:
 //
 //   - <prefix>:{<queue>}:priority: the ready set; members
 //     "<seq>:<score>:<job ID>", score -priority (priority with LowerFirst).
@@ -106,6 +108,10 @@
 //     fields (stream wire format version 1, as one MessagePack array).
 //   - <prefix>:{<queue>}:priority:deliveries: a hash of job ID to the
 //     number of its runs that were cut short since its last retry.
+//   - <prefix>:{<queue>}:priority:waiting: leases whose job waits,
+//     uncharged, to run alone; their expiry counts nothing.
+//   - <prefix>:{<queue>}:priority:pop:<run>: a worker run's last pop, so a
+//     re-sent pop returns the same jobs; it expires with the lease.
 //   - <prefix>:{<queue>}:priority:seq: the sequence counter; never delete it
 //     while jobs wait.
 //   - <prefix>:{<queue>}:priority:notify: the wake-up stream.

@@ -58,7 +58,7 @@
 //
 // # Redis keys and wire format
 //
-// All keys share the queue's hash tag (see [streamq.Queue.Key]), so the
+// All keys share the queue's hash tag, "<prefix>:{<queue>}:", so the
 // script runs on Redis Cluster:
 //
 //   - <prefix>:{<queue>}:cache:<key> is the cached value: a plain string

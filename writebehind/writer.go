@@ -49,8 +49,8 @@ const (
 	OpDelete = "del"
 )
 
-// Redis key parts of a [Writer], passed to [streamq.Queue.Key] so that they
-// share the queue's hash tag.
+// Redis key parts of a [Writer], after the queue's "<prefix>:{<queue>}:", so
+// that they share the queue's hash tag.
 const (
 	// CacheKeyPrefix starts the part of the cache key of every key:
 	// <prefix>:{<queue>}:cache:<key>.
