@@ -96,7 +96,7 @@ func counters(rm metricdata.ResourceMetrics) []string {
 				var attrs []string
 				for _, kv := range p.Attributes.ToSlice() {
 					if kv.Key != "messaging.destination.name" {
-						attrs = append(attrs, string(kv.Key)+"="+kv.Value.Emit())
+						attrs = append(attrs, string(kv.Key)+"="+kv.Value.String())
 					}
 				}
 				name := m.Name
@@ -196,7 +196,7 @@ func Example() {
 			slices.SortFunc(attrs, func(a, b attribute.KeyValue) int { return strings.Compare(string(a.Key), string(b.Key)) })
 			for _, kv := range attrs {
 				if kv.Key != "messaging.message.id" { // the stream entry ID, different every run
-					lines = append(lines, fmt.Sprintf("  %s = %s", kv.Key, kv.Value.Emit()))
+					lines = append(lines, fmt.Sprintf("  %s = %s", kv.Key, kv.Value.String()))
 				}
 			}
 		}

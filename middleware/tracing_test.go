@@ -136,7 +136,7 @@ func TestTracing_EndToEnd(t *testing.T) {
 		}
 		for k, v := range want {
 			if attrs[k] != v {
-				t.Errorf("span of %s: %s = %v, want %v", id, k, attrs[k].Emit(), v.Emit())
+				t.Errorf("span of %s: %s = %v, want %v", id, k, attrs[k].String(), v.String())
 			}
 		}
 	}
@@ -310,7 +310,7 @@ func TestTracing_NoStartAttributes(t *testing.T) {
 				middleware.AttrAttempt:          attribute.IntValue(1),
 			} {
 				if attrs[k] != v {
-					t.Errorf("%s = %v, want %v", k, attrs[k].Emit(), v.Emit())
+					t.Errorf("%s = %v, want %v", k, attrs[k].String(), v.String())
 				}
 			}
 			if got := len(s.Attributes()); got != 7 {
