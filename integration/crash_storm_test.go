@@ -1,0 +1,362 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/proctest"
+	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testworker"
+)
+
+// Crash storm settings. Jobs 0..stormNormal-1 are normal; the pills follow:
+// first the exit pills, then the panic pills, then the failing ones.
+const (
+	stormNormal        = 1000
+	stormExit          = 25
+	stormPanic         = 20
+	stormFail          = 30
+	stormJobs          = stormNormal + stormExit + stormPanic + stormFail
+	stormRounds        = 2
+	stormWorkers       = 3
+	stormConcurrency   = 16
+	stormMaxDeliveries = 3
+	stormMinIdle       = time.Second
+	stormWork          = "2ms-20ms"       // simulated work of a normal job
+	stormRoundTimeout  = 45 * time.Second // bound on one round
+	// stormMaxCrashes bounds the worker restarts of a round: every exit is
+	// an exit pill's start, and each pill starts MaxDeliveries times.
+	stormMaxCrashes = stormExit * stormMaxDeliveries
+)
+
+// stormKind is what a job of the storm does at every start.
+type stormKind int
+
+const (
+	stormOK stormKind = iota
+	stormExits
+	stormPanics
+	stormFails
+)
+
+func (k stormKind) String() string {
+	return [...]string{"normal", "exit", "panic", "fail"}[k]
+}
+
+// stormKindOf returns the kind of job number n.
+func stormKindOf(n int) stormKind {
+	switch {
+	case n < stormNormal:
+		return stormOK
+	case n < stormNormal+stormExit:
+		return stormExits
+	case n < stormNormal+stormExit+stormPanic:
+		return stormPanics
+	default:
+		return stormFails
+	}
+}
+
+// stormSpan returns the job numbers of kind k as a flag value "a-b".
+func stormSpan(k stormKind) string {
+	lo := 0
+	for stormKindOf(lo) != k {
+		lo++
+	}
+	hi := lo
+	for hi+1 < stormJobs && stormKindOf(hi+1) == k {
+		hi++
+	}
+	return fmt.Sprintf("%d-%d", lo, hi)
+}
+
+// stormResult is what one round left in Redis, by job number.
+type stormResult struct {
+	started map[string]int                  // handler starts, counted by the handler
+	attempt map[string]int                  // Message.Attempt of the latest start
+	handled map[string]int                  // completions
+	dead    map[string][]streamq.DeadLetter // by payload
+	crashes int
+	took    time.Duration
+}
+
+// TestCrash_Storm (issue #15) runs three worker processes over a queue of
+// normal jobs mixed with poison pills that end the process (os.Exit), panic
+// or fail at every start, restarts a worker whenever one dies, and checks
+// guarantee 6 (exact attempts) from outside the workers: every poison job
+// is dead-lettered after exactly MaxDeliveries handler starts, as counted by
+// the handler in Redis before anything else, and its dead letter records
+// that many attempts; no normal job is dead-lettered, although its runs are
+// cut short by the pills running beside it (its last attempt runs alone);
+// nothing is lost. Each round uses a fresh queue.
+//
+// The exit pills quiesce before they exit (see testworker.Quiesce): they
+// cancel their worker's Run, so it stops reading, and wait until every job
+// the worker holds has entered its handler, with its start counted, or
+// waits to run alone. Without that, a job whose read reply had just been
+// sent (Redis counts the delivery then), or that was just charged before
+// its handler, would die in the microseconds before its handler's entry:
+// charged without a start, a window no library can close, and the test
+// could not count exactly. The exit still kills the handlers running beside
+// the pill and the jobs waiting to run alone: those are the cases that
+// must be exact. Issue #15 was a job waiting to run alone that was charged
+// a start when its worker died; the sub-test NoChargeWithoutStart catches
+// that (and ExactAttempts and NothingLost fail with it).
+func TestCrash_Storm(t *testing.T) {
+	t.Parallel()
+	bin := proctest.Build(t, crashWorkerPkg)
+	for round := 1; round <= stormRounds; round++ {
+		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
+			r := stormRun(t, bin)
+			t.Run("NothingLost", r.nothingLost)
+			t.Run("ExactAttempts", r.exactAttempts)
+			t.Run("NoChargeWithoutStart", r.noChargeWithoutStart)
+			r.report(t)
+		})
+	}
+}
+
+// stormRun runs one round on a fresh queue and returns what it left.
+func stormRun(t *testing.T, bin string) *stormResult {
+	t.Helper()
+	rdb := redistest.NewClient(t)
+	q, p := relQueue(t, rdb, nil)
+	ctx := context.Background()
+	logDir := t.TempDir()
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, seed>>1))
+	extra := []string{
+		"-concurrency", strconv.Itoa(stormConcurrency),
+		"-min-idle", stormMinIdle.String(),
+		"-max-deliveries", strconv.Itoa(stormMaxDeliveries),
+		"-work", stormWork,
+		"-exit-on", stormSpan(stormExits),
+		"-panic-on", stormSpan(stormPanics),
+		"-fail-on", stormSpan(stormFails),
+	}
+	gen := 0
+	start := func(slot int) *proctest.Proc {
+		gen++
+		return crashStart(t, bin, q, fmt.Sprintf("s%d-g%d", slot, gen), logDir, extra...)
+	}
+	workers := make([]*proctest.Proc, stormWorkers)
+	for i := range workers {
+		workers[i] = start(i)
+	}
+	for _, w := range workers {
+		w.WaitReady(t, crashReady)
+	}
+
+	payloads := numbers(0, stormJobs)
+	rng.Shuffle(len(payloads), func(i, j int) { payloads[i], payloads[j] = payloads[j], payloads[i] })
+	t.Logf("job order seed %d", seed)
+	begin := time.Now()
+	enqueueAll(t, p, payloads)
+
+	crashes := 0
+	handledKey := core.Of(q).Keys.Part(testworker.KeyHandled)
+	redistest.WaitFor(t, stormRoundTimeout, "every normal job handled and every pill dead-lettered", func() bool {
+		for i, w := range workers {
+			if !w.Exited() {
+				continue
+			}
+			stormCheckExit(t, w)
+			if crashes++; crashes > stormMaxCrashes {
+				t.Fatalf("workers died %d times, more than the %d starts of the exit pills", crashes, stormMaxCrashes)
+			}
+			workers[i] = start(i)
+		}
+		dead, err1 := rdb.XLen(ctx, core.Of(q).Keys.Dead).Result()
+		handled, err2 := rdb.HLen(ctx, handledKey).Result()
+		return err1 == nil && err2 == nil && dead >= stormJobs-stormNormal && handled >= stormNormal
+	})
+	relSettled(t, q, stormJobs-stormNormal, stormRoundTimeout)
+	took := time.Since(begin)
+	for _, w := range workers {
+		if w.Exited() { // a pill's last start, after the queue settled
+			stormCheckExit(t, w)
+			crashes++
+			continue
+		}
+		w.Stop(t, crashStop)
+	}
+
+	r := &stormResult{
+		started: stormHash(t, q, testworker.KeyStarted),
+		attempt: stormHash(t, q, testworker.KeyAttempt),
+		handled: stormHash(t, q, testworker.KeyHandled),
+		dead:    make(map[string][]streamq.DeadLetter),
+		crashes: crashes,
+		took:    took,
+	}
+	for _, dl := range allDeadLetters(t, q) {
+		r.dead[string(dl.Payload)] = append(r.dead[string(dl.Payload)], dl)
+	}
+	return r
+}
+
+// stormCheckExit fails the test unless the worker w, which has ended, was
+// ended by an exit pill that quiesced its worker first.
+func stormCheckExit(t *testing.T, w *proctest.Proc) {
+	t.Helper()
+	var ee *exec.ExitError
+	switch err := w.Err(); {
+	case errors.As(err, &ee) && ee.ExitCode() == testworker.ExitPill:
+	case errors.As(err, &ee) && ee.ExitCode() == testworker.ExitUnquiesced:
+		t.Fatalf("%s: an exit pill could not quiesce its worker in time, so the starts cannot be counted exactly; stderr:\n%s", w.Name(), w.Stderr())
+	default:
+		t.Fatalf("%s ended with %v, want exit status %d from an exit pill; stderr:\n%s", w.Name(), err, testworker.ExitPill, w.Stderr())
+	}
+}
+
+// stormHash reads the bookkeeping hash part of q as job number -> count.
+func stormHash(t *testing.T, q *streamq.Queue, part string) map[string]int {
+	t.Helper()
+	raw, err := core.Of(q).RDB.HGetAll(context.Background(), core.Of(q).Keys.Part(part)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]int, len(raw))
+	for k, v := range raw {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("%s[%s] = %q: %v", part, k, v, err)
+		}
+		out[k] = n
+	}
+	return out
+}
+
+// nothingLost: every normal job was handled and none was dead-lettered;
+// every pill was dead-lettered once and never handled.
+func (r *stormResult) nothingLost(t *testing.T) {
+	var missing, wrongDead, pillHandled, pillNotDead []string
+	for n := range stormJobs {
+		job := strconv.Itoa(n)
+		if stormKindOf(n) == stormOK {
+			if r.handled[job] == 0 {
+				missing = append(missing, job)
+			}
+			if len(r.dead[job]) > 0 {
+				wrongDead = append(wrongDead, fmt.Sprintf("%s(%d starts, attempts %d: %s)", job, r.started[job], r.dead[job][0].Attempts, r.dead[job][0].Error))
+			}
+			continue
+		}
+		if r.handled[job] > 0 {
+			pillHandled = append(pillHandled, job)
+		}
+		if len(r.dead[job]) != 1 {
+			pillNotDead = append(pillNotDead, fmt.Sprintf("%s(%d dead letters)", job, len(r.dead[job])))
+		}
+	}
+	if len(missing)+len(wrongDead)+len(pillHandled)+len(pillNotDead) > 0 {
+		t.Errorf("normal jobs never handled: %d %v; normal jobs dead-lettered: %d %v; pills handled: %v; pills not dead-lettered once: %v",
+			len(missing), head(missing), len(wrongDead), head(wrongDead), head(pillHandled), head(pillNotDead))
+	}
+}
+
+// exactAttempts: every pill started exactly MaxDeliveries times and its
+// dead letter records that many attempts; the Attempt of every job's latest
+// start equals its counted starts.
+func (r *stormResult) exactAttempts(t *testing.T) {
+	var bad []string
+	for n := stormNormal; n < stormJobs; n++ {
+		job := strconv.Itoa(n)
+		dls := r.dead[job]
+		if r.started[job] != stormMaxDeliveries || len(dls) != 1 || dls[0].Attempts != r.started[job] || dls[0].Reason != streamq.ReasonMaxDeliveries {
+			got := "no dead letter"
+			if len(dls) > 0 {
+				got = fmt.Sprintf("dead letter: %d attempts, reason %s (%s)", dls[0].Attempts, dls[0].Reason, dls[0].Error)
+			}
+			bad = append(bad, fmt.Sprintf("%s pill %s: %d starts, %s", stormKindOf(n), job, r.started[job], got))
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d pills not dead-lettered after exactly %d starts with that many attempts:\n%s", len(bad), stormMaxDeliveries, strings.Join(head(bad), "\n"))
+	}
+	var off []string
+	for job, starts := range r.started {
+		if r.attempt[job] != starts {
+			off = append(off, fmt.Sprintf("%s: latest start was attempt %d of %d starts", job, r.attempt[job], starts))
+		}
+	}
+	slices.Sort(off)
+	if len(off) > 0 {
+		t.Errorf("%d jobs whose Message.Attempt does not match their starts:\n%s", len(off), strings.Join(head(off), "\n"))
+	}
+}
+
+// noChargeWithoutStart: no job was charged an attempt its handler never
+// started: no dead letter records more attempts than its job's counted
+// starts, and no start's Attempt is above the starts counted up to it. The
+// bug of issue #15 (a job waiting to run alone was charged a start when its
+// worker died) breaks both.
+func (r *stormResult) noChargeWithoutStart(t *testing.T) {
+	var bad []string
+	for job, dls := range r.dead {
+		for _, dl := range dls {
+			if dl.Attempts > r.started[job] {
+				bad = append(bad, fmt.Sprintf("job %s dead-lettered with %d attempts after %d starts: %s", job, dl.Attempts, r.started[job], dl.Error))
+			}
+		}
+	}
+	for job, a := range r.attempt {
+		if a > r.started[job] {
+			bad = append(bad, fmt.Sprintf("job %s ran as attempt %d at its start number %d", job, a, r.started[job]))
+		}
+	}
+	slices.Sort(bad)
+	if len(bad) > 0 {
+		t.Errorf("%d jobs charged for starts that never happened:\n%s", len(bad), strings.Join(head(bad), "\n"))
+	}
+}
+
+// report logs the round's figures.
+func (r *stormResult) report(t *testing.T) {
+	duplicates, dupJobs := 0, 0
+	normalStarts := map[int]int{} // starts -> normal jobs
+	pillStarts := map[stormKind]map[int]int{stormExits: {}, stormPanics: {}, stormFails: {}}
+	for n := range stormJobs {
+		job := strconv.Itoa(n)
+		k := stormKindOf(n)
+		if k == stormOK {
+			normalStarts[r.started[job]]++
+			if h := r.handled[job]; h > 1 {
+				duplicates += h - 1
+				dupJobs++
+			}
+			continue
+		}
+		pillStarts[k][r.started[job]]++
+	}
+	t.Logf("%d normal jobs and %d+%d+%d exit/panic/fail pills, %d workers x %d, MaxDeliveries %d, MinIdle %s: "+
+		"%d crashes, %d duplicate runs (%d jobs), settled in %s",
+		stormNormal, stormExit, stormPanic, stormFail, stormWorkers, stormConcurrency, stormMaxDeliveries, stormMinIdle,
+		r.crashes, duplicates, dupJobs, r.took.Round(time.Millisecond))
+	t.Logf("starts per job (starts:jobs): normal %s; exit pills %s; panic pills %s; fail pills %s",
+		stormHistogram(normalStarts), stormHistogram(pillStarts[stormExits]), stormHistogram(pillStarts[stormPanics]), stormHistogram(pillStarts[stormFails]))
+}
+
+// stormHistogram formats starts -> jobs as "1:950 2:40 3:10".
+func stormHistogram(h map[int]int) string {
+	keys := make([]int, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d:%d", k, h[k])
+	}
+	return strings.Join(parts, " ")
+}
