@@ -217,6 +217,7 @@ func (r Range) Pick() time.Duration {
 const (
 	KeyStarted  = "test:started"
 	KeyAttempt  = "test:attempt"
+	KeyStartLog = "test:startlog"
 	KeyHandled  = "test:handled"
 	KeyInflight = "test:inflight:" // + consumer or worker name
 )
@@ -230,6 +231,8 @@ const (
 //   - [KeyAttempt]: hash job number -> the Message.Attempt of its latest
 //     start, set with the start (so a test can compare the library's count
 //     of attempts with the starts it counted itself);
+//   - [KeyStartLog]: list of "<job number> <owner> <job ID> <attempt>",
+//     one per start, for the failure messages of a test;
 //   - [KeyHandled]: hash job number -> completions (HINCRBY);
 //   - [KeyInflight] + owner name: hash job number -> job ID, set when a job
 //     starts on this consumer or worker and removed in the transaction that
@@ -240,24 +243,26 @@ const (
 // handler returns nil, so that a test sees every run that could have had an
 // effect.
 type Books struct {
-	rdb                                 redis.UniversalClient
-	started, attempt, handled, inflight string
-	work                                Range
-	crashOn                             int
-	pills                               Pills
-	running                             atomic.Int64
+	rdb                                           redis.UniversalClient
+	started, attempt, startLog, handled, inflight string
+	owner                                         string
+	work                                          Range
+	crashOn                                       int
+	pills                                         Pills
+	running                                       atomic.Int64
 }
 
 // NewBooks returns Books for the jobs of q that work for a duration picked
 // from work. Call [Books.SetOwner] before the first job runs.
 func NewBooks(q *streamq.Queue, work Range) *Books {
 	k := core.Of(q).Keys
-	return &Books{rdb: core.Of(q).RDB, started: k.Part(KeyStarted), attempt: k.Part(KeyAttempt), handled: k.Part(KeyHandled), work: work, crashOn: -1}
+	return &Books{rdb: core.Of(q).RDB, started: k.Part(KeyStarted), attempt: k.Part(KeyAttempt), startLog: k.Part(KeyStartLog), handled: k.Part(KeyHandled), work: work, crashOn: -1}
 }
 
 // SetOwner names the consumer or worker of q whose jobs b handles: it sets
 // the in-flight key. Call it before the first job runs.
 func (b *Books) SetOwner(q *streamq.Queue, name string) {
+	b.owner = name
 	b.inflight = core.Of(q).Keys.Part(KeyInflight + name)
 }
 
@@ -294,6 +299,7 @@ func (b *Books) Handle(ctx context.Context, m *streamq.Message) error {
 		p.HIncrBy(ctx, b.started, field, 1)
 		p.HSet(ctx, b.attempt, field, m.Attempt)
 		p.HSet(ctx, b.inflight, field, m.ID)
+		p.RPush(ctx, b.startLog, fmt.Sprintf("%d %s %s %d", n, b.owner, m.ID, m.Attempt))
 		return nil
 	}); err != nil {
 		return fmt.Errorf("record start of job %d: %w", n, err)
