@@ -217,13 +217,7 @@ func TestFault_LostReadReplyRunsOnce(t *testing.T) {
 	t.Parallel()
 	direct := redistest.NewClient(t)
 	dq, p := relQueue(t, direct, nil)
-	proxy, err := faultproxy.New(redistest.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = viaProxy.Close() })
+	proxy, viaProxy := redistest.NewProxiedClient(t)
 	q, err := streamq.NewQueue(viaProxy, dq.Name(), nil)
 	if err != nil {
 		t.Fatal(err)

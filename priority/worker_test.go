@@ -781,13 +781,7 @@ func TestWorker_LostPopReplyRunsOnce(t *testing.T) {
 	const bound = 10 * time.Second // far less than the default Lease
 	ctx := context.Background()
 	direct := redistest.NewClient(t)
-	proxy, err := faultproxy.New(redistest.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	viaProxy := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
-	t.Cleanup(func() { _ = viaProxy.Close() })
+	proxy, viaProxy := redistest.NewProxiedClient(t)
 	e := setupClient(t, viaProxy, nil)
 
 	// Six jobs wait; the worker pops two at a time, and the reply of its
