@@ -17,6 +17,7 @@ import (
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/internal/testworker"
+	"github.com/streamq/streamq/priority"
 )
 
 // Crash storm settings. Jobs 0..stormNormal-1 are normal; the pills follow:
@@ -27,11 +28,10 @@ const (
 	stormPanic         = 20
 	stormFail          = 30
 	stormJobs          = stormNormal + stormExit + stormPanic + stormFail
-	stormRounds        = 2
 	stormWorkers       = 3
 	stormConcurrency   = 16
 	stormMaxDeliveries = 3
-	stormMinIdle       = time.Second
+	stormIdle          = time.Second      // MinIdle, or a priority worker's Lease
 	stormWork          = "2ms-20ms"       // simulated work of a normal job
 	stormRoundTimeout  = 45 * time.Second // bound on one round
 	// stormMaxCrashes bounds the worker restarts of a round: every exit is
@@ -80,6 +80,62 @@ func stormSpan(k stormKind) string {
 	return fmt.Sprintf("%d-%d", lo, hi)
 }
 
+// stormBackend is one kind of worker the storm runs.
+type stormBackend struct {
+	name   string
+	rounds int
+	pkg    string   // the worker program
+	args   []string // its flags besides those all storms share
+	// open returns, for a fresh queue q, how to enqueue jobs and whether
+	// the queue holds nothing pending, leased, waiting or delayed.
+	open func(t *testing.T, q *streamq.Queue) (enqueue func(payloads []string), settled func() bool)
+}
+
+// stormBackends are the storms: the stream consumer, and the priority
+// worker, whose pops count the starts of the jobs they lease (so a job that
+// waits to run alone has its pop's charge taken back).
+func stormBackends() []stormBackend {
+	return []stormBackend{{
+		name:   "stream",
+		rounds: 2,
+		pkg:    crashWorkerPkg,
+		args:   []string{"-min-idle", stormIdle.String()},
+		open: func(t *testing.T, q *streamq.Queue) (func([]string), func() bool) {
+			p, err := streamq.NewProducer(q, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(payloads []string) { enqueueAll(t, p, payloads) },
+				func() bool { _, settled := relIsSettled(q); return settled }
+		},
+	}, {
+		name:   "priority",
+		rounds: 1,
+		pkg:    "github.com/streamq/streamq/cmd/priority-testworker",
+		args:   []string{"-mode", "work", "-lease", stormIdle.String()},
+		open: func(t *testing.T, q *streamq.Queue) (func([]string), func() bool) {
+			pq, err := priority.NewQueue(q, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			enqueue := func(payloads []string) {
+				jobs := make([]priority.Job, len(payloads))
+				for i, pl := range payloads {
+					jobs[i].Payload = []byte(pl)
+				}
+				if _, err := pq.PushBatch(context.Background(), jobs); err != nil {
+					t.Fatalf("PushBatch of %d jobs: %v", len(jobs), err)
+				}
+			}
+			settled := func() bool {
+				s, err := pq.Stats(context.Background())
+				return err == nil && s == priority.Stats{}
+			}
+			return enqueue, settled
+		},
+	}}
+}
+
 // stormResult is what one round left in Redis, by job number.
 type stormResult struct {
 	started map[string]int                  // handler starts, counted by the handler
@@ -91,8 +147,9 @@ type stormResult struct {
 	took    time.Duration
 }
 
-// TestCrash_Storm (issue #15) runs three worker processes over a queue of
-// normal jobs mixed with poison pills that end the process (os.Exit), panic
+// TestCrash_Storm (issue #15) runs three worker processes (stream
+// consumers, then priority workers) over a queue of normal jobs mixed with
+// poison pills that end the process (os.Exit), panic
 // or fail at every start, restarts a worker whenever one dies, and checks
 // guarantee 6 (exact attempts) from outside the workers: every poison job
 // is dead-lettered after exactly MaxDeliveries handler starts, as counted by
@@ -106,45 +163,49 @@ type stormResult struct {
 // the worker holds has entered its handler, with its start counted, or
 // waits to run alone. Without that, a job whose read reply had just been
 // sent (Redis counts the delivery then), or that was just charged before
-// its handler, would die in the microseconds before its handler's entry:
-// charged without a start, a window no library can close, and the test
-// could not count exactly. The exit still kills the handlers running beside
+// its handler, would die before its handler's entry (a window no library
+// can close), and a handler that had just started would die before its
+// start was recorded: the test could not count exactly. The exit still kills the handlers running beside
 // the pill and the jobs waiting to run alone: those are the cases that
 // must be exact. Issue #15 was a job waiting to run alone that was charged
 // a start when its worker died; the sub-test NoChargeWithoutStart catches
 // that (and ExactAttempts and NothingLost fail with it).
 func TestCrash_Storm(t *testing.T) {
 	t.Parallel()
-	bin := proctest.Build(t, crashWorkerPkg)
-	for round := 1; round <= stormRounds; round++ {
-		t.Run(fmt.Sprintf("round%d", round), func(t *testing.T) {
-			r := stormRun(t, bin)
-			t.Run("NothingLost", r.nothingLost)
-			t.Run("ExactAttempts", r.exactAttempts)
-			t.Run("NoChargeWithoutStart", r.noChargeWithoutStart)
-			r.report(t)
-		})
+	for _, b := range stormBackends() {
+		bin := proctest.Build(t, b.pkg)
+		for round := 1; round <= b.rounds; round++ {
+			t.Run(fmt.Sprintf("%s/round%d", b.name, round), func(t *testing.T) {
+				r := stormRun(t, b, bin)
+				t.Run("NothingLost", r.nothingLost)
+				t.Run("ExactAttempts", r.exactAttempts)
+				t.Run("NoChargeWithoutStart", r.noChargeWithoutStart)
+				r.report(t)
+			})
+		}
 	}
 }
 
-// stormRun runs one round on a fresh queue and returns what it left.
-func stormRun(t *testing.T, bin string) *stormResult {
+// stormRun runs one round of b's storm with the worker program bin on a
+// fresh queue and returns what it left.
+func stormRun(t *testing.T, b stormBackend, bin string) *stormResult {
 	t.Helper()
 	rdb := redistest.NewClient(t)
-	q, p := relQueue(t, rdb, nil)
+	q, _ := relQueue(t, rdb, nil)
+	enqueue, settled := b.open(t, q)
 	ctx := context.Background()
 	logDir := t.TempDir()
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
 	extra := []string{
 		"-concurrency", strconv.Itoa(stormConcurrency),
-		"-min-idle", stormMinIdle.String(),
 		"-max-deliveries", strconv.Itoa(stormMaxDeliveries),
 		"-work", stormWork,
 		"-exit-on", stormSpan(stormExits),
 		"-panic-on", stormSpan(stormPanics),
 		"-fail-on", stormSpan(stormFails),
 	}
+	extra = append(extra, b.args...)
 	gen := 0
 	start := func(slot int) *proctest.Proc {
 		gen++
@@ -162,7 +223,7 @@ func stormRun(t *testing.T, bin string) *stormResult {
 	rng.Shuffle(len(payloads), func(i, j int) { payloads[i], payloads[j] = payloads[j], payloads[i] })
 	t.Logf("job order seed %d", seed)
 	begin := time.Now()
-	enqueueAll(t, p, payloads)
+	enqueue(payloads)
 
 	// Until every job was handled or dead-lettered (the sub-tests check
 	// which) and the queue holds nothing else.
@@ -179,9 +240,9 @@ func stormRun(t *testing.T, bin string) *stormResult {
 			}
 			workers[i] = start(i)
 		}
-		handled, err := rdb.HLen(ctx, handledKey).Result()
-		s, settled := relIsSettled(q)
-		return err == nil && settled && handled+s.DeadLetters >= stormJobs
+		handled, err1 := rdb.HLen(ctx, handledKey).Result()
+		dead, err2 := rdb.XLen(ctx, core.Of(q).Keys.Dead).Result()
+		return err1 == nil && err2 == nil && handled+dead >= stormJobs && settled()
 	})
 	took := time.Since(begin)
 	for _, w := range workers {
@@ -350,9 +411,9 @@ func (r *stormResult) report(t *testing.T) {
 		}
 		pillStarts[k][r.started[job]]++
 	}
-	t.Logf("%d normal jobs and %d+%d+%d exit/panic/fail pills, %d workers x %d, MaxDeliveries %d, MinIdle %s: "+
+	t.Logf("%d normal jobs and %d+%d+%d exit/panic/fail pills, %d workers x %d, MaxDeliveries %d, MinIdle or Lease %s: "+
 		"%d crashes, %d duplicate runs (%d jobs), settled in %s",
-		stormNormal, stormExit, stormPanic, stormFail, stormWorkers, stormConcurrency, stormMaxDeliveries, stormMinIdle,
+		stormNormal, stormExit, stormPanic, stormFail, stormWorkers, stormConcurrency, stormMaxDeliveries, stormIdle,
 		r.crashes, duplicates, dupJobs, r.took.Round(time.Millisecond))
 	t.Logf("starts per job (starts:jobs): normal %s; exit pills %s; panic pills %s; fail pills %s",
 		stormHistogram(normalStarts), stormHistogram(pillStarts[stormExits]), stormHistogram(pillStarts[stormPanics]), stormHistogram(pillStarts[stormFails]))

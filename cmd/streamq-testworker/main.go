@@ -54,24 +54,12 @@ func main() {
 	work := testworker.Range{Min: time.Millisecond, Max: 5 * time.Millisecond}
 	flag.Var(&work, "work", "simulated work per job: a duration or a range min-max, e.g. 1ms-5ms")
 	crashOn := flag.Int("crash-on", -1, "SIGKILL this process when it starts the job with this number (a poison pill), after recording the start")
-	var pills testworker.Pills
-	flag.Var(&pills.Exit, "exit-on", "jobs (numbers and ranges, e.g. 1000-1024,1030) that end the process with os.Exit at every start")
-	flag.Var(&pills.Panic, "panic-on", "jobs that panic at every start")
-	flag.Var(&pills.Fail, "fail-on", "jobs that return an error at every start")
-	quiesce := flag.Duration("quiesce", 10*time.Second, "how long an exit pill waits for every held job to start or wait to run alone before it exits (0: exit at once)")
+	pills := testworker.RegisterPillFlags()
 	testworker.Main("streamq-testworker", f, slog.LevelInfo, nil, func(ctx context.Context, log *slog.Logger, q *streamq.Queue) error {
 		ctx, stop := context.WithCancel(ctx)
 		defer stop()
 		books := testworker.NewBooks(q, work)
 		books.CrashOn(*crashOn)
-		var c *streamq.Consumer
-		if *quiesce > 0 {
-			pills.Quiesce = func() bool {
-				log.Info("streamq-testworker: exit pill started; quiescing")
-				return testworker.Quiesce(stop, c.Health, books.Running, *quiesce)
-			}
-		}
-		books.SetPills(pills)
 		c, err := streamq.NewConsumer(q, streamq.HandlerFunc(books.Handle), &streamq.ConsumerConfig{
 			Name:            f.Name,
 			Concurrency:     *concurrency,
@@ -86,6 +74,7 @@ func main() {
 			return err
 		}
 		books.SetOwner(q, c.Name())
+		pills.Arm(books, log, stop, c.Health)
 		if err := q.Setup(ctx); err != nil {
 			return err
 		}

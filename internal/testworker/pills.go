@@ -1,7 +1,9 @@
 package testworker
 
 import (
+	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -83,6 +85,39 @@ type Pills struct {
 	// Quiesce, if set, runs before an exit pill exits; if it reports false
 	// the exit status is [ExitUnquiesced]. See [Quiesce].
 	Quiesce func() bool
+}
+
+// PillFlags are the command-line flags that make [Pills]: -exit-on,
+// -panic-on, -fail-on and -quiesce.
+type PillFlags struct {
+	pills   Pills
+	quiesce time.Duration
+}
+
+// RegisterPillFlags defines the pill flags on the command line's flag set
+// and returns where they land once [Main] parsed it.
+func RegisterPillFlags() *PillFlags {
+	f := &PillFlags{}
+	flag.Var(&f.pills.Exit, "exit-on", "jobs (numbers and ranges, e.g. 1000-1024,1030) that end the process with os.Exit at every start, after recording it")
+	flag.Var(&f.pills.Panic, "panic-on", "jobs that panic at every start")
+	flag.Var(&f.pills.Fail, "fail-on", "jobs that return an error at every start")
+	flag.DurationVar(&f.quiesce, "quiesce", 10*time.Second, "how long an exit pill waits for every job its worker holds to start or wait to run alone before it exits (0: exit at once)")
+	return f
+}
+
+// Arm gives b the pills of the command line. Unless -quiesce is 0, an exit
+// pill first quiesces its worker (see [Quiesce]) with stop, which must
+// cancel the worker's Run context, and health, the worker's Health method.
+// Call it before Run.
+func (f *PillFlags) Arm(b *Books, log *slog.Logger, stop func(), health func() streamq.Health) {
+	p := f.pills
+	if f.quiesce > 0 {
+		p.Quiesce = func() bool {
+			log.Info("testworker: exit pill started; quiescing the worker before exiting")
+			return Quiesce(stop, health, b.Running, f.quiesce)
+		}
+	}
+	b.SetPills(p)
 }
 
 // act does what the pill numbered n does, if n is one.
