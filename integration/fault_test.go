@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/faultproxy"
 	"github.com/streamq/streamq/internal/redistest"
 )
@@ -198,4 +199,78 @@ func TestFault_ConnectionCutsAndOutage(t *testing.T) {
 	}
 	goleak.VerifyNone(t, baseline,
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+// lostReplyBound bounds how long a job whose read reply was lost may take
+// to run: far less than the default MinIdle or Lease (30 s), after which a
+// reaper would take it over.
+const lostReplyBound = 10 * time.Second
+
+// TestFault_LostReadReplyRunsOnce: the reply of an XREADGROUP that delivered
+// jobs is lost (Redis ran the read and counted the deliveries; the
+// connection broke before the reply reached the client), and go-redis sends
+// the read again, which delivers nothing new. The consumer finds the unseen
+// entries pending for itself and takes them back uncharged, so each job
+// runs exactly once, as attempt 1, within seconds rather than after MinIdle
+// (the default, 30 s), and none is dead-lettered.
+func TestFault_LostReadReplyRunsOnce(t *testing.T) {
+	t.Parallel()
+	direct := redistest.NewClient(t)
+	dq, p := relQueue(t, direct, nil)
+	proxy, viaProxy := redistest.NewProxiedClient(t)
+	q, err := streamq.NewQueue(viaProxy, dq.Name(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The jobs wait before the consumer starts, so its first read delivers
+	// them all, and that read's reply is the one lost.
+	jobs := numbers(0, 3)
+	enqueueAll(t, p, jobs)
+	dropped := proxy.DropReply(faultproxy.Command("XREADGROUP"))
+
+	type start struct {
+		payload string
+		attempt int
+		count   int64 // the entry's delivery counter while the handler runs
+	}
+	starts := make(chan start, 2*len(jobs))
+	cnt := newRelCounter()
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		s := start{payload: string(m.Payload), attempt: m.Attempt, count: -1}
+		pe, err := direct.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: core.Of(q).Keys.Stream, Group: q.Group(), Start: m.ID, End: m.ID, Count: 1}).Result()
+		if err == nil && len(pe) == 1 {
+			s.count = pe[0].RetryCount
+		}
+		cnt.add(m.Payload)
+		starts <- s
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 4}) // MinIdle: the default
+	begin := time.Now()
+	r := relRun(t, c)
+	select {
+	case <-dropped:
+	case <-time.After(relWait):
+		t.Fatal("no XREADGROUP reply was dropped")
+	}
+	redistest.WaitFor(t, lostReplyBound, "every job of the lost read handled", func() bool { return cnt.total.Load() >= int64(len(jobs)) })
+	took := time.Since(begin)
+	relSettled(t, dq, 0, relWait)
+	r.stop()
+
+	cnt.exactlyOnce(t, jobs)
+	close(starts)
+	for s := range starts {
+		if s.attempt != 1 || s.count != 1 {
+			t.Errorf("job %s ran as attempt %d with delivery counter %d, want attempt 1 counted once: the lost delivery is not an attempt", s.payload, s.attempt, s.count)
+		}
+	}
+	if s := c.Stats(); s.Processed != int64(len(jobs)) || s.Reclaimed != 0 || s.DeadLettered != 0 {
+		t.Errorf("consumer stats %+v: want %d processed, nothing reclaimed (the jobs were taken back, not taken over after MinIdle) or dead-lettered", s, len(jobs))
+	}
+	if proxy.Dropped() != 1 {
+		t.Errorf("%d replies dropped, want 1", proxy.Dropped())
+	}
+	t.Logf("the %d jobs of the lost read were handled %s after the consumer started (MinIdle %s)",
+		len(jobs), took.Round(time.Millisecond), streamq.DefaultMinIdle)
 }

@@ -255,19 +255,26 @@ func relSettled(t *testing.T, q *streamq.Queue, wantDead int64, timeout time.Dur
 	t.Helper()
 	var last streamq.QueueStats
 	redistest.WaitFor(t, timeout, "the queue to settle (nothing pending, undelivered or delayed)", func() bool {
-		s, err := q.Stats(context.Background())
-		last = s
-		if err != nil || s.Pending != 0 || s.Delayed != 0 {
-			return false
-		}
-		if s.Lag == -1 { // Redis cannot tell after some deletions: look
-			return relNothingUndelivered(q)
-		}
-		return s.Lag == 0
+		var settled bool
+		last, settled = relIsSettled(q)
+		return settled
 	})
 	if last.DeadLetters != wantDead {
 		t.Fatalf("queue settled with %d dead letters, want %d: %+v", last.DeadLetters, wantDead, last)
 	}
+}
+
+// relIsSettled reports whether the queue holds nothing pending, undelivered
+// or delayed, with its stats.
+func relIsSettled(q *streamq.Queue) (streamq.QueueStats, bool) {
+	s, err := q.Stats(context.Background())
+	if err != nil || s.Pending != 0 || s.Delayed != 0 {
+		return s, false
+	}
+	if s.Lag == -1 { // Redis cannot tell after some deletions: look
+		return s, relNothingUndelivered(q)
+	}
+	return s, s.Lag == 0
 }
 
 // relNothingUndelivered reports whether the stream holds no entry after the

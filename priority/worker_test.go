@@ -16,6 +16,8 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/faultproxy"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/priority"
 )
@@ -766,4 +768,71 @@ func TestNewWorker_Validation(t *testing.T) {
 	if cfg.Name != "" || cfg.Concurrency != 0 || cfg.Lease != 0 {
 		t.Errorf("NewWorker changed the caller's config: %+v", cfg)
 	}
+}
+
+// TestWorker_LostPopReplyRunsOnce: the reply of a pop is lost after Redis
+// leased the jobs (the proxy cuts the connection once the script ran), and
+// go-redis sends the pop again with the same token prefix. The script
+// returns the jobs the first call leased instead of leasing others, so each
+// job runs once, as attempt 1, none stays leased until its lease expires
+// (Lease defaults to 30 s), and no job runs twice.
+func TestWorker_LostPopReplyRunsOnce(t *testing.T) {
+	t.Parallel()
+	const bound = 10 * time.Second // far less than the default Lease
+	ctx := context.Background()
+	direct := redistest.NewClient(t)
+	proxy, viaProxy := redistest.NewProxiedClient(t)
+	e := setupClient(t, viaProxy, nil)
+
+	// Six jobs wait; the worker pops two at a time, and the reply of its
+	// first pop is lost. The script is loaded first, so that the dropped
+	// EVALSHA is the one that runs it (not a NOSCRIPT error).
+	e.push(t, 0, 0, 0, 0, 0, 0)
+	pop := rdb.Scripts()["priority_pop"]
+	if err := pop.Load(ctx, direct).Err(); err != nil {
+		t.Fatal(err)
+	}
+	dropped := proxy.DropReply(faultproxy.Command("EVALSHA", pop.Hash()))
+
+	var mu sync.Mutex
+	attempts := map[string][]int{} // payload -> attempt of each run
+	h := streamq.HandlerFunc(func(_ context.Context, msg *streamq.Message) error {
+		mu.Lock()
+		attempts[string(msg.Payload)] = append(attempts[string(msg.Payload)], msg.Attempt)
+		mu.Unlock()
+		return nil
+	})
+	w := e.newWorker(t, h, priority.WorkerConfig{Concurrency: 2}) // Lease: the default
+	begin := time.Now()
+	stop := run(t, w)
+	recv(t, dropped, "the reply of a pop to be dropped")
+	redistest.WaitFor(t, bound, "every job handled and nothing leased", func() bool {
+		s, err := e.pq.Stats(ctx)
+		return err == nil && s == (priority.Stats{}) && w.Stats().Processed >= 6
+	})
+	took := time.Since(begin)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range 6 {
+		if got := attempts[strconv.Itoa(i)]; !slices.Equal(got, []int{1}) {
+			t.Errorf("job %d ran as attempts %v, want once as attempt 1", i, got)
+		}
+	}
+	if len(attempts) != 6 {
+		t.Errorf("ran %d distinct jobs, want 6: %v", len(attempts), attempts)
+	}
+	if s := w.Stats(); s.Processed != 6 || s.Expired != 0 || s.DeadLettered != 0 {
+		t.Errorf("worker stats %+v: want 6 processed, no lease expired, nothing dead-lettered", s)
+	}
+	if dls := deadLetters(t, e.q); len(dls) != 0 {
+		t.Errorf("%d dead letters, want none", len(dls))
+	}
+	if proxy.Dropped() != 1 {
+		t.Errorf("%d replies dropped, want 1", proxy.Dropped())
+	}
+	t.Logf("the jobs of the lost pop and the others were handled within %s (Lease %s)", took.Round(time.Millisecond), priority.DefaultLease)
 }

@@ -12,6 +12,9 @@
 //     and <prefix>:{queue}:test:inflight:<name> (job number -> job ID, set
 //     when a job starts here and removed in the transaction that counts its
 //     completion: what it holds after a SIGKILL was started and unfinished).
+//     With -exit-on, -panic-on and -fail-on, some jobs are poison pills
+//     (see testworker.Pills): they end the process (os.Exit, status 3,
+//     after quiescing the worker), panic or fail at every start.
 //   - -mode forward runs a streamq.Consumer of the queue's stream with the
 //     priority.Forward handler. With -die-at n it SIGKILLs itself when it is
 //     about to forward its n-th job: after the entry was read from the
@@ -50,6 +53,7 @@ type config struct {
 	work          testworker.Range
 	delay         testworker.Range
 	dieAt         int64
+	pills         *testworker.PillFlags
 }
 
 func main() {
@@ -63,6 +67,7 @@ func main() {
 	flag.Var(&cfg.work, "work", "simulated work per job (work mode): a duration or a range min-max")
 	flag.Var(&cfg.delay, "forward-delay", "pause before each forward (forward mode): a duration or a range min-max")
 	flag.Int64Var(&cfg.dieAt, "die-at", 0, "forward mode: SIGKILL this process when it is about to forward its n-th job (0: never)")
+	cfg.pills = testworker.RegisterPillFlags()
 	check := func() error {
 		if cfg.mode != "work" && cfg.mode != "forward" {
 			return fmt.Errorf("-mode %q: use work or forward", cfg.mode)
@@ -87,6 +92,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger, q *streamq.Queue) er
 
 // work runs a priority worker with the bookkeeping handler.
 func work(ctx context.Context, cfg config, q *streamq.Queue, pq *priority.Queue, log *slog.Logger) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	books := testworker.NewBooks(q, cfg.work)
 	w, err := priority.NewWorker(pq, streamq.HandlerFunc(books.Handle), &priority.WorkerConfig{
 		Name:            cfg.Name,
@@ -101,6 +108,7 @@ func work(ctx context.Context, cfg config, q *streamq.Queue, pq *priority.Queue,
 		return err
 	}
 	books.SetOwner(q, w.Name())
+	cfg.pills.Arm(books, log, stop, w.Health)
 	log.Info("priority-testworker: ready", "mode", cfg.mode, "worker", w.Name(), "pid", os.Getpid())
 	testworker.Ready(w.Name())
 	err = w.Run(ctx)

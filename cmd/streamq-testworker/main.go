@@ -19,6 +19,14 @@
 //
 // With -crash-on n, the job numbered n kills the worker (SIGKILL on itself)
 // each time it starts: a poison pill for testing MaxDeliveries after crashes.
+// With -exit-on, -panic-on and -fail-on (lists of numbers and ranges, such
+// as 1000-1024), those jobs end the process with os.Exit (status 3), panic
+// or return an error at every start, after the start was recorded. An exit
+// pill first quiesces the worker (see testworker.Quiesce): it cancels Run
+// and waits, up to -quiesce, until every job the worker holds has started
+// (and recorded its start) or waits to run alone, so that no job is charged
+// a start that did not happen; if that takes longer the status is 4.
+// -quiesce 0 exits at once.
 //
 // It prints "ready <consumer name>" on stdout once the consumer is about to
 // run, stops gracefully on SIGTERM or SIGINT (Run returns, running jobs
@@ -46,7 +54,10 @@ func main() {
 	work := testworker.Range{Min: time.Millisecond, Max: 5 * time.Millisecond}
 	flag.Var(&work, "work", "simulated work per job: a duration or a range min-max, e.g. 1ms-5ms")
 	crashOn := flag.Int("crash-on", -1, "SIGKILL this process when it starts the job with this number (a poison pill), after recording the start")
+	pills := testworker.RegisterPillFlags()
 	testworker.Main("streamq-testworker", f, slog.LevelInfo, nil, func(ctx context.Context, log *slog.Logger, q *streamq.Queue) error {
+		ctx, stop := context.WithCancel(ctx)
+		defer stop()
 		books := testworker.NewBooks(q, work)
 		books.CrashOn(*crashOn)
 		c, err := streamq.NewConsumer(q, streamq.HandlerFunc(books.Handle), &streamq.ConsumerConfig{
@@ -63,6 +74,7 @@ func main() {
 			return err
 		}
 		books.SetOwner(q, c.Name())
+		pills.Arm(books, log, stop, c.Health)
 		if err := q.Setup(ctx); err != nil {
 			return err
 		}

@@ -61,6 +61,8 @@ import (
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 	"go.uber.org/goleak"
 
+	"github.com/streamq/streamq/internal/faultproxy"
+
 	"github.com/streamq/streamq/internal/proctest"
 )
 
@@ -164,6 +166,22 @@ func NewClient(t testing.TB) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// NewProxiedClient starts a [faultproxy.Proxy] to [Addr] and returns it with
+// a go-redis client (default options) that reaches Redis through it, for
+// tests that break connections or lose replies. Both are closed in
+// t.Cleanup.
+func NewProxiedClient(t testing.TB) (*faultproxy.Proxy, *redis.Client) {
+	t.Helper()
+	proxy, err := faultproxy.New(Addr())
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return proxy, rdb
 }
 
 // Name returns a unique, valid queue name for the test: t.Name() with every

@@ -31,6 +31,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -215,6 +216,8 @@ func (r Range) Pick() time.Duration {
 // streamq.Queue.Key).
 const (
 	KeyStarted  = "test:started"
+	KeyAttempt  = "test:attempt"
+	KeyStartLog = "test:startlog"
 	KeyHandled  = "test:handled"
 	KeyInflight = "test:inflight:" // + consumer or worker name
 )
@@ -225,6 +228,11 @@ const (
 // and how often each job ran:
 //
 //   - [KeyStarted]: hash job number -> starts (HINCRBY);
+//   - [KeyAttempt]: hash job number -> the Message.Attempt of its latest
+//     start, set with the start (so a test can compare the library's count
+//     of attempts with the starts it counted itself);
+//   - [KeyStartLog]: list of "<job number> <owner> <job ID> <attempt>",
+//     one per start, for the failure messages of a test;
 //   - [KeyHandled]: hash job number -> completions (HINCRBY);
 //   - [KeyInflight] + owner name: hash job number -> job ID, set when a job
 //     starts on this consumer or worker and removed in the transaction that
@@ -235,21 +243,26 @@ const (
 // handler returns nil, so that a test sees every run that could have had an
 // effect.
 type Books struct {
-	rdb                        redis.UniversalClient
-	started, handled, inflight string
-	work                       Range
-	crashOn                    int
+	rdb                                           redis.UniversalClient
+	started, attempt, startLog, handled, inflight string
+	owner                                         string
+	work                                          Range
+	crashOn                                       int
+	pills                                         Pills
+	running                                       atomic.Int64
 }
 
 // NewBooks returns Books for the jobs of q that work for a duration picked
 // from work. Call [Books.SetOwner] before the first job runs.
 func NewBooks(q *streamq.Queue, work Range) *Books {
-	return &Books{rdb: core.Of(q).RDB, started: core.Of(q).Keys.Part(KeyStarted), handled: core.Of(q).Keys.Part(KeyHandled), work: work, crashOn: -1}
+	k := core.Of(q).Keys
+	return &Books{rdb: core.Of(q).RDB, started: k.Part(KeyStarted), attempt: k.Part(KeyAttempt), startLog: k.Part(KeyStartLog), handled: k.Part(KeyHandled), work: work, crashOn: -1}
 }
 
 // SetOwner names the consumer or worker of q whose jobs b handles: it sets
 // the in-flight key. Call it before the first job runs.
 func (b *Books) SetOwner(q *streamq.Queue, name string) {
+	b.owner = name
 	b.inflight = core.Of(q).Keys.Part(KeyInflight + name)
 }
 
@@ -260,8 +273,22 @@ func (b *Books) CrashOn(n int) {
 	b.crashOn = n
 }
 
+// SetPills makes the jobs of p poison pills. Call it before the first job
+// runs.
+func (b *Books) SetPills(p Pills) {
+	b.pills = p
+}
+
+// Running returns the number of jobs whose start was recorded and whose
+// handler has not returned.
+func (b *Books) Running() int64 {
+	return b.running.Load()
+}
+
 // Handle records the start, works for a random time and records the
-// completion; it returns nil only after the completion is stored.
+// completion; it returns nil only after the completion is stored. A poison
+// pill (see [Books.CrashOn], [Books.SetPills]) acts after its start was
+// recorded.
 func (b *Books) Handle(ctx context.Context, m *streamq.Message) error {
 	n, err := strconv.Atoi(string(m.Payload))
 	if err != nil || n < 0 {
@@ -270,13 +297,20 @@ func (b *Books) Handle(ctx context.Context, m *streamq.Message) error {
 	field := strconv.Itoa(n)
 	if _, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HIncrBy(ctx, b.started, field, 1)
+		p.HSet(ctx, b.attempt, field, m.Attempt)
 		p.HSet(ctx, b.inflight, field, m.ID)
+		p.RPush(ctx, b.startLog, fmt.Sprintf("%d %s %s %d", n, b.owner, m.ID, m.Attempt))
 		return nil
 	}); err != nil {
 		return fmt.Errorf("record start of job %d: %w", n, err)
 	}
+	b.running.Add(1)
+	defer b.running.Add(-1)
 	if n == b.crashOn {
 		Die()
+	}
+	if err := b.pills.act(n); err != nil {
+		return err
 	}
 	if err := Sleep(ctx, b.work.Pick()); err != nil {
 		return err
