@@ -1357,3 +1357,51 @@ func TestReliability_LastAttemptAloneSurvivesShutdown(t *testing.T) {
 		t.Errorf("the copy's fields %v lack crashed=1", copyFields)
 	}
 }
+
+// TestReliability_LastAttemptsDrainAtOnce: jobs taken over after crashes at
+// their last attempt run alone, one after the other, as soon as the slots
+// are free, not one per blocking read (before the engine, the reaper waited
+// for every slot while the read loop held one inside XREADGROUP BLOCK: 14
+// such jobs took 13.3 s with Block 1 s). Here Block is 5 s, so waiting once
+// for a read would take longer than all 14 runs together are allowed.
+func TestReliability_LastAttemptsDrainAtOnce(t *testing.T) {
+	t.Parallel()
+	const (
+		jobs          = 14
+		maxDeliveries = 3
+		block         = 5 * time.Second
+	)
+	rdb := redistest.NewClient(t)
+	q, p := relQueue(t, rdb, nil)
+	ctx := context.Background()
+	// Two runs of each job died with their workers: read by dead-1, then
+	// taken over by dead-2, neither of which acknowledges them.
+	ids := enqueueAll(t, p, numbers(0, jobs))
+	stream := core.Of(q).Keys.Stream
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "dead-1", Streams: []string{stream, ">"}, Count: jobs}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XClaim(ctx, &redis.XClaimArgs{Stream: stream, Group: q.Group(), Consumer: "dead-2", Messages: ids}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var running, overlap atomic.Int64
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		if running.Add(1) != 1 || m.Attempt != maxDeliveries {
+			overlap.Add(1)
+		}
+		defer running.Add(-1)
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 8, MaxDeliveries: maxDeliveries, Block: block,
+		MinIdle: 100 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond})
+	run := relRun(t, c)
+	redistest.WaitFor(t, block-time.Second, "every last attempt to run, well within one Block", func() bool {
+		return c.Stats().Processed == jobs
+	})
+	run.stop()
+	if overlap.Load() != 0 {
+		t.Errorf("%d runs were not alone or not the last attempt", overlap.Load())
+	}
+	if s := c.Stats(); s.Reclaimed != jobs || s.DeadLettered != 0 {
+		t.Errorf("stats %+v, want %d reclaimed and none dead-lettered", s, jobs)
+	}
+}
