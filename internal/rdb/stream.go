@@ -163,7 +163,12 @@ return #due
 // Promote runs scriptPromote: it moves up to limit jobs due at nowMillis
 // into the stream and returns how many it moved.
 func Promote(ctx context.Context, c redis.Scripter, k Keys, nowMillis int64, limit int) (int, error) {
-	return scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, nowMillis, limit).Int()
+	var n int
+	err := Redo(ctx, c, func() (err error) {
+		n, err = scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, nowMillis, limit).Int()
+		return err
+	})
+	return n, err
 }
 
 // scriptMove settles an attempt by writing the job again as a new copy:
