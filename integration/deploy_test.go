@@ -21,11 +21,11 @@ import (
 
 // Traffic settings of the deployment tests.
 const (
-	deployBacklog  = 3000                   // jobs enqueued before the fault
-	deployEvery    = 5 * time.Millisecond   // the steady producer's pace
-	deployDuration = 6 * time.Second        // how long the steady producer runs
+	deployBacklog  = 3000                    // jobs enqueued before the fault
+	deployEvery    = 5 * time.Millisecond    // the steady producer's pace
+	deployDuration = 6 * time.Second         // how long the steady producer runs
 	deployFaultAt  = 1500 * time.Millisecond // when the fault happens
-	deploySettle   = 25 * time.Second       // bound on handling what was acknowledged
+	deploySettle   = 25 * time.Second        // bound on handling what was acknowledged
 )
 
 // traffic runs a backlog, a steady producer and a consumer on a queue and
