@@ -367,3 +367,45 @@ func TestTLS_RedissURL(t *testing.T) {
 	defer cr.stop()
 	redistest.WaitFor(t, relWait, "100 jobs handled over TLS", func() bool { return len(tr.lost()) == 0 })
 }
+
+// BenchmarkProducer_Replicated measures what ProducerConfig.MinReplicas
+// costs: Enqueue and EnqueueBatch of 100 jobs on a master with one replica,
+// without and with waiting for it.
+//
+//	go test ./integration -run '^$' -bench Replicated -benchtime 3s
+func BenchmarkProducer_Replicated(b *testing.B) {
+	master := redistest.StartServer(b)
+	redistest.StartReplica(b, master)
+	rdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	b.Cleanup(func() { _ = rdb.Close() })
+	payload := make([]byte, 128)
+	for _, n := range []int{0, 1} {
+		for _, batch := range []int{1, 100} {
+			b.Run(fmt.Sprintf("MinReplicas=%d/batch=%d", n, batch), func(b *testing.B) {
+				q, err := streamq.NewQueue(rdb, fmt.Sprintf("bench-%d-%d", n, batch), &streamq.QueueConfig{MaxLen: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, err := streamq.NewProducer(q, &streamq.ProducerConfig{MinReplicas: n})
+				if err != nil {
+					b.Fatal(err)
+				}
+				jobs := make([]streamq.Job, batch)
+				for i := range jobs {
+					jobs[i].Payload = payload
+				}
+				ctx := context.Background()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
+			})
+		}
+	}
+}
