@@ -173,7 +173,13 @@ type Job struct {
 // A nil error means the job is stored in Redis and will be handled at least
 // once or dead-lettered. It returns [ErrQueueFull] when the queue is at its
 // cap, and for a [Unique] job whose key is taken, the existing job's ID with
-// [ErrDuplicate].
+// [ErrDuplicate]. With ProducerConfig.MinReplicas, a job that too few
+// replicas acknowledged in time is returned with its ID and
+// [ErrNotReplicated].
+//
+// A call that go-redis sends again after a lost reply returns the first
+// send's result and stores nothing more (see the README, "Idempotent
+// writes").
 func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
 	ids, err := p.enqueue(ctx, []Job{{Payload: payload}}, opts)
 	if len(ids) == 0 {
@@ -185,7 +191,9 @@ func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueO
 // EnqueueBatch adds many jobs in as few round trips as possible (one script
 // call per [MaxBatchChunk] jobs). The options apply to every job. Each chunk
 // is all-or-nothing; on error, ids[i] is "" for every job that was not
-// enqueued, and the IDs of the jobs that were enqueued are kept.
+// enqueued, and the IDs of the jobs that were enqueued are kept (with
+// [ErrNotReplicated], those of the chunk that was not replicated too; later
+// chunks are not sent).
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) (ids []string, err error) {
 	return p.enqueue(ctx, jobs, opts)
 }
