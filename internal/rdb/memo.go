@@ -20,8 +20,9 @@ import (
 // start, Unix ms>, field token, value the packed reply. The client names the
 // bucket from its clock when it makes the token, so every send of a call
 // checks the same hash. The hash expires as a whole: the script that creates
-// it sets its TTL (one PEXPIRE per bucket, not per call), so retention costs
-// no work per call beyond HGET, HSET and HLEN.
+// it sets its TTL (one PEXPIRE per bucket, not per call) and a marker field
+// "#", which the check reads along with the token (HMGET), so retention
+// costs no work per call beyond HMGET and HSET.
 //
 // Retention: a token is kept between MemoWindow and MemoWindow plus one
 // bucket after its bucket started (and at least MemoWindow after it was
@@ -99,18 +100,22 @@ local memo_key, memo_tok, memo_ttl = KEYS[#KEYS], ARGV[#ARGV - 1], ARGV[#ARGV]
 KEYS[#KEYS] = nil
 ARGV[#ARGV] = nil
 ARGV[#ARGV] = nil
-local memo_seen = redis.call('HGET', memo_key, memo_tok)
-if memo_seen then
-  redis.call('HSET', memo_key, memo_tok, memo_seen)
-  return cmsgpack.unpack(memo_seen)
+local memo_seen = redis.call('HMGET', memo_key, memo_tok, '#')
+if memo_seen[1] then
+  redis.call('HSET', memo_key, memo_tok, memo_seen[1])
+  return cmsgpack.unpack(memo_seen[1])
 end
 local function body()
 ` + body + `
 end
 local reply = body()
 if type(reply) ~= 'table' or not reply.err then
-  redis.call('HSET', memo_key, memo_tok, cmsgpack.pack(reply))
-  if redis.call('HLEN', memo_key) == 1 then redis.call('PEXPIRE', memo_key, memo_ttl) end
+  if memo_seen[2] then
+    redis.call('HSET', memo_key, memo_tok, cmsgpack.pack(reply))
+  else
+    redis.call('HSET', memo_key, memo_tok, cmsgpack.pack(reply), '#', 1)
+    redis.call('PEXPIRE', memo_key, memo_ttl)
+  end
 end
 return reply
 `
