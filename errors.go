@@ -17,6 +17,14 @@ var (
 	// MaxLen entries. The refused jobs were not enqueued.
 	ErrQueueFull = rdb.ErrQueueFull
 
+	// ErrNotReplicated is returned (wrapped in a [*NotReplicatedError]) by
+	// a write configured to wait for replicas (ProducerConfig.MinReplicas,
+	// and writebehind's WriterConfig.MinReplicas) when fewer of them
+	// acknowledged it in time. The write is stored on the master and its
+	// result (the job's ID, the change's version) is returned with the
+	// error; it may be lost if the master fails over before replicating it.
+	ErrNotReplicated = rdb.ErrNotReplicated
+
 	// ErrMalformed marks a stream entry that does not follow the wire format.
 	// Consumers dead-letter such entries with the reason instead of running them.
 	ErrMalformed = wire.ErrMalformed
@@ -44,6 +52,10 @@ var (
 	// ErrNotFound is returned when a job or dead letter does not exist.
 	ErrNotFound = errors.New("streamq: not found")
 )
+
+// NotReplicatedError says how many replicas acknowledged a write that
+// waited for more ([ErrNotReplicated]).
+type NotReplicatedError = rdb.NotReplicatedError
 
 // ConfigError reports an invalid configuration value and how to fix it.
 type ConfigError struct {

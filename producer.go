@@ -23,10 +23,30 @@ const MaxBatchChunk = 1000
 // a trace context; see the middleware package.
 type EnqueueHook func(ctx context.Context, headers map[string]string)
 
+// DefaultReplicaTimeout is how long a replicated enqueue waits for its
+// replicas when ProducerConfig.ReplicaTimeout is 0.
+const DefaultReplicaTimeout = time.Second
+
 // ProducerConfig configures a [Producer]. The zero value is valid.
 type ProducerConfig struct {
 	// Hooks run for every enqueued job, in order. Defaults to none.
 	Hooks []EnqueueHook
+
+	// MinReplicas makes every enqueue wait until that many replicas of the
+	// master got the job (WAIT right after the write, on the same
+	// connection) before it returns nil, so that a failover to one of them
+	// cannot lose a job whose Enqueue succeeded. When fewer acknowledge
+	// within ReplicaTimeout, Enqueue returns the job's ID with an error
+	// wrapping [ErrNotReplicated] (a [*NotReplicatedError] says how many
+	// did): the job is stored on the master, and may be lost if it fails
+	// over before replicating it. Costs one WAIT per call (a batch waits
+	// once). Defaults to 0: return as soon as the master stored the job.
+	MinReplicas int
+
+	// ReplicaTimeout bounds the wait for MinReplicas. It must be shorter
+	// than the client's ReadTimeout (the WAIT is read like any reply).
+	// Defaults to DefaultReplicaTimeout.
+	ReplicaTimeout time.Duration
 }
 
 // Producer enqueues jobs into a [Queue]. It is safe for concurrent use.
@@ -47,6 +67,12 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 	if cfg != nil {
 		p.cfg = *cfg
 		p.cfg.Hooks = append([]EnqueueHook(nil), cfg.Hooks...)
+	}
+	if p.cfg.ReplicaTimeout == 0 {
+		p.cfg.ReplicaTimeout = DefaultReplicaTimeout
+	}
+	if err := checkReplicas("ProducerConfig", q.rdb, p.cfg.MinReplicas, p.cfg.ReplicaTimeout); err != nil {
+		return nil, err
 	}
 	hooks := make([]func(context.Context, map[string]string), len(p.cfg.Hooks))
 	for i, h := range p.cfg.Hooks {
@@ -147,7 +173,13 @@ type Job struct {
 // A nil error means the job is stored in Redis and will be handled at least
 // once or dead-lettered. It returns [ErrQueueFull] when the queue is at its
 // cap, and for a [Unique] job whose key is taken, the existing job's ID with
-// [ErrDuplicate].
+// [ErrDuplicate]. With ProducerConfig.MinReplicas, a job that too few
+// replicas acknowledged in time is returned with its ID and
+// [ErrNotReplicated].
+//
+// A call that go-redis sends again after a lost reply returns the first
+// send's result and stores nothing more (see the README, "Idempotent
+// writes").
 func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
 	ids, err := p.enqueue(ctx, []Job{{Payload: payload}}, opts)
 	if len(ids) == 0 {
@@ -159,7 +191,9 @@ func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueO
 // EnqueueBatch adds many jobs in as few round trips as possible (one script
 // call per [MaxBatchChunk] jobs). The options apply to every job. Each chunk
 // is all-or-nothing; on error, ids[i] is "" for every job that was not
-// enqueued, and the IDs of the jobs that were enqueued are kept.
+// enqueued, and the IDs of the jobs that were enqueued are kept (with
+// [ErrNotReplicated], those of the chunk that was not replicated too; later
+// chunks are not sent).
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) (ids []string, err error) {
 	return p.enqueue(ctx, jobs, opts)
 }
@@ -206,20 +240,22 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 			args = append(args, fa...)
 		}
 		if delayed {
-			if err := rdb.Schedule(ctx, p.q.rdb, p.q.keys, args); err != nil {
-				clear(ids[start : start+len(chunk)])
+			if err := rdb.Schedule(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), args); err != nil {
+				if !errors.Is(err, ErrNotReplicated) {
+					clear(ids[start : start+len(chunk)])
+				}
 				return ids, fmt.Errorf("streamq: schedule on %s: %w", p.q.keys.Delayed, err)
 			}
 			continue
 		}
-		res, err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, args)
+		res, err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), args)
+		copy(ids[start:], res)
 		if err != nil {
 			if !errors.Is(err, ErrQueueFull) {
 				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 			}
 			return ids, err
 		}
-		copy(ids[start:], res)
 	}
 	return ids, nil
 }
@@ -237,17 +273,28 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 		due = dueMillis(o.at)
 	}
 	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.KeyToken, due, newToken()}, jf.Args()...)
-	ok, id, err := rdb.EnqueueUnique(ctx, p.q.rdb, p.q.keys, p.q.keys.Unique(o.uniqueKey), args)
+	ok, id, err := rdb.EnqueueUnique(ctx, p.q.rdb, p.q.keys, p.q.keys.Unique(o.uniqueKey), p.q.keys.NewMemo(), p.replicas(), args)
 	if err != nil {
-		if errors.Is(err, ErrQueueFull) {
+		switch {
+		case errors.Is(err, ErrQueueFull):
 			return []string{""}, err
+		case errors.Is(err, ErrNotReplicated) && ok:
+			return []string{id}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
+		case errors.Is(err, ErrNotReplicated):
+			// The holder's lock was read, not written: nothing to wait for.
+		default:
+			return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 		}
-		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 	}
 	if !ok {
 		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.uniqueKey, id)
 	}
 	return []string{id}, nil
+}
+
+// replicas returns what the producer's writes wait for.
+func (p *Producer) replicas() rdb.Replicas {
+	return rdb.Replicas{N: p.cfg.MinReplicas, Timeout: p.cfg.ReplicaTimeout}
 }
 
 // dueMillis rounds a due time up to the next millisecond, so a delayed job is
@@ -303,4 +350,12 @@ func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
 		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
 	}
 	return ok, nil
+}
+
+// checkReplicas validates a replicated-write option of config conf.
+func checkReplicas(conf string, c any, n int, timeout time.Duration) error {
+	if field, reason := rdb.ReplicasProblem(c, n, timeout); field != "" {
+		return configErr(conf+"."+field, "%s", reason)
+	}
+	return nil
 }

@@ -66,6 +66,7 @@ func newStreamBackend(c *Consumer) *streamBackend {
 // by this run.
 func (b *streamBackend) Start(ctx context.Context) error {
 	if err := b.q.Setup(ctx); err != nil {
+		rdb.Heal(ctx, b.q.rdb, err)
 		return err
 	}
 	groups, err := b.q.rdb.XInfoGroups(ctx, b.q.keys.Stream).Result()
@@ -89,7 +90,8 @@ func (b *streamBackend) Start(ctx context.Context) error {
 // Fetch takes over abandoned entries when the reaper is due, takes back
 // entries of lost read replies when a look is due, and otherwise reads new
 // entries, blocking no longer than until the next of those is due.
-func (b *streamBackend) Fetch(ctx context.Context, n int, wait time.Duration, owns func(string) bool) ([]engine.Delivery, error) {
+func (b *streamBackend) Fetch(ctx context.Context, n int, wait time.Duration, owns func(string) bool) (_ []engine.Delivery, err error) {
+	defer func() { rdb.Heal(ctx, b.q.rdb, err) }() // on Cluster, find a failed-over master at once
 	now := time.Now()
 	if b.c.cfg.ReclaimInterval > 0 && !now.Before(b.reclaimAt) {
 		ds, done, err := b.reclaim(ctx, n, owns)

@@ -369,7 +369,8 @@ func (b *backend) Start(context.Context) error { return nil }
 // The pop script runs to completion even if ctx is cancelled meanwhile, so
 // a shutdown does not strand leased jobs; a pop re-sent after a lost reply
 // returns the same jobs (its token prefix is unique to the call).
-func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(string) bool) ([]engine.Delivery, error) {
+func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(string) bool) (_ []engine.Delivery, err error) {
+	defer func() { rdb.Heal(ctx, b.pq.core.RDB, err) }() // on Cluster, find a failed-over master at once
 	w := b.w
 	b.pops++
 	prefix := w.cfg.Name + ":" + b.run + "." + strconv.FormatUint(b.pops, 36) + ":"

@@ -76,6 +76,20 @@ type WriterConfig struct {
 	// context). Hooks cannot change the wb-* headers: the writer sets them
 	// again after the hooks ran. Defaults to none.
 	Hooks []streamq.EnqueueHook
+
+	// MinReplicas makes every Set, SetFields and Delete wait until that
+	// many replicas got the change (WAIT after the write, on the same
+	// connection), as streamq.ProducerConfig.MinReplicas does for jobs:
+	// when fewer acknowledge within ReplicaTimeout, the call returns the
+	// change's version with an error wrapping [streamq.ErrNotReplicated].
+	// Calling it again is safe: the retry gets a newer version. Defaults
+	// to 0: return as soon as the master stored the change.
+	MinReplicas int
+
+	// ReplicaTimeout bounds the wait for MinReplicas; it must be shorter
+	// than the client's ReadTimeout. Defaults to
+	// streamq.DefaultReplicaTimeout.
+	ReplicaTimeout time.Duration
 }
 
 // Writer updates a Redis cache and records every update in a [streamq.Queue],
@@ -110,6 +124,7 @@ type Writer struct {
 	ttl     time.Duration
 	version string
 	hooks   bool // whether enqueue hooks run (they might touch the wb-* headers)
+	rep     rdb.Replicas
 }
 
 // NewWriter returns a writer whose cache and change stream belong to q. cfg
@@ -130,7 +145,7 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 	if c.TTL < 0 || (c.TTL > 0 && c.TTL < time.Millisecond) {
 		return nil, &streamq.ConfigError{Field: "WriterConfig.TTL", Reason: fmt.Sprintf("%s: use 0 for cache entries that never expire, or at least 1ms", c.TTL)}
 	}
-	p, err := streamq.NewProducer(q, &streamq.ProducerConfig{Hooks: c.Hooks})
+	p, err := streamq.NewProducer(q, &streamq.ProducerConfig{Hooks: c.Hooks, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout})
 	if err != nil {
 		// Only a nil hook can fail here; report it under this config's name.
 		var ce *streamq.ConfigError
@@ -139,7 +154,11 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 		}
 		return nil, err
 	}
-	return &Writer{q: q, p: p, ttl: c.TTL, version: core.Of(q).Keys.Part(VersionKeyPart), hooks: len(c.Hooks) > 0}, nil
+	if c.ReplicaTimeout == 0 {
+		c.ReplicaTimeout = streamq.DefaultReplicaTimeout
+	}
+	return &Writer{q: q, p: p, ttl: c.TTL, version: core.Of(q).Keys.Part(VersionKeyPart), hooks: len(c.Hooks) > 0,
+		rep: rdb.Replicas{N: c.MinReplicas, Timeout: c.ReplicaTimeout}}, nil
 }
 
 // Queue returns the writer's queue.
@@ -283,8 +302,9 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 		return 0, err
 	}
 	var version int64
+	memo := core.Of(w.q).Keys.NewMemo() // one per call: a refusal is not remembered
 	for attempt := 0; ; attempt++ {
-		version, err = parseVersion(rdb.Write(ctx, core.Of(w.q).RDB, keys, args))
+		version, err = parseVersion(rdb.Write(ctx, core.Of(w.q).RDB, keys, memo, w.rep, args))
 		if err == nil || !errors.Is(err, streamq.ErrQueueFull) || attempt > 0 {
 			break
 		}
@@ -293,7 +313,7 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 		}
 	}
 	if err != nil {
-		return 0, w.writeError(op, key, err)
+		return version, w.writeError(op, key, err)
 	}
 	return version, nil
 }
@@ -319,10 +339,15 @@ func (w *Writer) prepare(ctx context.Context, op, key string, value []byte, hash
 }
 
 // parseVersion reads the reply of the write script: the version as a
-// decimal string.
+// decimal string. With [streamq.ErrNotReplicated] it returns the version
+// too.
 func parseVersion(s string, err error) (int64, error) {
-	if err != nil {
+	if err != nil && (s == "" || !errors.Is(err, streamq.ErrNotReplicated)) {
 		return 0, err
+	}
+	if err != nil {
+		v, _ := strconv.ParseInt(s, 10, 64)
+		return v, err
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || v <= 0 {
@@ -463,7 +488,7 @@ func (w *Writer) resyncTx(ctx context.Context, tx *redis.Tx, key, ck string) (in
 	}
 	var cmd *redis.Cmd
 	if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		cmd = rdb.WriteInTx(ctx, p, keys, args)
+		cmd = rdb.WriteInTx(ctx, p, keys, core.Of(w.q).Keys.NewMemo(), args)
 		return nil
 	}); err != nil {
 		return 0, false, rdb.Translate(err)

@@ -65,6 +65,10 @@ func Tick(ctx context.Context, c redis.Scripter, k Keys, name string, tickMillis
 		flag = "1"
 	}
 	args := append([]any{tickMillis, ttlMillis, flag, max(maxLen, 0)}, fields...)
-	res, err := scriptTick.Run(ctx, c, keys, args...).Slice()
+	var res []any
+	err := Redo(ctx, c, func() (err error) {
+		res, err = scriptTick.Run(ctx, c, keys, args...).Slice()
+		return err
+	})
 	return res, Translate(err)
 }

@@ -172,10 +172,12 @@ end
 // scriptPush adds jobs to the ready set.
 //
 // KEYS[1] ready set, KEYS[2] job hash, KEYS[3] sequence counter, KEYS[4]
-// notify stream
-// ARGV: for each job its score and its data (packed wire fields).
-// Returns the array of the new job IDs (their sequence numbers).
-var scriptPush = redis.NewScript(priorityLib + `
+// notify stream, KEYS[5] memo hash (see idempotent)
+// ARGV: for each job its score and its data (packed wire fields); then the
+// memo token and TTL.
+// Returns the array of the new job IDs (their sequence numbers). A re-sent
+// call returns the first call's IDs and pushes nothing.
+var scriptPush = redis.NewScript(idempotent(priorityLib, `
 local ids, h, z = {}, {}, {}
 for i = 1, #ARGV, 2 do
   local score = ARGV[i]
@@ -190,11 +192,12 @@ redis.call('HSET', KEYS[2], unpack(h))
 redis.call('ZADD', KEYS[1], unpack(z))
 notify(KEYS[4])
 return ids
-`)
+`))
 
 // Push runs scriptPush; args are score, data pairs.
 func Push(ctx context.Context, c redis.Scripter, k PriorityKeys, args []any) ([]string, error) {
-	return scriptPush.Run(ctx, c, []string{k.Ready, k.Jobs, k.Seq, k.Notify}, args...).StringSlice()
+	cmd, _ := runWrite(ctx, c, scriptPush, k.NewMemo(), Replicas{}, []string{k.Ready, k.Jobs, k.Seq, k.Notify}, args)
+	return cmd.StringSlice()
 }
 
 // scriptForward moves a stream entry into the ready set and acknowledges it.
@@ -521,14 +524,16 @@ func MarkWaiting(ctx context.Context, c redis.Scripter, k PriorityKeys, lease st
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
 // hash, KEYS[5] delivery counters, KEYS[6] notify stream, KEYS[7] waiting
-// leases
+// leases, KEYS[8] memo hash
 // ARGV[1] lease member, ARGV[2] delay (ms), ARGV[3] the job's new data
 // (packed wire fields whose attempt field carries the count of this copy,
-// so the delivery counter restarts).
+// so the delivery counter restarts); then the memo token and TTL.
 // Returns 1 when moved; 0 when the lease is no longer held and the job does
 // not wait in the ready set either (another worker holds it, or it was
-// settled), in which case nothing changed.
-var scriptRetry = redis.NewScript(priorityLib + `
+// settled), in which case nothing changed. A re-sent call returns what the
+// first returned and changes nothing: without the memo, it would find the
+// job in the ready set and write its old data over a newer retry's.
+var scriptRetry = redis.NewScript(idempotent(priorityLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -550,11 +555,12 @@ end
 if from == 'lease' then redis.call('ZREM', KEYS[1], lm) end
 unwait(KEYS[7], {lm})
 return 1
-`)
+`))
 
 // Retry runs scriptRetry.
 func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, delayMillis int64, data []byte) (bool, error) {
-	n, err := scriptRetry.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting}, lease, delayMillis, data).Int()
+	cmd, _ := runWrite(ctx, c, scriptRetry, k.NewMemo(), Replicas{}, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting}, []any{lease, delayMillis, data})
+	n, err := cmd.Int()
 	return n == 1, err
 }
 
@@ -562,13 +568,14 @@ func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, 
 // stream.
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] job hash, KEYS[4] delivery
-// counters, KEYS[5] dead-letter stream, KEYS[6] waiting leases
+// counters, KEYS[5] dead-letter stream, KEYS[6] waiting leases, KEYS[7]
+// memo hash
 // ARGV[1] lease member, ARGV[2] dead-letter cap (0: none), ARGV[3..]
-// field/value arguments of the dead letter.
+// field/value arguments of the dead letter; then the memo token and TTL.
 // Returns the dead letter's entry ID, or false when the lease is no longer
 // held and the job does not wait in the ready set either, in which case
-// nothing changed.
-var scriptPriorityDeadLetter = redis.NewScript(priorityLib + `
+// nothing changed. A re-sent call returns what the first returned.
+var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -587,13 +594,14 @@ unwait(KEYS[6], {lm})
 redis.call('HDEL', KEYS[3], id)
 redis.call('HDEL', KEYS[4], id)
 return dl
-`)
+`))
 
 // PriorityDeadLetter runs scriptPriorityDeadLetter; it returns "" when the
 // lease is no longer held.
 func PriorityDeadLetter(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, lease string, dlCap int64, fields []any) (string, error) {
 	args := append([]any{lease, dlCap}, fields...)
-	id, err := scriptPriorityDeadLetter.Run(ctx, c, []string{pk.Leases, pk.Ready, pk.Jobs, pk.Deliveries, k.Dead, pk.Waiting}, args...).Text()
+	cmd, _ := runWrite(ctx, c, scriptPriorityDeadLetter, pk.NewMemo(), Replicas{}, []string{pk.Leases, pk.Ready, pk.Jobs, pk.Deliveries, k.Dead, pk.Waiting}, args)
+	id, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}

@@ -4,37 +4,96 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // scriptEnqueue adds jobs to the stream unless the cap would be exceeded.
+// The first job gets an ID from XADD *, the others the IDs that follow it
+// (same milliseconds, sequence + 1 each), so the reply is two values
+// whatever the batch size, and so is what the memo remembers.
 //
-// KEYS[1] stream
+// KEYS[1] stream, KEYS[2] memo hash (see idempotent)
 // ARGV[1] cap (0 or less: none); ARGV[2] number of jobs; then for each job:
-// its field/value count n followed by n field/value arguments.
-// Returns the array of new entry IDs, or an error reply starting with
-// "QUEUEFULL" when nothing was added because the cap was reached.
-var scriptEnqueue = redis.NewScript(streamLib + `
+// its field/value count n followed by n field/value arguments; then the
+// memo token and TTL.
+// Returns {first entry ID, number of jobs}: the IDs are the first and the
+// ones after it; or, when the first ID's sequence number is too large to
+// count on exactly, the array of the new entry IDs. Or an error reply
+// starting with "QUEUEFULL" when nothing was added because the cap was
+// reached.
+var scriptEnqueue = redis.NewScript(idempotent(streamLib, `
 local stream = KEYS[1]
 local njobs = tonumber(ARGV[2])
 local full = no_room(stream, tonumber(ARGV[1]), njobs)
 if full then return redis.error_reply(full) end
-local ids = {}
-local i = 3
-for j = 1, njobs do
-  local n = tonumber(ARGV[i])
+local n = tonumber(ARGV[3])
+local first = redis.call('XADD', stream, '*', unpack(ARGV, 4, 3 + n))
+local i = n + 4
+local ms, seq = string.match(first, '^(%d+)-(%d+)$')
+if #seq < 14 then
+  local base, s = ms .. '-', tonumber(seq)
+  for j = 1, njobs - 1 do
+    n = tonumber(ARGV[i])
+    redis.call('XADD', stream, base .. (s + j), unpack(ARGV, i + 1, i + n))
+    i = i + n + 1
+  end
+  return {first, njobs}
+end
+local ids = {first}
+for j = 2, njobs do
+  n = tonumber(ARGV[i])
   ids[j] = redis.call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
   i = i + n + 1
 end
 return ids
-`)
+`))
 
-// Enqueue runs scriptEnqueue; args are ARGV from ARGV[1] on. A refusal
-// wraps [ErrQueueFull].
-func Enqueue(ctx context.Context, c redis.Scripter, k Keys, args []any) ([]string, error) {
-	ids, err := scriptEnqueue.Run(ctx, c, []string{k.Stream}, args...).StringSlice()
-	return ids, Translate(err)
+// Enqueue runs scriptEnqueue; args are ARGV from ARGV[1] on, up to the
+// memo. A refusal wraps [ErrQueueFull]; a write that rep's replicas did not
+// acknowledge returns its IDs and a [*NotReplicatedError].
+func Enqueue(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, args []any) ([]string, error) {
+	cmd, werr := runWrite(ctx, c, scriptEnqueue, m, rep, []string{k.Stream}, args)
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, Translate(err)
+	}
+	ids, err := entryIDs(res)
+	if err != nil {
+		return nil, err
+	}
+	return ids, werr
+}
+
+// entryIDs expands scriptEnqueue's reply into the entry IDs.
+func entryIDs(res []any) ([]string, error) {
+	if len(res) == 2 {
+		if n, ok := res[1].(int64); ok {
+			first, _ := res[0].(string)
+			ms, seq, found := strings.Cut(first, "-")
+			s, err := strconv.ParseUint(seq, 10, 64)
+			if !found || err != nil || n < 1 {
+				return nil, fmt.Errorf("unexpected enqueue reply %q, %d", first, n)
+			}
+			ids := make([]string, n)
+			ids[0] = first
+			for j := int64(1); j < n; j++ {
+				ids[j] = ms + "-" + strconv.FormatUint(s+uint64(j), 10)
+			}
+			return ids, nil
+		}
+	}
+	ids := make([]string, len(res))
+	for i, v := range res {
+		s, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("unexpected enqueue reply element %T", v)
+		}
+		ids[i] = s
+	}
+	return ids, nil
 }
 
 // scriptTrim trims acknowledged history (exactly).
@@ -52,11 +111,13 @@ func Trim(ctx context.Context, c redis.Scripter, k Keys) (int64, error) {
 
 // scriptSchedule stores jobs in the delayed set.
 //
-// KEYS[1] delayed sorted set, KEYS[2] delayed job hash
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] memo hash
 // ARGV[1] due time (Unix ms); ARGV[2] number of jobs; then for each job: its
-// token, its field/value count n, and n field/value arguments.
-// Returns the number of jobs stored.
-var scriptSchedule = redis.NewScript(`
+// token, its field/value count n, and n field/value arguments; then the
+// memo token and TTL.
+// Returns the number of jobs stored. A re-sent call stores nothing again
+// (not even a job that was moved into the stream since).
+var scriptSchedule = redis.NewScript(idempotent("", `
 local i = 3
 local njobs = tonumber(ARGV[2])
 for j = 1, njobs do
@@ -67,11 +128,17 @@ for j = 1, njobs do
   i = i + n + 2
 end
 return njobs
-`)
+`))
 
-// Schedule runs scriptSchedule; args are ARGV from ARGV[1] on.
-func Schedule(ctx context.Context, c redis.Scripter, k Keys, args []any) error {
-	return scriptSchedule.Run(ctx, c, []string{k.Delayed, k.DelayedJobs}, args...).Err()
+// Schedule runs scriptSchedule; args are ARGV from ARGV[1] on, up to the
+// memo. A write that rep's replicas did not acknowledge returns a
+// [*NotReplicatedError].
+func Schedule(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, args []any) error {
+	cmd, werr := runWrite(ctx, c, scriptSchedule, m, rep, []string{k.Delayed, k.DelayedJobs}, args)
+	if err := cmd.Err(); err != nil {
+		return err
+	}
+	return werr
 }
 
 // scriptPromote moves due jobs from the delayed set into the stream.
@@ -96,7 +163,12 @@ return #due
 // Promote runs scriptPromote: it moves up to limit jobs due at nowMillis
 // into the stream and returns how many it moved.
 func Promote(ctx context.Context, c redis.Scripter, k Keys, nowMillis int64, limit int) (int, error) {
-	return scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, nowMillis, limit).Int()
+	var n int
+	err := Redo(ctx, c, func() (err error) {
+		n, err = scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, nowMillis, limit).Int()
+		return err
+	})
+	return n, err
 }
 
 // scriptMove settles an attempt by writing the job again as a new copy:
@@ -104,13 +176,16 @@ func Promote(ctx context.Context, c redis.Scripter, k Keys, nowMillis int64, lim
 // straight back into the stream (a hand-back, a retry without delay). The
 // new copy is written before the old entry is acknowledged and deleted.
 //
-// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
+// KEYS[4] memo hash
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (Unix
 // ms; 0: into the stream now), ARGV[5] delayed-set ID, ARGV[6..] field/value
-// arguments of the new copy.
+// arguments of the new copy; then the memo token and TTL.
 // Returns 1 when moved; 0 when the entry is no longer pending for this
 // consumer (another consumer took it over), in which case nothing changed.
-var scriptMove = redis.NewScript(streamLib + `
+// A re-sent call returns what the first returned (the pending check alone
+// keeps it from moving anything again, but would say 0).
+var scriptMove = redis.NewScript(idempotent(streamLib, `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 if tonumber(ARGV[4]) > 0 then
   redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 6)}))
@@ -121,12 +196,13 @@ end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 return 1
-`)
+`))
 
 // Move runs scriptMove. dueMillis 0 puts the copy straight into the stream.
 func Move(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dueMillis int64, token string, fields []any) (bool, error) {
 	args := append([]any{group, consumer, id, dueMillis, token}, fields...)
-	n, err := scriptMove.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, args...).Int()
+	cmd, _ := runWrite(ctx, c, scriptMove, k.NewMemo(), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs}, args)
+	n, err := cmd.Int()
 	return n == 1, err
 }
 
@@ -134,13 +210,14 @@ func Move(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id str
 // releases its unique-key lock.
 //
 // KEYS[1] stream, KEYS[2] dead-letter stream, KEYS[3] (optional) the job's
-// unique-key lock
+// unique-key lock; last, the memo hash
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] dead-letter cap
 // (0: none), ARGV[5] the job's lock token ("" without a lock), ARGV[6..]
-// field/value arguments of the dead letter.
+// field/value arguments of the dead letter; then the memo token and TTL.
 // Returns the dead letter's entry ID, or false when the entry is no longer
-// pending for this consumer, in which case nothing changed.
-var scriptDeadLetter = redis.NewScript(streamLib + `
+// pending for this consumer, in which case nothing changed. A re-sent call
+// returns what the first returned.
+var scriptDeadLetter = redis.NewScript(idempotent(streamLib, `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
 local id
 local cap = tonumber(ARGV[4])
@@ -153,7 +230,7 @@ redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 if KEYS[3] then unlock(KEYS[3], ARGV[5]) end
 return id
-`)
+`))
 
 // DeadLetter runs scriptDeadLetter. lock is the job's unique-key lock ("":
 // none). It returns "" when the entry is no longer pending for consumer.
@@ -163,7 +240,8 @@ func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, 
 		keys = append(keys, lock)
 	}
 	args := append([]any{group, consumer, id, dlCap, token}, fields...)
-	dl, err := scriptDeadLetter.Run(ctx, c, keys, args...).Text()
+	cmd, _ := runWrite(ctx, c, scriptDeadLetter, k.NewMemo(), Replicas{}, keys, args)
+	dl, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
 	}
@@ -175,11 +253,12 @@ func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, 
 // and payload kept). The new entry is written before the dead letter is
 // deleted.
 //
-// KEYS[1] dead-letter stream, KEYS[2] stream
-// ARGV: dead-letter entry IDs.
+// KEYS[1] dead-letter stream, KEYS[2] stream, KEYS[3] memo hash
+// ARGV: dead-letter entry IDs; then the memo token and TTL.
 // Returns an array with the new stream entry ID per argument, or false for a
-// dead letter that does not exist.
-var scriptRequeue = redis.NewScript(`
+// dead letter that does not exist. A re-sent call returns what the first
+// returned (without the memo it would find the letters gone).
+var scriptRequeue = redis.NewScript(idempotent("", `
 local out = {}
 for i = 1, #ARGV do
   local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
@@ -201,7 +280,7 @@ for i = 1, #ARGV do
   end
 end
 return out
-`)
+`))
 
 // Requeue runs scriptRequeue for ids and returns the new entry IDs ("" for
 // a dead letter that does not exist).
@@ -210,7 +289,8 @@ func Requeue(ctx context.Context, c redis.Scripter, k Keys, ids []string) ([]str
 	for i, id := range ids {
 		args[i] = id
 	}
-	res, err := scriptRequeue.Run(ctx, c, []string{k.Dead, k.Stream}, args...).Slice()
+	cmd, _ := runWrite(ctx, c, scriptRequeue, k.NewMemo(), Replicas{}, []string{k.Dead, k.Stream}, args)
+	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -466,16 +546,18 @@ func DelayedKey(ctx context.Context, c redis.Scripter, k Keys, id string) (key, 
 // releases its unique-key lock.
 //
 // KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] (optional)
-// the job's unique-key lock
-// ARGV[1] the job's delayed-set ID, ARGV[2] its lock token (with KEYS[3])
+// the job's unique-key lock; last, the memo hash
+// ARGV[1] the job's delayed-set ID, ARGV[2] its lock token (with KEYS[3]);
+// then the memo token and TTL
 // Returns 1 if the job was removed, 0 if it was not there (already moved
-// into the stream, or unknown); the lock is only released on 1.
-var scriptCancel = redis.NewScript(streamLib + `
+// into the stream, or unknown); the lock is only released on 1. A re-sent
+// call returns what the first returned.
+var scriptCancel = redis.NewScript(idempotent(streamLib, `
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if n == 1 and KEYS[3] then unlock(KEYS[3], ARGV[2]) end
 return n
-`)
+`))
 
 // Cancel runs scriptCancel; lock is the job's unique-key lock ("": none).
 func Cancel(ctx context.Context, c redis.Scripter, k Keys, id, lock, token string) (bool, error) {
@@ -483,20 +565,24 @@ func Cancel(ctx context.Context, c redis.Scripter, k Keys, id, lock, token strin
 	if lock != "" {
 		keys = append(keys, lock)
 	}
-	n, err := scriptCancel.Run(ctx, c, keys, id, token).Int()
+	cmd, _ := runWrite(ctx, c, scriptCancel, k.NewMemo(), Replicas{}, keys, []any{id, token})
+	n, err := cmd.Int()
 	return n == 1, err
 }
 
 // scriptEnqueueUnique enqueues one job under a unique-key lock.
 //
 // KEYS[1] stream, KEYS[2] lock key, KEYS[3] delayed sorted set, KEYS[4]
-// delayed job hash
+// delayed job hash, KEYS[5] memo hash
 // ARGV[1] cap (0 or less: none), ARGV[2] lock TTL (ms), ARGV[3] lock token,
 // ARGV[4] due time (Unix ms; 0 = enqueue into the stream now), ARGV[5]
-// delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the job.
+// delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the
+// job; then the memo token and TTL.
 // Returns {1, job ID} when enqueued, {0, existing job ID} when the lock is
-// held by another job, or a QUEUEFULL error reply.
-var scriptEnqueueUnique = redis.NewScript(streamLib + `
+// held by another job, or a QUEUEFULL error reply. A re-sent call returns
+// what the first returned: its own job, not a duplicate of it (even when
+// that job already ran and released the key).
+var scriptEnqueueUnique = redis.NewScript(idempotent(streamLib, `
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, redis.call('HGET', KEYS[2], 'id') or ''}
 end
@@ -513,13 +599,17 @@ end
 redis.call('HSET', KEYS[2], 'token', ARGV[3], 'id', id)
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return {1, id}
-`)
+`))
 
 // EnqueueUnique runs scriptEnqueueUnique; args are ARGV from ARGV[1] on. It
 // reports whether the job was enqueued and its ID (the existing job's when
 // the key is taken). A refusal wraps [ErrQueueFull].
-func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, args []any) (bool, string, error) {
-	res, err := scriptEnqueueUnique.Run(ctx, c, []string{k.Stream, lock, k.Delayed, k.DelayedJobs}, args...).Slice()
+//
+// A write that rep's replicas did not acknowledge returns its result and
+// a [*NotReplicatedError].
+func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, m Memo, rep Replicas, args []any) (bool, string, error) {
+	cmd, werr := runWrite(ctx, c, scriptEnqueueUnique, m, rep, []string{k.Stream, lock, k.Delayed, k.DelayedJobs}, args)
+	res, err := cmd.Slice()
 	if err != nil {
 		return false, "", Translate(err)
 	}
@@ -528,7 +618,7 @@ func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, a
 	}
 	ok, _ := res[0].(int64)
 	id, _ := res[1].(string)
-	return ok == 1, id, nil
+	return ok == 1, id, werr
 }
 
 // scriptAck acknowledges finished jobs and releases their unique-key locks.

@@ -12,6 +12,7 @@ import (
 // KEYS[1] the queue's stream
 // KEYS[2] the cache key, <prefix>:{<queue>}:cache:<key>
 // KEYS[3] the version counter, <prefix>:{<queue>}:wb:version
+// KEYS[4] the memo hash (see idempotent)
 // ARGV[1] stream cap (0 or less: none); reaching it refuses, never trims
 // ARGV[2] "set", "hset" or "del"
 // ARGV[3] cache TTL in ms for "set" and "hset" (0: no expiry)
@@ -20,6 +21,7 @@ import (
 // the "headers" field must be a non-empty JSON
 // object, and "payload" is the value stored by "set"
 // ARGV[5+n..] for "hset": the hash's field/value pairs (at least one)
+// then the memo token and TTL
 //
 // Returns the change's version as a decimal string. Errors with "QUEUEFULL
 // ..." when the stream holds cap entries, before writing anything, and with
@@ -39,7 +41,10 @@ import (
 // Lua number: INCR's reply is one (a double, exact only up to 2^53, and
 // formatted as 1e+14 from 10^14 up), so the script reads the counter back
 // with GET, whose reply is the exact decimal string, and returns that.
-var scriptWrite = redis.NewScript(`
+// A re-sent call returns the first call's version and changes nothing: a
+// re-sent Set landing after another writer's Set would otherwise make the
+// cache and the sink see A, B, A.
+var scriptWrite = redis.NewScript(idempotent("", `
 local cap = tonumber(ARGV[1])
 if cap > 0 then
   local len = redis.call('XLEN', KEYS[1])
@@ -97,7 +102,7 @@ else
   redis.call('SET', KEYS[2], value)
 end
 return version
-`)
+`))
 
 // scriptEnsureVersion raises the version counter to a floor.
 //
@@ -137,18 +142,23 @@ func WriteKeys(k Keys, cacheKey, versionKey string) []string {
 	return []string{k.Stream, cacheKey, versionKey}
 }
 
-// Write runs scriptWrite (args are ARGV from ARGV[1] on) and returns its
-// reply command, whose error is translated: a QUEUEFULL reply wraps
-// [ErrQueueFull].
-func Write(ctx context.Context, c redis.Scripter, keys []string, args []any) (string, error) {
-	v, err := scriptWrite.Run(ctx, c, keys, args...).Text()
-	return v, Translate(err)
+// Write runs scriptWrite (args are ARGV from ARGV[1] on, up to the memo)
+// and returns the version, or an error translated: a QUEUEFULL reply wraps
+// [ErrQueueFull]. A write that rep's replicas did not acknowledge returns
+// its version and a [*NotReplicatedError].
+func Write(ctx context.Context, c redis.Scripter, keys []string, m Memo, rep Replicas, args []any) (string, error) {
+	cmd, werr := runWrite(ctx, c, scriptWrite, m, rep, keys, args)
+	v, err := cmd.Text()
+	if err != nil {
+		return "", Translate(err)
+	}
+	return v, werr
 }
 
 // WriteInTx queues scriptWrite in a MULTI pipeline, as EVAL (a NOSCRIPT
 // reply could not be retried in MULTI).
-func WriteInTx(ctx context.Context, p redis.Pipeliner, keys []string, args []any) *redis.Cmd {
-	return scriptWrite.Eval(ctx, p, keys, args...)
+func WriteInTx(ctx context.Context, p redis.Pipeliner, keys []string, m Memo, args []any) *redis.Cmd {
+	return scriptWrite.Eval(ctx, p, m.keys(keys...), m.args(args...)...)
 }
 
 // IsVersionCounter reports scriptWrite's refusal of a version counter it

@@ -1,0 +1,411 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/redistest"
+)
+
+// Deployment tests: Sentinel failovers, Cluster master kills and slot
+// migrations, under a backlog and a steady producer, each on a topology of
+// its own that the test starts and stops.
+
+// Traffic settings of the deployment tests.
+const (
+	deployBacklog  = 3000                    // jobs enqueued before the fault
+	deployEvery    = 5 * time.Millisecond    // the steady producer's pace
+	deployDuration = 6 * time.Second         // how long the steady producer runs
+	deployFaultAt  = 1500 * time.Millisecond // when the fault happens
+	deploySettle   = 25 * time.Second        // bound on handling what was acknowledged
+)
+
+// traffic runs a backlog, a steady producer and a consumer on a queue and
+// counts what happened to every job.
+type traffic struct {
+	t        *testing.T
+	q        *streamq.Queue
+	p        *streamq.Producer
+	mu       sync.Mutex
+	acked    map[string]bool // payloads whose Enqueue returned nil
+	handled  map[string]int  // payloads by handler runs
+	failed   int             // Enqueue calls that returned an error
+	errs     []string        // the first of those errors
+	okAt     []time.Time     // when each successful Enqueue returned
+	handleAt []time.Time     // when each handler ran
+	opts     []streamq.EnqueueOption
+}
+
+func newTraffic(t *testing.T, q *streamq.Queue, pcfg *streamq.ProducerConfig) *traffic {
+	t.Helper()
+	p, err := streamq.NewProducer(q, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &traffic{t: t, q: q, p: p, acked: map[string]bool{}, handled: map[string]int{}}
+}
+
+func (tr *traffic) handle(_ context.Context, m *streamq.Message) error {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	tr.handled[string(m.Payload)]++
+	tr.handleAt = append(tr.handleAt, time.Now())
+	return nil
+}
+
+func (tr *traffic) enqueued(payload string, err error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if err != nil {
+		tr.failed++
+		if len(tr.errs) < 5 {
+			tr.errs = append(tr.errs, err.Error())
+		}
+		return
+	}
+	tr.acked[payload] = true
+	tr.okAt = append(tr.okAt, time.Now())
+}
+
+// run enqueues the backlog, starts a consumer and the steady producer,
+// calls fault at deployFaultAt, and returns once the producer stopped and
+// every acknowledged job was handled or deploySettle passed. It returns
+// when the fault happened.
+func (tr *traffic) run(fault func()) time.Time {
+	t := tr.t
+	ctx := context.Background()
+	jobs := make([]streamq.Job, deployBacklog)
+	for i := range jobs {
+		jobs[i].Payload = fmt.Appendf(nil, "b-%d", i)
+	}
+	ids, err := tr.p.EnqueueBatch(ctx, jobs)
+	for i, id := range ids {
+		if id != "" {
+			tr.enqueued(string(jobs[i].Payload), nil)
+		}
+	}
+	if err != nil {
+		t.Fatalf("backlog: %v", err)
+	}
+	c := relConsumer(t, tr.q, tr.handle, streamq.ConsumerConfig{Concurrency: 16, MinIdle: time.Second, ReclaimInterval: 200 * time.Millisecond})
+	cr := relRun(t, c)
+	defer cr.stop()
+
+	start := time.Now()
+	prod := redistest.Background(t, "steady producer", deployDuration+time.Minute, func(ctx context.Context) error {
+		tick := time.NewTicker(deployEvery)
+		defer tick.Stop()
+		for i := 0; time.Since(start) < deployDuration; i++ {
+			payload := fmt.Sprintf("s-%d", i)
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			_, err := tr.p.Enqueue(cctx, []byte(payload), tr.opts...)
+			cancel()
+			tr.enqueued(payload, err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+		}
+		return nil
+	})
+	timer := time.NewTimer(deployFaultAt)
+	<-timer.C
+	faultAt := time.Now()
+	fault()
+	select {
+	case <-prod.Done():
+	case <-time.After(deployDuration + time.Minute):
+		t.Fatal("the steady producer did not stop")
+	}
+	if err := prod.Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(deploySettle)
+	for time.Now().Before(deadline) && len(tr.lost()) > 0 {
+		wait := time.NewTimer(50 * time.Millisecond)
+		<-wait.C
+	}
+	return faultAt
+}
+
+// lost returns the acknowledged payloads that were not handled (yet).
+func (tr *traffic) lost() []string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var out []string
+	for p := range tr.acked {
+		if tr.handled[p] == 0 {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// report logs the counts and returns the lost payloads.
+func (tr *traffic) report(faultAt time.Time) []string {
+	lost := tr.lost()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	dups := 0
+	for _, n := range tr.handled {
+		if n > 1 {
+			dups++
+		}
+	}
+	tr.t.Logf("acknowledged %d jobs (%d Enqueue errors, e.g. %q), handled %d distinct, %d more than once, %d lost; enqueue stopped %s, handling stopped %s",
+		len(tr.acked), tr.failed, tr.errs, len(tr.handled), dups, len(lost),
+		gapAfter(tr.okAt, faultAt), gapAfter(tr.handleAt, faultAt))
+	return lost
+}
+
+// gapAfter returns the longest time without an event from just before t
+// until the end: how long the fault at t stopped the queue.
+func gapAfter(at []time.Time, t time.Time) time.Duration {
+	at = slices.Clone(at)
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	prev := t
+	for _, a := range at {
+		if a.Before(t) {
+			prev = a
+			continue
+		}
+		gap = max(gap, a.Sub(prev))
+		prev = a
+	}
+	return gap.Round(time.Millisecond)
+}
+
+// TestSentinel_FailoverMidRun runs a backlog and a steady producer through
+// a planned SENTINEL FAILOVER: with ProducerConfig.MinReplicas every job
+// whose Enqueue returned nil is handled; without it, the counts are logged
+// (the old master takes writes for a moment after the replica was
+// promoted, and those are lost when it becomes a replica).
+func TestSentinel_FailoverMidRun(t *testing.T) {
+	t.Parallel()
+	for _, replicated := range []bool{true, false} {
+		t.Run(fmt.Sprintf("MinReplicas=%v", replicated), func(t *testing.T) {
+			t.Parallel()
+			s := redistest.StartSentinel(t, redistest.SentinelOptions{})
+			rdb := redis.NewFailoverClient(s.FailoverOptions())
+			t.Cleanup(func() { _ = rdb.Close() })
+			q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pcfg *streamq.ProducerConfig
+			if replicated {
+				pcfg = &streamq.ProducerConfig{MinReplicas: 1}
+			}
+			tr := newTraffic(t, q, pcfg)
+			faultAt := tr.run(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), redistest.TopologyTimeout)
+				defer cancel()
+				if _, err := s.Failover(ctx); err != nil {
+					t.Errorf("failover: %v", err)
+				}
+			})
+			lost := tr.report(faultAt)
+			if replicated && len(lost) > 0 {
+				t.Fatalf("%d jobs whose replicated Enqueue returned nil were never handled: %v", len(lost), head(lost))
+			}
+		})
+	}
+}
+
+// startClusterQueue starts a cluster and returns a cluster client with
+// go-redis's default options (streamq must recover with them) and a queue.
+func startClusterQueue(t *testing.T) (*redistest.Cluster, *redis.ClusterClient, *streamq.Queue) {
+	t.Helper()
+	c := redistest.StartCluster(t, redistest.ClusterOptions{})
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return c, rdb, q
+}
+
+// TestCluster_MasterKilledMidRun kills -9 the master that serves the
+// queue's slot while a backlog is handled and a producer runs: its replica
+// takes over, streamq's clients find it at once (the slot map is reloaded
+// on the first refused connection), and no acknowledged job is lost.
+func TestCluster_MasterKilledMidRun(t *testing.T) {
+	t.Parallel()
+	c, _, q := startClusterQueue(t)
+	ctx := context.Background()
+	master, err := c.MasterOfKey(ctx, core.Of(q).Keys.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTraffic(t, q, nil)
+	faultAt := tr.run(func() { c.Kill(master) })
+	if lost := tr.report(faultAt); len(lost) > 0 {
+		t.Fatalf("%d acknowledged jobs were never handled after the master was killed: %v", len(lost), head(lost))
+	}
+	tr.mu.Lock()
+	stop := gapAfter(tr.okAt, faultAt)
+	tr.mu.Unlock()
+	fmt.Printf("TestCluster_MasterKilledMidRun: enqueue stopped for %s after kill -9 of the queue's master\n", stop)
+}
+
+// TestCluster_SlotMigratedMidRun moves the queue's slot to another master
+// (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT NODE) while jobs,
+// delayed jobs among them, are enqueued and handled: no Enqueue fails and no
+// job is lost.
+func TestCluster_SlotMigratedMidRun(t *testing.T) {
+	t.Parallel()
+	c, _, q := startClusterQueue(t)
+	ctx := context.Background()
+	key := core.Of(q).Keys.Stream
+	slot, err := c.KeySlot(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := c.MasterOfSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var to *redistest.ClusterNode
+	for _, n := range c.Nodes() {
+		if m, err := c.MasterOfKey(ctx, key); err == nil && n.ID != m.ID && isMaster(ctx, n) {
+			to = n
+			break
+		}
+	}
+	if to == nil {
+		t.Fatalf("no other master than %s to move slot %d to", from.Addr(), slot)
+	}
+	tr := newTraffic(t, q, nil)
+	tr.opts = []streamq.EnqueueOption{streamq.ProcessIn(20 * time.Millisecond)}
+	faultAt := tr.run(func() {
+		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		m, err := c.BeginMigration(mctx, slot, to)
+		if err != nil {
+			t.Errorf("begin migration: %v", err)
+			return
+		}
+		// Move the keys one by one while traffic goes on, then finish.
+		for {
+			n, err := m.MoveKeys(mctx, 1)
+			if err != nil {
+				t.Errorf("move keys: %v", err)
+				return
+			}
+			if n == 0 {
+				break
+			}
+			pause := time.NewTimer(50 * time.Millisecond)
+			<-pause.C
+		}
+		if err := m.Finish(mctx); err != nil {
+			t.Errorf("finish migration: %v", err)
+		}
+	})
+	lost := tr.report(faultAt)
+	tr.mu.Lock()
+	failed, errs := tr.failed, tr.errs
+	tr.mu.Unlock()
+	if failed > 0 || len(lost) > 0 {
+		t.Fatalf("during the migration of slot %d, %d Enqueue calls failed (%q) and %d acknowledged jobs were lost: %v", slot, failed, errs, len(lost), head(lost))
+	}
+	if now, err := c.MasterOfSlot(ctx, slot); err != nil || now.ID != to.ID {
+		t.Fatalf("slot %d is served by %v (%v), want %s", slot, now, err, to.Addr())
+	}
+}
+
+func isMaster(ctx context.Context, n *redistest.ClusterNode) bool {
+	rdb := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	defer rdb.Close()
+	role, err := rdb.Do(ctx, "ROLE").Slice()
+	return err == nil && len(role) > 0 && role[0] == "master"
+}
+
+// TestTLS_RedissURL runs a producer and a consumer on a TLS-only server
+// reached with a rediss:// URL.
+func TestTLS_RedissURL(t *testing.T) {
+	t.Parallel()
+	s := redistest.StartTLSServer(t)
+	opts, err := redis.ParseURL(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.TLSConfig == nil {
+		t.Fatalf("redis.ParseURL(%q) gave no TLS configuration", s.URL())
+	}
+	opts.TLSConfig.RootCAs = s.TLSConfig().RootCAs // the test's throwaway CA
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	q, err := streamq.NewQueue(rdb, "tls", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTraffic(t, q, &streamq.ProducerConfig{})
+	for i := range 100 {
+		_, err := tr.p.Enqueue(context.Background(), fmt.Appendf(nil, "j-%d", i))
+		tr.enqueued(fmt.Sprintf("j-%d", i), err)
+	}
+	if tr.failed > 0 {
+		t.Fatalf("Enqueue over TLS: %q", tr.errs)
+	}
+	cr := relRun(t, relConsumer(t, q, tr.handle, streamq.ConsumerConfig{}))
+	defer cr.stop()
+	redistest.WaitFor(t, relWait, "100 jobs handled over TLS", func() bool { return len(tr.lost()) == 0 })
+}
+
+// BenchmarkProducer_Replicated measures what ProducerConfig.MinReplicas
+// costs: Enqueue and EnqueueBatch of 100 jobs on a master with one replica,
+// without and with waiting for it.
+//
+//	go test ./integration -run '^$' -bench Replicated -benchtime 3s
+func BenchmarkProducer_Replicated(b *testing.B) {
+	master := redistest.StartServer(b)
+	redistest.StartReplica(b, master)
+	rdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	b.Cleanup(func() { _ = rdb.Close() })
+	payload := make([]byte, 128)
+	for _, n := range []int{0, 1} {
+		for _, batch := range []int{1, 100} {
+			b.Run(fmt.Sprintf("MinReplicas=%d/batch=%d", n, batch), func(b *testing.B) {
+				q, err := streamq.NewQueue(rdb, fmt.Sprintf("bench-%d-%d", n, batch), &streamq.QueueConfig{MaxLen: -1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				p, err := streamq.NewProducer(q, &streamq.ProducerConfig{MinReplicas: n})
+				if err != nil {
+					b.Fatal(err)
+				}
+				jobs := make([]streamq.Job, batch)
+				for i := range jobs {
+					jobs[i].Payload = payload
+				}
+				ctx := context.Background()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,454 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/faultproxy"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/priority"
+	"github.com/streamq/streamq/writebehind"
+)
+
+// Re-send tests: the fault proxy lets Redis run a write script, then drops
+// its reply and ends the connection; go-redis sends the script again on a
+// new connection. Each test checks that the second send changed nothing
+// (zero doubled writes) and that the call returned the first send's result.
+
+// resend is a queue reached through a fault proxy, and the same queue
+// reached directly for checks.
+type resend struct {
+	t      *testing.T
+	direct *redis.Client
+	proxy  *faultproxy.Proxy
+	dq, q  *streamq.Queue // the queue on the direct and the proxied client
+	keys   rdb.Keys
+}
+
+func newResend(t *testing.T) *resend { t.Helper(); return newResendWith(t, nil) }
+
+// newResendWith is newResend with the proxied client's options changed by
+// opt.
+func newResendWith(t *testing.T, opt func(*redis.Options)) *resend {
+	t.Helper()
+	ctx := context.Background()
+	direct := redistest.NewClient(t)
+	// Load the scripts, so that the first EVALSHA runs: a NOSCRIPT reply
+	// dropped would test nothing.
+	if err := rdb.Load(ctx, direct); err != nil {
+		t.Fatal(err)
+	}
+	dq, _ := relQueue(t, direct, nil)
+	proxy, err := faultproxy.New(redistest.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	o := &redis.Options{Addr: proxy.Addr(), MaxRetries: 3}
+	if opt != nil {
+		opt(o)
+	}
+	via := redis.NewClient(o)
+	t.Cleanup(func() { _ = via.Close() })
+	q, err := streamq.NewQueue(via, dq.Name(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &resend{t: t, direct: direct, proxy: proxy, dq: dq, q: q, keys: core.Of(dq).Keys}
+}
+
+// drop arms the proxy to lose the next reply of script name; the returned
+// func fails the test if no reply was dropped by then.
+func (r *resend) drop(name string) func() {
+	r.t.Helper()
+	s, ok := rdb.Scripts()[name]
+	if !ok {
+		r.t.Fatalf("no script %q", name)
+	}
+	dropped := r.proxy.DropReply(faultproxy.Command("EVALSHA", s.Hash()))
+	return func() {
+		r.t.Helper()
+		select {
+		case <-dropped:
+		case <-time.After(relWait):
+			r.t.Fatalf("the reply of script %s was never dropped: the test did not re-send anything", name)
+		}
+	}
+}
+
+func (r *resend) producer() *streamq.Producer {
+	r.t.Helper()
+	p, err := streamq.NewProducer(r.q, nil)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return p
+}
+
+// streamIDs returns the IDs of every entry of the stream.
+func (r *resend) streamIDs(key string) []string {
+	r.t.Helper()
+	es, err := r.direct.XRange(context.Background(), key, "-", "+").Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.ID
+	}
+	return ids
+}
+
+func (r *resend) card(key string) int64 {
+	r.t.Helper()
+	n, err := r.direct.ZCard(context.Background(), key).Result()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
+func equalIDs(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: got %d IDs %v, want %d IDs %v", what, len(got), head(got), len(want), head(want))
+	}
+}
+
+func TestResend_Enqueue(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	dropped := r.drop("enqueue")
+	id, err := r.producer().Enqueue(context.Background(), []byte("once"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped()
+	equalIDs(t, "stream after a re-sent Enqueue", r.streamIDs(r.keys.Stream), []string{id})
+}
+
+func TestResend_EnqueueBatch(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	const n = 2*streamq.MaxBatchChunk + 500 // three calls; the reply of the first is lost
+	jobs := make([]streamq.Job, n)
+	for i := range jobs {
+		jobs[i].Payload = fmt.Appendf(nil, "job-%d", i)
+	}
+	dropped := r.drop("enqueue")
+	ids, err := r.producer().EnqueueBatch(context.Background(), jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped()
+	equalIDs(t, "stream after a re-sent EnqueueBatch chunk", r.streamIDs(r.keys.Stream), ids)
+}
+
+func TestResend_DelayedEnqueue(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	dropped := r.drop("schedule")
+	id, err := r.producer().Enqueue(context.Background(), []byte("later"), streamq.ProcessIn(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped()
+	if n := r.card(r.keys.Delayed); n != 1 {
+		t.Fatalf("delayed set holds %d jobs after a re-sent delayed Enqueue, want 1 (%s)", n, id)
+	}
+}
+
+// A delayed job that fell due and was moved into the stream between the
+// first send and the re-send must not be scheduled a second time.
+func TestResend_DelayedEnqueueMovedMeanwhile(t *testing.T) {
+	t.Parallel()
+	// go-redis waits at least MinRetryBackoff before it re-sends: the test
+	// moves the job meanwhile.
+	r := newResendWith(t, func(o *redis.Options) { o.MinRetryBackoff, o.MaxRetryBackoff = time.Second, 2*time.Second })
+	ctx := context.Background()
+	p := r.producer()
+	dropped := r.drop("schedule")
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Enqueue(ctx, []byte("soon"), streamq.ProcessIn(time.Millisecond))
+		done <- err
+	}()
+	dropped()
+	redistest.WaitFor(t, relWait, "the delayed job to be moved into the stream", func() bool {
+		n, err := rdb.Promote(ctx, r.direct, r.keys, time.Now().Add(time.Second).UnixMilli(), 10)
+		return err == nil && n == 1
+	})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := r.card(r.keys.Delayed); n != 0 {
+		t.Fatalf("the re-sent delayed Enqueue scheduled the job again: %d in the delayed set", n)
+	}
+	if ids := r.streamIDs(r.keys.Stream); len(ids) != 1 {
+		t.Fatalf("stream holds %d jobs, want 1", len(ids))
+	}
+}
+
+func TestResend_UniqueEnqueue(t *testing.T) {
+	t.Parallel()
+	for _, delay := range []time.Duration{0, time.Hour} {
+		t.Run(fmt.Sprintf("delay=%s", delay), func(t *testing.T) {
+			t.Parallel()
+			r := newResend(t)
+			dropped := r.drop("enqueue_unique")
+			opts := []streamq.EnqueueOption{streamq.Unique("invoice:42", time.Hour)}
+			if delay > 0 {
+				opts = append(opts, streamq.ProcessIn(delay))
+			}
+			id, err := r.producer().Enqueue(context.Background(), []byte("unique"), opts...)
+			if err != nil {
+				t.Fatalf("a re-sent unique Enqueue returned %v (ID %q), want its own job without an error", err, id)
+			}
+			dropped()
+			n := int64(len(r.streamIDs(r.keys.Stream))) + r.card(r.keys.Delayed)
+			if n != 1 || id == "" {
+				t.Fatalf("%d jobs stored for ID %q, want 1", n, id)
+			}
+		})
+	}
+}
+
+func TestResend_Cancel(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	ctx := context.Background()
+	id, err := r.producer().Enqueue(ctx, []byte("x"), streamq.ProcessIn(time.Hour), streamq.Unique("k", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := r.drop("cancel")
+	ok, err := r.q.Cancel(ctx, id)
+	dropped()
+	if err != nil || !ok {
+		t.Fatalf("a re-sent Cancel returned %v, %v; want true, nil", ok, err)
+	}
+	if n := r.card(r.keys.Delayed); n != 0 {
+		t.Fatalf("delayed set holds %d jobs after Cancel", n)
+	}
+}
+
+func TestResend_Requeue(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	ctx := context.Background()
+	var dead []string
+	for i := range 3 {
+		id, err := r.direct.XAdd(ctx, &redis.XAddArgs{Stream: r.keys.Dead, Values: []any{"v", "1", "payload", fmt.Sprint(i), "dl_reason", "permanent"}}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, id)
+	}
+	dropped := r.drop("requeue")
+	ids, err := r.q.DeadLetters().Requeue(ctx, dead[0])
+	dropped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalIDs(t, "stream after a re-sent Requeue", r.streamIDs(r.keys.Stream), ids)
+	if ids[0] == "" {
+		t.Fatal("a re-sent Requeue reported the dead letter as missing")
+	}
+	dropped = r.drop("requeue")
+	n, err := r.q.DeadLetters().RequeueAll(ctx)
+	dropped()
+	if err != nil || n != 2 {
+		t.Fatalf("a re-sent RequeueAll returned %d, %v; want 2, nil", n, err)
+	}
+	if got := r.streamIDs(r.keys.Stream); len(got) != 3 {
+		t.Fatalf("stream holds %d jobs after requeueing 3 dead letters", len(got))
+	}
+	if got := r.streamIDs(r.keys.Dead); len(got) != 0 {
+		t.Fatalf("%d dead letters left", len(got))
+	}
+}
+
+func TestResend_WriterChanges(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	ctx := context.Background()
+	w, err := writebehind.NewWriter(r.q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := []struct {
+		name string
+		do   func() (int64, error)
+	}{
+		{"Set", func() (int64, error) { return w.Set(ctx, "user:1", []byte("A")) }},
+		{"SetFields", func() (int64, error) { return w.SetFields(ctx, "user:1", map[string]string{"name": "B"}) }},
+		{"Delete", func() (int64, error) { return w.Delete(ctx, "user:1") }},
+	}
+	for i, c := range calls {
+		dropped := r.drop("write")
+		v, err := c.do()
+		dropped()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if want := int64(i + 1); v != want {
+			t.Fatalf("a re-sent %s returned version %d, want %d", c.name, v, want)
+		}
+		if got, _ := r.direct.Get(ctx, w.VersionKey()).Int64(); got != v {
+			t.Fatalf("after a re-sent %s the version counter is %d, want %d", c.name, got, v)
+		}
+		if n := len(r.streamIDs(r.keys.Stream)); n != i+1 {
+			t.Fatalf("after a re-sent %s the stream holds %d changes, want %d", c.name, n, i+1)
+		}
+	}
+}
+
+func TestResend_PriorityPush(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	ctx := context.Background()
+	pq, err := priority.NewQueue(r.q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk := r.keys.Priority()
+	dropped := r.drop("priority_push")
+	id, err := pq.Push(ctx, priority.Job{Priority: 1, Payload: []byte("a")})
+	dropped()
+	if err != nil || id == "" {
+		t.Fatalf("Push: %q, %v", id, err)
+	}
+	dropped = r.drop("priority_push")
+	ids, err := pq.PushBatch(ctx, []priority.Job{{Payload: []byte("b")}, {Payload: []byte("c")}})
+	dropped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := r.card(pk.Ready); n != 3 {
+		t.Fatalf("ready set holds %d jobs after 3 pushes with lost replies, want 3 (IDs %s %v)", n, id, ids)
+	}
+	if seq, _ := r.direct.Get(ctx, pk.Seq).Int64(); seq != 3 {
+		t.Fatalf("sequence counter %d, want 3", seq)
+	}
+}
+
+// resendEvents counts the events of a consumer or worker.
+type resendEvents struct {
+	mu sync.Mutex
+	n  map[streamq.EventKind]int
+}
+
+func (e *resendEvents) on(_ context.Context, ev streamq.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.n == nil {
+		e.n = map[streamq.EventKind]int{}
+	}
+	e.n[ev.Kind]++
+}
+
+func (e *resendEvents) count(k streamq.EventKind) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n[k]
+}
+
+// TestResend_Settlement runs a consumer and a priority worker through the
+// proxy and loses the reply of each settlement move once: a retry (into
+// the stream, and into the delayed set), a dead letter, and priority.Forward,
+// priority retries and dead letters. The job must run exactly as often as
+// without the fault, and the move be reported once.
+func TestResend_Settlement(t *testing.T) {
+	t.Parallel()
+	type tc struct {
+		name     string
+		script   string
+		priority bool
+		fail     error // what the first run returns
+		runs     int   // handler runs expected
+		dead     int
+		event    streamq.EventKind
+	}
+	for _, c := range []tc{
+		{name: "stream retry", script: "move", fail: streamq.RetryAfter(0, errors.New("once")), runs: 2, event: streamq.EventRetried},
+		{name: "stream delayed retry", script: "move", fail: streamq.RetryAfter(50*time.Millisecond, errors.New("once")), runs: 2, event: streamq.EventRetried},
+		{name: "stream dead letter", script: "dead_letter", fail: streamq.Permanent(errors.New("bad")), runs: 1, dead: 1, event: streamq.EventDeadLettered},
+		{name: "priority forward", script: "priority_forward", priority: true, runs: 1},
+		{name: "priority retry", script: "priority_retry", priority: true, fail: streamq.RetryAfter(0, errors.New("once")), runs: 2, event: streamq.EventRetried},
+		{name: "priority delayed retry", script: "priority_retry", priority: true, fail: streamq.RetryAfter(50*time.Millisecond, errors.New("once")), runs: 2, event: streamq.EventRetried},
+		{name: "priority dead letter", script: "priority_dead", priority: true, fail: streamq.Permanent(errors.New("bad")), runs: 1, dead: 1, event: streamq.EventDeadLettered},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			r := newResend(t)
+			ctx := context.Background()
+			var mu sync.Mutex
+			runs := 0
+			h := streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				runs++
+				if runs == 1 {
+					return c.fail
+				}
+				return nil
+			})
+			var ev resendEvents
+			dropped := r.drop(c.script)
+			if _, err := r.producer().Enqueue(ctx, []byte("job")); err != nil {
+				t.Fatal(err)
+			}
+			if c.priority {
+				pq, err := priority.NewQueue(r.q, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fwd := relRun(t, relConsumer(t, r.q, priority.Forward(pq).Handle, streamq.ConsumerConfig{}))
+				w, err := priority.NewWorker(pq, h, &priority.WorkerConfig{
+					Block: 100 * time.Millisecond, ReapInterval: 50 * time.Millisecond, OnEvent: ev.on, Logger: relLogger(t),
+					Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				wr := redistest.Background(t, "Worker.Run", relRunStop, w.Run)
+				defer func() { _ = wr.Stop() }()
+				defer fwd.stop()
+			} else {
+				cr := relRun(t, relConsumer(t, r.q, h, streamq.ConsumerConfig{OnEvent: ev.on}))
+				defer cr.stop()
+			}
+			dropped()
+			pk := r.keys.Priority()
+			redistest.WaitFor(t, relWait, "the job to run and settle", func() bool {
+				mu.Lock()
+				n := runs
+				mu.Unlock()
+				dead, _ := r.direct.XLen(ctx, r.keys.Dead).Result()
+				s := relStats(t, r.dq)
+				left := r.card(pk.Ready) + r.card(pk.Leases) + r.card(pk.Delayed)
+				reported := c.event == 0 || ev.count(c.event) > 0
+				return n >= c.runs && int(dead) >= c.dead && s.Pending == 0 && s.Lag == 0 && s.Delayed == 0 && left == 0 && reported
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			dead, _ := r.direct.XLen(ctx, r.keys.Dead).Result()
+			if runs != c.runs || int(dead) != c.dead {
+				t.Fatalf("the handler ran %d times and %d jobs were dead-lettered; want %d and %d", runs, dead, c.runs, c.dead)
+			}
+			if c.event != 0 {
+				if n := ev.count(c.event); n != 1 {
+					t.Fatalf("%s reported %d times, want once", c.event, n)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,220 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Replicas asks a write to return only once that many replicas acknowledged
+// it (WAIT on the connection that wrote, right after the script).
+type Replicas struct {
+	N       int           // replicas that must acknowledge; 0: do not wait
+	Timeout time.Duration // how long WAIT may block
+}
+
+// ErrNotReplicated is what a write returns, wrapped in a
+// [*NotReplicatedError], when fewer replicas than asked acknowledged it in
+// time. The root package exports the same value as streamq.ErrNotReplicated.
+var ErrNotReplicated = errors.New("streamq: write not replicated")
+
+// NotReplicatedError says how many replicas acknowledged a write.
+type NotReplicatedError struct {
+	Acked, Want int
+	Timeout     time.Duration
+}
+
+func (e *NotReplicatedError) Error() string {
+	return fmt.Sprintf("%s: %d of %d replicas acknowledged it within %s; it is stored on the master, which may lose it if it fails over now", ErrNotReplicated, e.Acked, e.Want, e.Timeout)
+}
+
+// Unwrap returns [ErrNotReplicated].
+func (e *NotReplicatedError) Unwrap() error { return ErrNotReplicated }
+
+// Recovery budget on Redis Cluster (see [Redo]).
+const (
+	// redoFor bounds the retries of one call: a failover of a master takes
+	// its replica about cluster-node-timeout plus a second or two.
+	redoFor = 10 * time.Second
+	// redoFirst and redoMax bound the backoff between two of them.
+	redoFirst = 10 * time.Millisecond
+	redoMax   = 500 * time.Millisecond
+)
+
+// Heal makes a Redis Cluster client reload its slot map at once when err
+// says the map is stale or a master is gone: a refused or broken
+// connection, CLUSTERDOWN, MOVED, READONLY, MASTERDOWN. go-redis otherwise
+// reloads it only every ClusterStateReloadInterval (a minute), and a master
+// that died keeps its slots in the client's map until then; go-redis
+// coalesces reloads (one at a time, 200 ms apart). Other clients and errors
+// are left alone. It reports whether err is such an error.
+func Heal(ctx context.Context, c any, err error) bool {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok || err == nil || !transient(err) {
+		return false
+	}
+	if !redis.HasErrorPrefix(err, "TRYAGAIN") && !redis.HasErrorPrefix(err, "ASK") {
+		cc.ReloadState(ctx)
+	}
+	return true
+}
+
+// Redo runs call, and on a Redis Cluster client runs it again while it
+// fails with an error that the cluster clears by itself within seconds
+// (see [Heal]; also TRYAGAIN, which a multi-key script gets while its
+// slot migrates), reloading the slot map and backing off from 10 ms to
+// 500 ms, for up to 10 s or until ctx ends. Every send of a write carries
+// the same memo, so running it again is safe. Other clients run call once:
+// go-redis's own retries are all they need.
+func Redo(ctx context.Context, c any, call func() error) error {
+	if _, ok := c.(*redis.ClusterClient); !ok {
+		return call()
+	}
+	deadline := time.Now().Add(redoFor)
+	delay := redoFirst
+	for {
+		err := call()
+		if err == nil || !Heal(ctx, c, err) || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		delay = min(2*delay, redoMax)
+	}
+}
+
+// transient reports errors that a cluster clears by itself: connection
+// failures (the node is down or failing over) and the replies Redis gives
+// while slots move or masters change.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	for _, p := range []string{"TRYAGAIN", "CLUSTERDOWN", "MOVED", "ASK", "READONLY", "MASTERDOWN", "LOADING"} {
+		if redis.HasErrorPrefix(err, p) {
+			return true
+		}
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
+		errors.Is(err, syscall.EPIPE), errors.Is(err, net.ErrClosed), errors.As(err, &ne):
+		return true
+	}
+	return strings.Contains(err.Error(), "connection refused")
+}
+
+// runWrite runs write script s for one call: with the call's memo (so a
+// re-sent call changes nothing more), again on a cluster's transient
+// errors ([Redo]), and followed by WAIT when rep asks for replicas. A
+// write that was not replicated in time returns its reply and a
+// [*NotReplicatedError].
+func runWrite(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+	keys, args = m.keys(keys...), m.args(args...)
+	var cmd *redis.Cmd
+	var werr error
+	err := Redo(ctx, c, func() error {
+		if rep.N <= 0 {
+			cmd = s.Run(ctx, c, keys, args...)
+			return cmd.Err()
+		}
+		cmd, werr = runWait(ctx, c, s, rep, keys, args)
+		return cmd.Err()
+	})
+	if err != nil {
+		return cmd, nil
+	}
+	return cmd, werr
+}
+
+// runWait sends the script and WAIT in one pipeline, on one connection of
+// the master that serves keys, so that WAIT waits for the script's writes.
+func runWait(ctx context.Context, c redis.Scripter, s *redis.Script, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+	var pipeline func() redis.Pipeliner
+	switch cc := c.(type) {
+	case *redis.ClusterClient:
+		node, err := cc.MasterForKey(ctx, keys[0])
+		if err != nil {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(err)
+			return cmd, nil
+		}
+		pipeline = node.Pipeline
+	case interface{ Pipeline() redis.Pipeliner }:
+		pipeline = cc.Pipeline
+	default:
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(fmt.Errorf("cannot wait for replicas with a %T: use a redis.Client, a failover client or a cluster client", c))
+		return cmd, nil
+	}
+	send := func(eval bool) (*redis.Cmd, *redis.IntCmd) {
+		pipe := pipeline()
+		var cmd *redis.Cmd
+		if eval {
+			cmd = s.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmd = s.EvalSha(ctx, pipe, keys, args...)
+		}
+		wait := redis.NewIntCmd(ctx, "wait", rep.N, rep.Timeout.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+		_, _ = pipe.Exec(ctx) // errors are in the commands
+		return cmd, wait
+	}
+	cmd, wait := send(false)
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd, wait = send(true)
+	}
+	if cmd.Err() != nil {
+		return cmd, nil
+	}
+	if err := wait.Err(); err != nil {
+		return cmd, fmt.Errorf("%w: WAIT failed: %w", ErrNotReplicated, err)
+	}
+	if n := int(wait.Val()); n < rep.N {
+		return cmd, &NotReplicatedError{Acked: n, Want: rep.N, Timeout: rep.Timeout}
+	}
+	return cmd, nil
+}
+
+// ReplicasProblem returns what is wrong with waiting for n replicas for
+// up to timeout on client c, in the words of field (e.g.
+// "ProducerConfig.MinReplicas"), or "" when nothing is.
+func ReplicasProblem(c any, n int, timeout time.Duration) (field, reason string) {
+	switch {
+	case n < 0:
+		return "MinReplicas", fmt.Sprintf("%d is negative: use 0 not to wait for replicas, or the number that must hold a job", n)
+	case timeout < time.Millisecond:
+		return "ReplicaTimeout", fmt.Sprintf("%s: use at least 1ms, or 0 for the default", timeout)
+	case n == 0:
+		return "", ""
+	}
+	var read time.Duration
+	switch cc := c.(type) {
+	case *redis.Client:
+		read = cc.Options().ReadTimeout
+	case *redis.ClusterClient:
+		read = cc.Options().ReadTimeout
+	default:
+		return "MinReplicas", fmt.Sprintf("cannot wait for replicas with a %T: use a redis.Client, a failover client or a cluster client", c)
+	}
+	if read == 0 {
+		read = 3 * time.Second // go-redis's default
+	}
+	if read > 0 && timeout >= read {
+		return "ReplicaTimeout", fmt.Sprintf("%s is not shorter than the client's ReadTimeout (%s), which would cut WAIT short: lower it, or raise the client's ReadTimeout", timeout, read)
+	}
+	return "", ""
+}
