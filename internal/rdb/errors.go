@@ -42,11 +42,14 @@ func IsNoSuchKey(err error) bool {
 }
 
 // Fatal reports Redis errors that retrying cannot fix: a wrong key type,
-// missing permissions or authentication, an unknown command.
+// missing permissions or authentication, an unknown command. A permission
+// denied to a command inside a script is reported by Redis 7 as "ERR The
+// user executing the script can't run this command ..." (or "... can't
+// access at least one of the keys ..."), not as NOPERM: it is fatal too.
 func Fatal(err error) bool {
 	// HasErrorPrefix drops a leading "ERR ", so "unknown command" matches
 	// "ERR unknown command ...".
-	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "unknown command"} {
+	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "unknown command", "The user executing the script can't"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}
