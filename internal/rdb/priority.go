@@ -532,7 +532,10 @@ func MarkWaiting(ctx context.Context, c redis.Scripter, k PriorityKeys, lease st
 // not wait in the ready set either (another worker holds it, or it was
 // settled), in which case nothing changed. A re-sent call returns what the
 // first returned and changes nothing: without the memo, it would find the
-// job in the ready set and write its old data over a newer retry's.
+// job in the ready set and write its old data over a newer retry's. The job
+// is written to its new place and its new data stored before anything is
+// deleted, so a write that fails (a foreign key of the wrong type) leaves
+// the job as it was.
 var scriptRetry = redis.NewScript(idempotent(priorityLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
@@ -542,14 +545,17 @@ local from
 if redis.call('ZSCORE', KEYS[1], lm) then from = 'lease'
 elseif redis.call('ZSCORE', KEYS[2], m) then from = 'ready'
 else return 0 end
-redis.call('HSET', KEYS[4], id, ARGV[3])
-redis.call('HDEL', KEYS[5], id)
 local delay = tonumber(ARGV[2])
 if delay > 0 then
   redis.call('ZADD', KEYS[3], now_ms() + delay, m)
-  redis.call('ZREM', KEYS[2], m)
 else
   redis.call('ZADD', KEYS[2], member_score(m), m)
+end
+redis.call('HSET', KEYS[4], id, ARGV[3])
+redis.call('HDEL', KEYS[5], id)
+if delay > 0 then
+  redis.call('ZREM', KEYS[2], m)
+else
   notify(KEYS[6])
 end
 if from == 'lease' then redis.call('ZREM', KEYS[1], lm) end
