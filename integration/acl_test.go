@@ -27,7 +27,7 @@ import (
 // slot map and the command table with them).
 var aclCommands = []string{
 	"evalsha", "eval", "xreadgroup", "xack", "xautoclaim", "xgroup|create", "xgroup|delconsumer",
-	"xlen", "xinfo|groups", "xinfo|consumers", "xpending", "xclaim", "xrange", "xrevrange", "xdel",
+	"xlen", "xinfo|groups", "xinfo|consumers", "xinfo|stream", "xpending", "xclaim", "xrange", "xrevrange", "xdel",
 	"xtrim", "xread", "xadd", "zcard", "get", "hgetall", "del", "exists", "hdel", "hget", "hincrby",
 	"hlen", "hmget", "hset", "incr", "pexpire", "set", "time", "zadd", "zcount", "zmscore", "zrange",
 	"zrem", "zremrangebyrank", "zscore",

@@ -2,15 +2,21 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/internal/wire"
+	"github.com/streamq/streamq/periodic"
+	"github.com/streamq/streamq/writebehind"
 )
 
 // TestScripts_FailedMoveChangesNothing: every move script writes a job to
@@ -79,4 +85,307 @@ func TestScripts_FailedMoveChangesNothing(t *testing.T) {
 			t.Errorf("lease after the failed retry: %v; want it held", err)
 		}
 	})
+}
+
+// capSetup makes q's stream hold one pending job (read and never
+// acknowledged) followed by history: extra entries that the group has read
+// and acknowledged, so that the stream holds 1+extra entries of which one is
+// unacknowledged. It returns the pending job's ID.
+func capSetup(t *testing.T, client *redis.Client, q *streamq.Queue, p *streamq.Producer, extra int) string {
+	t.Helper()
+	ctx := context.Background()
+	k := core.Of(q).Keys
+	head := enqueueAll(t, p, []string{"long job"})[0]
+	if err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "slow", Streams: []string{k.Stream, ">"}, Count: 1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for start := 0; start < extra; start += 10_000 {
+		pipe := client.Pipeline()
+		for range min(10_000, extra-start) {
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{"v", "1", "payload", "done"}})
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Delivered and acknowledged: past the group's last delivered ID, and
+	// not pending. ENTRIESREAD keeps Redis's count of the group's reads
+	// exact, as XREADGROUP would.
+	info, err := client.XInfoStream(ctx, k.Stream).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Do(ctx, "XGROUP", "SETID", k.Stream, q.Group(), "$", "ENTRIESREAD", info.EntriesAdded).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return head
+}
+
+// TestCap_OneRule: MaxLen means at most MaxLen unacknowledged jobs for
+// Enqueue, the write-behind Writer and the periodic scheduler alike. One old
+// pending job with acknowledged history behind it, filling the stream past
+// its cap, must not make any of them refuse.
+func TestCap_OneRule(t *testing.T) {
+	t.Parallel()
+	const capLen = 10
+	client := redistest.NewClient(t)
+	q, p := relQueue(t, client, &streamq.QueueConfig{MaxLen: capLen})
+	ctx := context.Background()
+	k := core.Of(q).Keys
+	capSetup(t, client, q, p, 3*capLen)
+
+	if _, err := p.Enqueue(ctx, []byte("a")); err != nil {
+		t.Fatalf("Enqueue with 1 unacknowledged job, cap %d: %v", capLen, err)
+	}
+	w, err := writebehind.NewWriter(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Set(ctx, "k", []byte("v")); err != nil {
+		t.Errorf("Writer.Set with 2 unacknowledged jobs, cap %d: %v", capLen, err)
+	}
+	s, err := periodic.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterInterval("tick", periodic.MinInterval, []byte("tick")); err != nil {
+		t.Fatal(err)
+	}
+	sched := redistest.Background(t, "Scheduler.Run", relRunStop, s.Run)
+	redistest.WaitFor(t, relWait, "the periodic scheduler to enqueue 3 ticks", func() bool {
+		msgs, err := client.XRange(ctx, k.Stream, "-", "+").Result()
+		if err != nil {
+			return false
+		}
+		ticks := 0
+		for _, m := range msgs {
+			if m.Values["payload"] == "tick" {
+				ticks++
+			}
+		}
+		return ticks >= 3
+	})
+
+	// The rule still refuses at the cap: fill it with unacknowledged jobs.
+	sched.Stop()
+	var refused error
+	for range 2 * capLen {
+		if _, refused = p.Enqueue(ctx, []byte("fill")); refused != nil {
+			break
+		}
+	}
+	if !errors.Is(refused, streamq.ErrQueueFull) {
+		t.Fatalf("Enqueue past the cap: %v, want ErrQueueFull", refused)
+	}
+	if n := relUndelivered(q) + 1; n != capLen { // and the pending head
+		t.Fatalf("refused with %d unacknowledged jobs, want the cap %d", n, capLen)
+	}
+	if _, err := w.Set(ctx, "k", []byte("v2")); !errors.Is(err, streamq.ErrQueueFull) {
+		t.Fatalf("Writer.Set past the cap: %v, want ErrQueueFull", err)
+	}
+}
+
+// groupInfo returns the raw lag and entries-read of q's group (nil when
+// Redis reports them as NULL).
+func groupInfo(t *testing.T, client *redis.Client, q *streamq.Queue) (lag, read any) {
+	t.Helper()
+	groups, err := client.Do(context.Background(), "XINFO", "GROUPS", core.Of(q).Keys.Stream).Slice()
+	if err != nil || len(groups) != 1 {
+		t.Fatalf("XINFO GROUPS: %v, %v", groups, err)
+	}
+	switch g := groups[0].(type) {
+	case map[any]any: // RESP3
+		return g["lag"], g["entries-read"]
+	case []any:
+		for i := 0; i+1 < len(g); i += 2 {
+			switch g[i] {
+			case "lag":
+				lag = g[i+1]
+			case "entries-read":
+				read = g[i+1]
+			}
+		}
+	}
+	return lag, read
+}
+
+// TestCap_NullLag: Redis 7.0 reports a group's lag as NULL after an XDEL at
+// or past its last delivered ID, which the retry and dead-letter scripts do
+// to the entry they settle. The cap must still count the unacknowledged
+// jobs, not refuse because the stream holds acknowledged history.
+func TestCap_NullLag(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("entries read known", func(t *testing.T) {
+		const capLen = 50
+		client := redistest.NewClient(t)
+		q, p := relQueue(t, client, &streamq.QueueConfig{MaxLen: capLen})
+		k := core.Of(q).Keys
+		capSetup(t, client, q, p, capLen-2) // 49 entries, 1 pending
+		// The last delivered entry is settled by a move (XDEL), and a new
+		// job arrives: the lag is NULL now.
+		last, err := client.XRevRangeN(ctx, k.Stream, "+", "-", 1).Result()
+		if err != nil || len(last) != 1 {
+			t.Fatal(last, err)
+		}
+		if err := client.XDel(ctx, k.Stream, last[0].ID).Err(); err != nil {
+			t.Fatal(err)
+		}
+		enqueueAll(t, p, []string{"undelivered"})
+		if lag, read := groupInfo(t, client, q); lag != nil || read == nil {
+			t.Fatalf("lag %v, entries-read %v: the test needs a NULL lag and a known entries-read", lag, read)
+		}
+		// 49 entries, 2 unacknowledged: a batch of 2 fits under 50.
+		if _, err := p.EnqueueBatch(ctx, []streamq.Job{{Payload: []byte("x")}, {Payload: []byte("y")}}); err != nil {
+			t.Fatalf("EnqueueBatch of 2 with 2 unacknowledged jobs, cap %d: %v", capLen, err)
+		}
+	})
+
+	t.Run("entries read unknown", func(t *testing.T) {
+		const capLen = 40
+		client := redistest.NewClient(t)
+		q, err := streamq.NewQueue(client, redistest.Name(t), &streamq.QueueConfig{MaxLen: capLen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		redistest.DeleteKeysAtCleanup(t, client, core.Of(q).Keys.Part("*"))
+		p, err := streamq.NewProducer(q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := core.Of(q).Keys
+		// 40 entries, one deleted in the middle before the group exists:
+		// Redis cannot count what the group reads.
+		var ids []string
+		for i := range capLen {
+			id, err := client.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: []any{"v", "1", "payload", strconv.Itoa(i)}}).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		if err := client.XDel(ctx, k.Stream, ids[20]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// All but the last delivered; all but the first acknowledged.
+		if err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "c", Streams: []string{k.Stream, ">"}, Count: capLen - 2}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var acks []string
+		for i, id := range ids[1 : capLen-1] {
+			if i+1 != 20 {
+				acks = append(acks, id)
+			}
+		}
+		if err := client.XAck(ctx, k.Stream, q.Group(), acks...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if lag, read := groupInfo(t, client, q); lag != nil || read != nil {
+			t.Fatalf("lag %v, entries-read %v: the test needs both NULL", lag, read)
+		}
+		// 39 entries, 2 unacknowledged: a batch of 2 fits under 40 once
+		// acknowledged history is dropped.
+		if _, err := p.EnqueueBatch(ctx, []streamq.Job{{Payload: []byte("x")}, {Payload: []byte("y")}}); err != nil {
+			t.Fatalf("EnqueueBatch of 2 with 2 unacknowledged jobs, cap %d: %v", capLen, err)
+		}
+	})
+}
+
+// TestCap_BoundedWorkPerCall: a stream 300,000 entries over its cap behind
+// a pending job (a long job, then a burst of due jobs, a RequeueAll or a
+// lowered MaxLen) must not make one call delete all of that history at
+// once, which blocked Redis for seconds: each call deletes at most 1,000
+// entries, and later calls continue. The longest call is read from the
+// server's SLOWLOG.
+func TestCap_BoundedWorkPerCall(t *testing.T) {
+	t.Parallel()
+	const (
+		capLen  = 1000
+		over    = 300_000
+		perCall = 1000 // trim_budget in internal/rdb
+		calls   = 20
+	)
+	srv := redistest.StartServer(t, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1024")
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	q, p := relQueue(t, client, &streamq.QueueConfig{MaxLen: capLen})
+	ctx := context.Background()
+	k := core.Of(q).Keys
+	head := capSetup(t, client, q, p, capLen+over-1)
+
+	xlen := func() int64 {
+		n, err := client.XLen(ctx, k.Stream).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := client.SlowLogReset(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := xlen()
+	for i := range calls {
+		if _, err := p.Enqueue(ctx, []byte("new")); err != nil {
+			t.Fatalf("Enqueue %d: %v", i, err)
+		}
+		after := xlen()
+		if deleted := before + 1 - after; deleted != perCall {
+			t.Fatalf("Enqueue %d deleted %d entries of history, want %d per call", i, deleted, perCall)
+		}
+		before = after
+	}
+	longest := slowest(t, client)
+	t.Logf("%d enqueues %d entries over the cap behind a pending job: the longest script call took %s", calls, over, longest)
+
+	// The long job finishes: MINID trimming frees whole nodes, still bounded.
+	if err := client.XAck(ctx, k.Stream, q.Group(), head).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.SlowLogReset(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before = xlen()
+	if _, err := p.Enqueue(ctx, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if deleted := before + 1 - xlen(); deleted <= 0 || deleted > 10_000+perCall {
+		t.Fatalf("Enqueue after the long job finished deleted %d entries, want 1 to %d", deleted, 10_000+perCall)
+	}
+	t.Logf("after the long job finished: the longest script call took %s", slowest(t, client))
+	n, err := q.Trim(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Trim deleted the remaining %d entries of history; its longest script call took %s", n, slowest(t, client))
+	if l := xlen(); l > capLen+calls+2 {
+		t.Errorf("stream length %d after Trim, want at most the unacknowledged jobs", l)
+	}
+	if longest > time.Second {
+		t.Errorf("the longest script call took %s", longest)
+	}
+}
+
+// slowest returns the longest EVALSHA or EVAL in the server's SLOWLOG, and
+// resets the log.
+func slowest(t *testing.T, client *redis.Client) time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	logs, err := client.SlowLogGet(ctx, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var longest time.Duration
+	for _, l := range logs {
+		if len(l.Args) > 0 && (strings.EqualFold(l.Args[0], "evalsha") || strings.EqualFold(l.Args[0], "eval")) {
+			longest = max(longest, l.Duration)
+		}
+	}
+	if err := client.SlowLogReset(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return longest
 }

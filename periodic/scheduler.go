@@ -148,7 +148,6 @@ type schedule struct {
 // [Scheduler.Run]. Its methods are safe for concurrent use.
 type Scheduler struct {
 	p   *core.Producer
-	q   *streamq.Queue
 	cfg Config
 	log *slog.Logger
 
@@ -192,7 +191,6 @@ func New(p *streamq.Producer, cfg *Config) (*Scheduler, error) {
 	q := p.Queue()
 	return &Scheduler{
 		p:      core.OfProducer(p),
-		q:      q,
 		cfg:    c,
 		log:    log.With("queue", q.Name()),
 		byName: make(map[string]*schedule),
@@ -528,9 +526,9 @@ const (
 )
 
 // fire runs the tick script for (sc, tick). It returns the job's entry ID
-// (for enqueued and duplicate) and what happened. When the stream is at its
-// cap it trims acknowledged history once and retries, then gives up with
-// [streamq.ErrQueueFull].
+// (for enqueued and duplicate) and what happened. The script applies the
+// queue's cap as Enqueue does (trimming acknowledged history), and refuses
+// with [streamq.ErrQueueFull] when MaxLen jobs are unacknowledged.
 func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catchUp bool) (string, outcome, error) {
 	h := make(map[string]string, len(sc.headers)+2)
 	maps.Copy(h, sc.headers)
@@ -540,17 +538,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 	wj := wire.Job{Payload: sc.payload, Headers: s.p.RunHooks(ctx, h), EnqMillis: s.cfg.Now().UnixMilli()}
 	fields := wj.Args()
 	cq := s.p.Queue
-	var res []any
-	var err error
-	for attempt := 0; ; attempt++ {
-		res, err = rdb.Tick(ctx, cq.RDB, cq.Keys, sc.name, tickMs, tickKeyTTL(sc.t, tick).Milliseconds(), catchUp, cq.MaxLen, fields)
-		if err == nil || !errors.Is(err, streamq.ErrQueueFull) || attempt > 0 {
-			break
-		}
-		if n, terr := s.q.Trim(ctx); terr != nil || n == 0 {
-			break
-		}
-	}
+	res, err := rdb.Tick(ctx, cq.RDB, cq.Keys, sc.name, tickMs, tickKeyTTL(sc.t, tick).Milliseconds(), catchUp, cq.MaxLen, fields)
 	if err != nil {
 		fatal := rdb.Fatal(err)
 		err = fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)

@@ -293,25 +293,16 @@ func (w *Writer) GetFields(ctx context.Context, key string) (fields map[string]s
 func isWrongType(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE") }
 
 // write runs the write script (internal/rdb) for one change; hash holds the HSET field/value
-// arguments of an OpSetFields change. When the stream is at its cap it trims
-// acknowledged history once and tries again, then gives up with
-// streamq.ErrQueueFull.
+// arguments of an OpSetFields change. The script applies the queue's cap as
+// Enqueue does (trimming acknowledged history), and refuses with
+// streamq.ErrQueueFull when MaxLen jobs are unacknowledged.
 func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash []any) (int64, error) {
 	keys, args, err := w.prepare(ctx, op, key, value, hash)
 	if err != nil {
 		return 0, err
 	}
-	var version int64
 	memo := core.Of(w.q).Keys.NewMemo() // one per call: a refusal is not remembered
-	for attempt := 0; ; attempt++ {
-		version, err = parseVersion(rdb.Write(ctx, core.Of(w.q).RDB, keys, memo, w.rep, args))
-		if err == nil || !errors.Is(err, streamq.ErrQueueFull) || attempt > 0 {
-			break
-		}
-		if n, terr := w.q.Trim(ctx); terr != nil || n == 0 {
-			break
-		}
-	}
+	version, err := parseVersion(rdb.Write(ctx, core.Of(w.q).RDB, keys, memo, w.rep, args))
 	if err != nil {
 		return version, w.writeError(op, key, err)
 	}
@@ -422,7 +413,6 @@ func (w *Writer) Resync(ctx context.Context, key string) (version int64, found b
 		return 0, false, err
 	}
 	ck := w.CacheKey(key)
-	trimmed := false
 	for attempt := 1; ; attempt++ {
 		err := core.Of(w.q).RDB.Watch(ctx, func(tx *redis.Tx) error {
 			var err error
@@ -441,11 +431,6 @@ func (w *Writer) Resync(ctx context.Context, key string) (version int64, found b
 				return 0, false, w.writeError("resync", key, err)
 			}
 			return 0, n > 0, nil
-		case errors.Is(rdb.Translate(err), streamq.ErrQueueFull) && !trimmed:
-			trimmed = true
-			if n, terr := w.q.Trim(ctx); terr == nil && n > 0 {
-				continue
-			}
 		}
 		return 0, false, w.writeError("resync", key, err)
 	}

@@ -11,18 +11,31 @@ local function id_lt(a, b)
   return aseq < bseq
 end
 
+-- Bounds of the work of one call (no script may block Redis for long):
+-- trim_nodes is the most entries one XTRIM MINID ~ frees (whole stream
+-- nodes, each freed at once, so it is cheap); trim_budget the most entries
+-- one call deletes one by one; scan_budget the most entries it reads to find
+-- them, and scan_bytes the most bytes of them (read in pages sized so that
+-- one page stays near that bound).
+local trim_nodes = 10000
+local trim_budget = 1000
+local scan_budget = 2000
+local scan_bytes = 4 * 1024 * 1024
+
 -- group_states returns the state of every consumer group of stream: its
--- name, last delivered ID, pending count, oldest pending ID (nil when none)
--- and lag (entries not yet delivered; false when Redis cannot tell).
+-- name, last delivered ID, pending count, oldest pending ID (nil when none),
+-- lag (entries not yet delivered; false when Redis cannot tell) and
+-- entries read (false when Redis cannot tell).
 local function group_states(stream)
   local out = {}
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local s = {lag = false}
+    local s = {lag = false, read = false}
     for k = 1, #g, 2 do
       local f = g[k]
       if f == 'name' then s.name = g[k + 1]
       elseif f == 'last-delivered-id' then s.last = g[k + 1]
       elseif f == 'lag' then s.lag = g[k + 1]
+      elseif f == 'entries-read' then s.read = g[k + 1]
       end
     end
     local p = redis.call('XPENDING', stream, s.name)
@@ -45,65 +58,123 @@ local function trim_point(states)
   return minid
 end
 
--- safe_trim deletes entries older than the oldest entry that some group has
--- not acknowledged. It never trims a stream without groups. Returns the
--- number of entries deleted.
-local function safe_trim(stream, approx)
+-- trim_acked deletes acknowledged history: entries older than the oldest
+-- entry that some group has not acknowledged. It never trims a stream
+-- without groups. One call frees whole stream nodes (at most trim_nodes
+-- entries) or, when no whole node is left to free, the entries of the first
+-- node below the trim point (at most one node: stream-node-max-entries,
+-- default 100). Returns the number of entries deleted; call it until it
+-- returns 0 to trim all of the history.
+local function trim_acked(stream)
   if redis.call('EXISTS', stream) == 0 then return 0 end
   local states = group_states(stream)
   if #states == 0 then return 0 end
   local minid = trim_point(states)
-  if approx then
-    return redis.call('XTRIM', stream, 'MINID', '~', minid)
-  end
+  local n = redis.call('XTRIM', stream, 'MINID', '~', minid, 'LIMIT', trim_nodes)
+  if n > 0 then return n end
   return redis.call('XTRIM', stream, 'MINID', minid)
+end
+
+-- undelivered returns the number of entries group state s has not read yet,
+-- or nil when Redis cannot tell. Redis 7.0 reports the lag as nil after an
+-- XDEL at or past the group's last delivered ID (the retry and dead-letter
+-- scripts delete the entry they settle, which often is the last delivered
+-- one); the group's entries-read counter then still tells: entries ever
+-- added minus entries read (exact, unless entries not yet read were deleted:
+-- then more, never fewer). added is the stream's entries-added counter, or
+-- nil when not read yet.
+local function undelivered(stream, s, added)
+  if s.lag then return tonumber(s.lag), added end
+  if not s.read then return nil, added end
+  if not added then
+    local info = redis.call('XINFO', 'STREAM', stream)
+    for k = 1, #info, 2 do
+      if info[k] == 'entries-added' then added = tonumber(info[k + 1]) end
+    end
+    if not added then return nil, added end
+  end
+  return math.max(added - tonumber(s.read), 0), added
 end
 
 -- unacked returns the most entries one group has not acknowledged (pending
 -- plus not yet delivered), or nil when Redis cannot tell.
-local function unacked(states)
-  local most = 0
+local function unacked(stream, states)
+  local most, added = 0, nil
   for _, s in ipairs(states) do
-    if not s.lag then return nil end
-    local u = s.pending + tonumber(s.lag)
+    local u
+    u, added = undelivered(stream, s, added)
+    if u == nil then return nil end
+    u = u + s.pending
     if u > most then most = u end
   end
   return most
 end
 
--- acked reports whether every group has acknowledged entry id.
-local function acked(stream, states, id)
-  for _, s in ipairs(states) do
-    if id_lt(s.last, id) then return false end
-    if s.oldest and not id_lt(id, s.oldest) and
-       #redis.call('XPENDING', stream, s.name, id, id, 1) > 0 then
-      return false
-    end
-  end
-  return true
+-- entry_bytes returns the size of a stream entry's fields and values.
+local function entry_bytes(e)
+  local n = #e[1]
+  for _, v in ipairs(e[2]) do n = n + #v end
+  return n
 end
 
--- drop_acked deletes up to want acknowledged entries from the head of the
--- stream, looking at no more than limit entries. It frees acknowledged
--- history that MINID trimming cannot reach because an older entry is still
--- pending (a long job). Returns the number deleted.
-local function drop_acked(stream, states, want, limit)
-  local dropped = 0
-  for _, e in ipairs(redis.call('XRANGE', stream, '-', '+', 'COUNT', limit)) do
-    if dropped >= want then break end
-    if acked(stream, states, e[1]) then
-      redis.call('XDEL', stream, e[1])
-      dropped = dropped + 1
+-- pending_in returns the set of IDs from first to last (inclusive) that are
+-- pending in some group.
+local function pending_in(stream, states, first, last, count)
+  local set = {}
+  for _, s in ipairs(states) do
+    if s.oldest and not id_lt(last, s.oldest) then
+      for _, p in ipairs(redis.call('XPENDING', stream, s.name, first, last, count)) do
+        set[p[1]] = true
+      end
     end
   end
-  return dropped
+  return set
+end
+
+-- drop_acked deletes up to want entries that every group has acknowledged,
+-- oldest first, reading no more than scan_budget entries and scan_bytes
+-- bytes. It frees acknowledged history that MINID trimming cannot reach
+-- because an older entry is still pending (a long job). Returns the number
+-- deleted. Later calls continue where it stopped: it deletes what it found,
+-- so the next call finds the next ones.
+local function drop_acked(stream, states, want)
+  local delivered = nil -- the oldest last delivered ID: later entries are unread by some group
+  for _, s in ipairs(states) do
+    if delivered == nil or id_lt(s.last, delivered) then delivered = s.last end
+  end
+  local del, seen, bytes, biggest = {}, 0, 0, 1
+  local start, count, done = '-', 1, false
+  while not done and #del < want and seen < scan_budget and bytes < scan_bytes do
+    local page = redis.call('XRANGE', stream, start, '+', 'COUNT', count)
+    if #page == 0 then break end
+    local last = page[#page][1]
+    local pend = pending_in(stream, states, page[1][1], last, #page)
+    for _, e in ipairs(page) do
+      if id_lt(delivered, e[1]) then
+        done = true
+        break
+      end
+      if not pend[e[1]] and #del < want then del[#del + 1] = e[1] end
+      local b = entry_bytes(e)
+      bytes = bytes + b
+      if b > biggest then biggest = b end
+    end
+    seen = seen + #page
+    start = '(' .. last
+    count = math.max(1, math.min(100, scan_budget - seen, math.floor((scan_bytes - bytes) / biggest)))
+  end
+  if #del == 0 then return 0 end
+  return redis.call('XDEL', stream, unpack(del))
 end
 
 -- no_room returns nil when n more jobs fit under cap, else the QUEUEFULL
--- error text. The cap counts the jobs some group has not acknowledged;
--- acknowledged history is trimmed to make room (XTRIM MINID below the oldest
--- unacknowledged entry, and XDEL of acknowledged entries behind an older
--- pending one), never an unacknowledged entry.
+-- error text. The cap counts the jobs some group has not acknowledged
+-- (pending or not yet delivered); acknowledged history is trimmed to keep
+-- the stream near the cap (XTRIM MINID below the oldest unacknowledged
+-- entry, and XDEL of acknowledged entries behind an older pending one),
+-- never an unacknowledged entry. The work is bounded: history beyond what
+-- one call may delete stays for later calls (the stream may then hold more
+-- than cap entries, all but cap of them acknowledged).
 local function no_room(stream, cap, n)
   if cap <= 0 then return nil end
   local len = redis.call('XLEN', stream)
@@ -112,21 +183,24 @@ local function no_room(stream, cap, n)
   if #states == 0 then
     return 'QUEUEFULL stream length ' .. len .. ' without consumer groups, cap ' .. cap .. ', batch of ' .. n
   end
-  local minid = trim_point(states)
-  redis.call('XTRIM', stream, 'MINID', '~', minid)
+  redis.call('XTRIM', stream, 'MINID', '~', trim_point(states), 'LIMIT', trim_nodes)
   len = redis.call('XLEN', stream)
-  if len + n > cap then
-    redis.call('XTRIM', stream, 'MINID', minid)
-    len = redis.call('XLEN', stream)
-  end
   if len + n <= cap then return nil end
-  local u = unacked(states)
-  if u == nil then u = len end
+  local want = math.min(len + n - cap, trim_budget)
+  local u = unacked(stream, states)
+  if u == nil then
+    -- Redis cannot tell how many are unacknowledged: count every entry
+    -- left after deleting what history this call may.
+    len = len - drop_acked(stream, states, want)
+    if len + n > cap then
+      return 'QUEUEFULL stream length ' .. len .. ' (Redis cannot tell how many are unacknowledged), cap ' .. cap .. ', batch of ' .. n
+    end
+    return nil
+  end
   if u + n > cap then
     return 'QUEUEFULL ' .. u .. ' unacknowledged jobs, cap ' .. cap .. ', batch of ' .. n
   end
-  local excess = len + n - cap
-  drop_acked(stream, states, excess, 2 * excess + 100)
+  drop_acked(stream, states, want)
   return nil
 end
 

@@ -19,16 +19,18 @@ import (
 // ARGV[2] TTL of the tick key (ms)
 // ARGV[3] "1" for a catch-up of a tick missed while no scheduler ran (it is
 // enqueued only if the schedule has fired before), "0" for a tick on time
-// ARGV[4] stream cap (0 or less: none); reaching it refuses, never trims
+// ARGV[4] stream cap (0 or less: none), the cap rule of Enqueue (no_room in
+// streamLib): at most cap jobs that the group has not acknowledged
 // ARGV[5..] field/value arguments of the stream entry (wire format v1)
 //
 // Returns {1, entry ID} when it enqueued the job; {0, "dup", entry ID} when
 // this tick was already enqueued; {0, "stale", last tick} when a later tick of
 // the schedule was already enqueued (ticks fire in order, so an older one is
 // never enqueued after a newer one); {0, "new"} for a catch-up of a schedule
-// that never fired. Errors with "QUEUEFULL ..." when the stream is at its cap.
-// Writes happen only after the XADD succeeded, so a failed XADD changes nothing.
-var scriptTick = redis.NewScript(`
+// that never fired. Errors with "QUEUEFULL ..." when the queue is at its cap.
+// Writes other than the trimming of acknowledged history happen only after
+// the XADD succeeded, so a failed XADD changes no job.
+var scriptTick = redis.NewScript(streamLib + `
 local tick = tonumber(ARGV[1])
 local last = redis.call('GET', KEYS[3])
 if last and tonumber(last) >= tick then
@@ -39,13 +41,8 @@ end
 if not last and ARGV[3] == '1' then return {0, 'new'} end
 local id = redis.call('GET', KEYS[2])
 if id then return {0, 'dup', id} end
-local cap = tonumber(ARGV[4])
-if cap > 0 then
-  local len = redis.call('XLEN', KEYS[1])
-  if len >= cap then
-    return redis.error_reply('QUEUEFULL stream length ' .. len .. ', cap ' .. cap)
-  end
-end
+local full = no_room(KEYS[1], tonumber(ARGV[4]), 1)
+if full then return redis.error_reply(full) end
 id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 5))
 redis.call('SET', KEYS[2], id, 'NX', 'PX', ARGV[2])
 redis.call('SET', KEYS[3], ARGV[1])

@@ -96,17 +96,27 @@ func entryIDs(res []any) ([]string, error) {
 	return ids, nil
 }
 
-// scriptTrim trims acknowledged history (exactly).
+// scriptTrim trims acknowledged history, a bounded part per call (see
+// trim_acked in streamLib).
 //
 // KEYS[1] stream
-// Returns the number of entries deleted.
+// Returns the number of entries deleted; 0 when no history is left.
 var scriptTrim = redis.NewScript(streamLib + `
-return safe_trim(KEYS[1], false)
+return trim_acked(KEYS[1])
 `)
 
-// Trim runs scriptTrim.
+// Trim runs scriptTrim until it deletes nothing more, and returns the
+// number of entries deleted. Each call is bounded; the history goes in as
+// many calls as it takes.
 func Trim(ctx context.Context, c redis.Scripter, k Keys) (int64, error) {
-	return scriptTrim.Run(ctx, c, []string{k.Stream}).Int64()
+	var total int64
+	for {
+		n, err := scriptTrim.Run(ctx, c, []string{k.Stream}).Int64()
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
 }
 
 // scriptSchedule stores jobs in the delayed set.

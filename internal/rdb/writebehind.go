@@ -13,7 +13,8 @@ import (
 // KEYS[2] the cache key, <prefix>:{<queue>}:cache:<key>
 // KEYS[3] the version counter, <prefix>:{<queue>}:wb:version
 // KEYS[4] the memo hash (see idempotent)
-// ARGV[1] stream cap (0 or less: none); reaching it refuses, never trims
+// ARGV[1] stream cap (0 or less: none), the cap rule of Enqueue (no_room in
+// streamLib): at most cap jobs that the group has not acknowledged
 // ARGV[2] "set", "hset" or "del"
 // ARGV[3] cache TTL in ms for "set" and "hset" (0: no expiry)
 // ARGV[4] n, the number of stream entry arguments that follow
@@ -24,7 +25,8 @@ import (
 // then the memo token and TTL
 //
 // Returns the change's version as a decimal string. Errors with "QUEUEFULL
-// ..." when the stream holds cap entries, before writing anything, and with
+// ..." when the queue is at its cap, before writing anything but the
+// trimming of acknowledged history, and with
 // "VERSIONCOUNTER ..." when the counter cannot be incremented (not an
 // integer, or at 2^63-1) or is not positive after it. The writes are ordered
 // so that a command failing half way (which Redis does not roll back) can
@@ -44,14 +46,9 @@ import (
 // A re-sent call returns the first call's version and changes nothing: a
 // re-sent Set landing after another writer's Set would otherwise make the
 // cache and the sink see A, B, A.
-var scriptWrite = redis.NewScript(idempotent("", `
-local cap = tonumber(ARGV[1])
-if cap > 0 then
-  local len = redis.call('XLEN', KEYS[1])
-  if len >= cap then
-    return redis.error_reply('QUEUEFULL stream length ' .. len .. ', cap ' .. cap)
-  end
-end
+var scriptWrite = redis.NewScript(idempotent(streamLib, `
+local full = no_room(KEYS[1], tonumber(ARGV[1]), 1)
+if full then return redis.error_reply(full) end
 local incr = redis.pcall('INCR', KEYS[3])
 if type(incr) == 'table' then
   return redis.error_reply('VERSIONCOUNTER ' .. incr.err)
