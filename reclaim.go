@@ -342,7 +342,12 @@ func (b *streamBackend) Loops() []engine.Loop {
 	var loops []engine.Loop
 	if b.c.cfg.SchedulerInterval > 0 {
 		loops = append(loops, engine.Loop{Name: "move due jobs", Every: b.c.cfg.SchedulerInterval, Do: func(ctx context.Context) (bool, error) {
-			n, err := b.q.promote(ctx, time.Now(), schedulerBatch)
+			n, dead, err := b.q.promote(ctx, time.Now(), schedulerBatch)
+			for _, id := range dead {
+				b.c.mon.Log.WarnContext(ctx, "streamq: a delayed job's data is corrupt; it was dead-lettered instead of moved into the stream",
+					"msg_id", id, "reason", ReasonMalformed)
+				b.c.mon.Event(ctx, engine.Event{Kind: engine.EventDeadLettered, ID: id, Reason: ReasonMalformed, Err: ErrMalformed})
+			}
 			return n == schedulerBatch, err
 		}})
 	}
@@ -375,8 +380,9 @@ func (b *streamBackend) prune(ctx context.Context) error {
 func (b *streamBackend) Wake() {}
 
 // promote moves up to limit jobs due at now from the delayed set into the
-// stream and returns how many it moved. Any number of consumers may run it;
-// the script moves each job exactly once.
-func (q *Queue) promote(ctx context.Context, now time.Time, limit int) (int, error) {
-	return rdb.Promote(ctx, q.rdb, q.keys, millis(now), limit)
+// stream and returns how many due jobs it handled, and the delayed-set IDs
+// of those it dead-lettered because their data was corrupt. Any number of
+// consumers may run it; the script moves each job exactly once.
+func (q *Queue) promote(ctx context.Context, now time.Time, limit int) (int, []string, error) {
+	return rdb.Promote(ctx, q.rdb, q.keys, q.name, millis(now), limit, q.cfg.DeadLetterMaxLen, ReasonMalformed)
 }

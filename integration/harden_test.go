@@ -389,3 +389,80 @@ func slowest(t *testing.T, client *redis.Client) time.Duration {
 	}
 	return longest
 }
+
+// TestPromote_CorruptDelayedJobDeadLettered: a delayed job whose data
+// cannot become a stream entry (written by another client, or corrupted)
+// must not stop every other delayed job and retry: it is dead-lettered with
+// the reason and its data, and the rest are moved.
+func TestPromote_CorruptDelayedJobDeadLettered(t *testing.T) {
+	t.Parallel()
+	client := redistest.NewClient(t)
+	q, _ := relQueue(t, client, nil)
+	ctx := context.Background()
+	k := core.Of(q).Keys
+
+	many := make([]any, 0, 2*wire.MaxFields+2)
+	for i := range wire.MaxFields + 1 {
+		many = append(many, "f"+strconv.Itoa(i), "x")
+	}
+	bad := map[string]string{
+		"d-not-msgpack": "\xc1\xc1 not msgpack",
+		"d-odd":         string(wire.Pack([]any{"v", "1", "payload"})),
+		"d-boolean":     "\x92\xa1v\xc3",         // ["v", true]
+		"d-map":         "\x81\xa1v\xa11",        // {"v": "1"}
+		"d-two-values":  "\x92\xa1v\xa11\x90",    // ["v", "1"] []
+		"d-empty":       "\x90",                  // []
+		"d-nested":      "\x92\xa1v\x91\xa11",    // ["v", ["1"]]
+		"d-many-fields": string(wire.Pack(many)), // more than MaxFields fields
+	}
+	var good []string
+	put := func(tok, data string) {
+		if err := client.HSet(ctx, k.DelayedJobs, tok, data).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := client.ZAdd(ctx, k.Delayed, redis.Z{Score: 0, Member: tok}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := 0
+	for tok, data := range bad {
+		payload := "good-" + strconv.Itoa(i)
+		good = append(good, payload)
+		put("d-good-"+strconv.Itoa(i), string(wire.Pack((&wire.Job{Payload: []byte(payload)}).Args())))
+		put(tok, data)
+		i++
+	}
+
+	cnt := newRelCounter()
+	events := &relEvents{}
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		cnt.add(m.Payload)
+		return nil
+	}, streamq.ConsumerConfig{OnEvent: events.on})
+	run := relRun(t, c)
+	redistest.WaitFor(t, relWait, "the good delayed jobs handled", func() bool { return cnt.total.Load() >= int64(len(good)) })
+	relSettled(t, q, int64(len(bad)), relWait)
+	run.stop()
+	cnt.exactlyOnce(t, good)
+
+	for _, dl := range allDeadLetters(t, q) {
+		data, ok := bad[dl.OriginalID]
+		if !ok {
+			t.Errorf("dead letter for %s, which is not one of the corrupt jobs", dl.OriginalID)
+			continue
+		}
+		if dl.Reason != streamq.ReasonMalformed || !strings.Contains(dl.Error, "cannot be moved into the stream") {
+			t.Errorf("%s: reason %q, error %q", dl.OriginalID, dl.Reason, dl.Error)
+		}
+		if dl.Fields["data"] != data {
+			t.Errorf("%s: dead letter data %q, want the job's data unchanged", dl.OriginalID, dl.Fields["data"])
+		}
+		delete(bad, dl.OriginalID)
+	}
+	if len(bad) > 0 {
+		t.Errorf("corrupt jobs not dead-lettered: %v", bad)
+	}
+	if n := len(events.of(streamq.EventDeadLettered)); n != 8 {
+		t.Errorf("%d dead-letter events, want 8", n)
+	}
+}

@@ -184,7 +184,7 @@ func TestResend_DelayedEnqueueMovedMeanwhile(t *testing.T) {
 	}()
 	dropped()
 	redistest.WaitFor(t, relWait, "the delayed job to be moved into the stream", func() bool {
-		n, err := rdb.Promote(ctx, r.direct, r.keys, time.Now().Add(time.Second).UnixMilli(), 10)
+		n, _, err := rdb.Promote(ctx, r.direct, r.keys, r.q.Name(), time.Now().Add(time.Second).UnixMilli(), 10, 0, streamq.ReasonMalformed)
 		return err == nil && n == 1
 	})
 	if err := <-done; err != nil {

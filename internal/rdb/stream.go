@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // scriptEnqueue adds jobs to the stream unless the cap would be exceeded.
@@ -151,34 +153,88 @@ func Schedule(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replica
 	return werr
 }
 
-// scriptPromote moves due jobs from the delayed set into the stream.
+// scriptPromote moves due jobs from the delayed set into the stream. A job
+// whose data cannot be a stream entry (not one MessagePack array of an even
+// number of strings, at most wire.MaxFields fields) is dead-lettered instead,
+// with reason ARGV[5] and its data kept in the field "data", so that one
+// corrupt job cannot stop the others. The data is checked before the XADD,
+// so an XADD that fails is a fault of the stream (a foreign key, memory),
+// and aborts the call without dead-lettering anything.
 //
-// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash
-// ARGV[1] now (Unix ms); ARGV[2] maximum number of jobs to move
-// Returns the number of jobs moved. Many schedulers may run it concurrently:
-// a job is moved exactly once.
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
+// KEYS[4] dead-letter stream
+// ARGV[1] now (Unix ms); ARGV[2] maximum number of jobs to move; ARGV[3]
+// queue name; ARGV[4] dead-letter cap (0: none); ARGV[5] dead-letter reason
+// Returns {number of due jobs handled (moved, dead-lettered or without
+// data), {delayed-set IDs of the jobs dead-lettered}}. Many schedulers may
+// run it concurrently: a job is moved exactly once. Each job is written to
+// its new place before it is removed from the delayed set.
 var scriptPromote = redis.NewScript(`
+local max_fields = ` + strconv.Itoa(wire.MaxFields) + `
+local function check(ok, f, ...)
+  if not ok then return nil, 'not MessagePack (' .. tostring(f) .. ')' end
+  if select('#', ...) > 0 then return nil, 'more than one MessagePack value' end
+  if type(f) ~= 'table' then return nil, 'not a MessagePack array' end
+  local n = 0
+  for k, v in pairs(f) do
+    if type(k) ~= 'number' then return nil, 'a MessagePack map, not an array' end
+    if type(v) ~= 'string' and type(v) ~= 'number' then return nil, 'an element of type ' .. type(v) .. ', not a string' end
+    n = n + 1
+    if n > 2 * max_fields then return nil, 'more than ' .. max_fields .. ' fields' end
+  end
+  if n == 0 or n % 2 ~= 0 or #f ~= n then return nil, n .. ' elements, not field/value pairs' end
+  return f
+end
+local dead = {}
 local due = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
 for _, tok in ipairs(due) do
   local data = redis.call('HGET', KEYS[3], tok)
   if data then
-    redis.call('XADD', KEYS[1], '*', unpack(cmsgpack.unpack(data)))
+    local f, why = check(pcall(cmsgpack.unpack, data))
+    if f then
+      redis.call('XADD', KEYS[1], '*', unpack(f))
+    else
+      local dl = {'dl_queue', ARGV[3], 'dl_id', tok, 'dl_reason', ARGV[5],
+        'dl_error', 'the delayed job cannot be moved into the stream: its data is ' .. why,
+        'dl_attempts', '0', 'dl_first_failed', ARGV[1], 'dl_failed', ARGV[1], 'data', data}
+      if tonumber(ARGV[4]) > 0 then
+        redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', unpack(dl))
+      else
+        redis.call('XADD', KEYS[4], '*', unpack(dl))
+      end
+      dead[#dead + 1] = tok
+    end
     redis.call('HDEL', KEYS[3], tok)
   end
   redis.call('ZREM', KEYS[2], tok)
 end
-return #due
+return {#due, dead}
 `)
 
 // Promote runs scriptPromote: it moves up to limit jobs due at nowMillis
-// into the stream and returns how many it moved.
-func Promote(ctx context.Context, c redis.Scripter, k Keys, nowMillis int64, limit int) (int, error) {
-	var n int
+// into the stream and returns how many due jobs it handled, and the
+// delayed-set IDs of those it dead-lettered (with reason) because their data
+// was corrupt.
+func Promote(ctx context.Context, c redis.Scripter, k Keys, queue string, nowMillis int64, limit int, dlCap int64, reason string) (int, []string, error) {
+	var res []any
 	err := Redo(ctx, c, func() (err error) {
-		n, err = scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs}, nowMillis, limit).Int()
+		res, err = scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead}, nowMillis, limit, queue, dlCap, reason).Slice()
 		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(res) != 2 {
+		return 0, nil, fmt.Errorf("unexpected promote reply with %d elements", len(res))
+	}
+	n, _ := res[0].(int64)
+	var dead []string
+	raw, _ := res[1].([]any)
+	for _, v := range raw {
+		s, _ := v.(string)
+		dead = append(dead, s)
+	}
+	return int(n), dead, nil
 }
 
 // scriptMove settles an attempt by writing the job again as a new copy:

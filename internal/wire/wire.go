@@ -55,6 +55,13 @@ const (
 // MaxErrorLen bounds the error text stored with a retried or dead-lettered job.
 const MaxErrorLen = 4096
 
+// MaxFields is the most fields a job's data may hold to be moved as plain
+// fields by a Lua script, far below Lua's limit of about 8,000 values in one
+// call (a job written by streamq has at most 10). A dead letter of a stream
+// entry with more fields keeps them packed in one field (see
+// [DeadLetterArgs]); a delayed job with more is dead-lettered as malformed.
+const MaxFields = 1000
+
 // ErrMalformed marks fields that do not follow the format. The root package
 // exports the same value as streamq.ErrMalformed.
 var ErrMalformed = errors.New("streamq: malformed job")
