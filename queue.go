@@ -144,9 +144,19 @@ func (q *Queue) Group() string { return q.group }
 
 // Setup creates the stream and the consumer group if they do not exist. It is
 // idempotent. A new group starts at the beginning of the stream, so jobs
-// enqueued before the group existed are not skipped.
+// enqueued before the group existed are not skipped. When the group exists
+// Setup only reads (XINFO GROUPS), so it works while Redis is at maxmemory,
+// where XGROUP CREATE is refused even for a group that exists.
 func (q *Queue) Setup(ctx context.Context) error {
-	err := q.rdb.XGroupCreateMkStream(ctx, q.keys.Stream, q.group, "0").Err()
+	groups, err := q.rdb.XInfoGroups(ctx, q.keys.Stream).Result()
+	if err == nil {
+		for _, g := range groups {
+			if g.Name == q.group {
+				return nil
+			}
+		}
+	}
+	err = q.rdb.XGroupCreateMkStream(ctx, q.keys.Stream, q.group, "0").Err()
 	if err != nil && !rdb.IsBusyGroup(err) {
 		return fmt.Errorf("streamq: create group %s on %s: %w", q.group, q.keys.Stream, err)
 	}

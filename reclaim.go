@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/engine"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
@@ -46,6 +47,7 @@ type streamBackend struct {
 	scanEvery  time.Duration
 	claimToken string // of a reclaim to send again after an error
 	claims     uint64
+	started    bool // Start ran once (it runs again when the stream was deleted)
 
 	mu   sync.Mutex
 	skip map[string]struct{} // entries the engine gave up on: left to the reaper
@@ -65,6 +67,10 @@ func newStreamBackend(c *Consumer) *streamBackend {
 // stand: every entry pending for this consumer with a higher ID was read
 // by this run.
 func (b *streamBackend) Start(ctx context.Context) error {
+	if !b.started {
+		b.started = true
+		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.mon.Log)
+	}
 	if err := b.q.Setup(ctx); err != nil {
 		rdb.Heal(ctx, b.q.rdb, err)
 		return err

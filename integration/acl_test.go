@@ -34,6 +34,7 @@ var aclCommands = []string{
 	"wait",                                      // replicated writes (MinReplicas)
 	"watch", "unwatch", "type", "multi", "exec", // writebehind Writer.Resync
 	"incrby", // writebehind Writer.EnsureVersionAtLeast
+	"info",   // the maxmemory-policy check at start (optional: denied, it is skipped)
 }
 
 // TestACL_LeastPrivilege runs a producer (plain, batched, delayed, unique,

@@ -3,8 +3,10 @@ package integration
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -464,5 +466,155 @@ func TestPromote_CorruptDelayedJobDeadLettered(t *testing.T) {
 	}
 	if n := len(events.of(streamq.EventDeadLettered)); n != 8 {
 		t.Errorf("%d dead-letter events, want 8", n)
+	}
+}
+
+// fillToMaxmemory sets the maxmemory of the test's own server below what
+// it uses (with noeviction, the default policy), so that every command that
+// may add memory is refused with OOM, and checks that it is.
+func fillToMaxmemory(t *testing.T, client *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	used, err := usedMemory(ctx, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("a SET at maxmemory: %v, want OOM", err)
+	}
+}
+
+func usedMemory(ctx context.Context, client *redis.Client) (int64, error) {
+	info, err := client.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("no used_memory in INFO memory")
+}
+
+// TestMaxmemory_ConsumerDrains: a consumer started while Redis is at
+// maxmemory must read and run the backlog that filled Redis, and take over
+// the jobs of a consumer that died (XREADGROUP, XACK and XAUTOCLAIM work at
+// OOM; XGROUP CREATE is refused even for a group that exists, so starting
+// must not need it).
+func TestMaxmemory_ConsumerDrains(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	q, p := relQueue(t, client, nil)
+	payloads := numbers(0, n)
+	for i := range payloads {
+		payloads[i] += strings.Repeat(".", 2000)
+	}
+	enqueueAll(t, p, payloads)
+	// A consumer that read some of them and died: they are taken over.
+	if err := client.XReadGroup(context.Background(), &redis.XReadGroupArgs{
+		Group: q.Group(), Consumer: "dead-worker", Streams: []string{core.Of(q).Keys.Stream, ">"}, Count: n / 4,
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fillToMaxmemory(t, client)
+
+	cnt := newRelCounter()
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		cnt.add(m.Payload)
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 8, MinIdle: 50 * time.Millisecond})
+	run := relRun(t, c)
+	redistest.WaitFor(t, relWait, "the backlog handled at maxmemory", func() bool { return cnt.total.Load() >= n })
+	relSettled(t, q, 0, relWait)
+	run.stop()
+	cnt.exactlyOnce(t, payloads)
+	if s := c.Stats(); s.Reclaimed != n/4 {
+		t.Errorf("%d jobs taken over, want %d", s.Reclaimed, n/4)
+	}
+}
+
+// warnings is a slog.Handler that keeps the messages of WARN records.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnings) WithGroup(string) slog.Handler                { return w }
+func (w *warnings) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		msg += " " + a.String()
+		return true
+	})
+	w.msgs = append(w.msgs, msg)
+	return nil
+}
+
+func (w *warnings) find(s string) (string, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range w.msgs {
+		if strings.Contains(m, s) {
+			return m, true
+		}
+	}
+	return "", false
+}
+
+// TestConsumer_WarnsAboutEviction: under a maxmemory-policy other than
+// noeviction Redis may evict streams, pending lists and locks, and jobs with
+// them; a consumer says so when it starts. When INFO is denied it says
+// nothing and runs.
+func TestConsumer_WarnsAboutEviction(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--maxmemory-policy", "allkeys-lru")
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noinfo", "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		user string
+		warn bool
+	}{{"default", true}, {"noinfo", false}} {
+		t.Run(tc.user, func(t *testing.T) {
+			opt := &redis.Options{Addr: srv.Addr()}
+			if tc.user != "default" {
+				opt.Username, opt.Password = tc.user, "pw"
+			}
+			client := redis.NewClient(opt)
+			t.Cleanup(func() { _ = client.Close() })
+			q, p := relQueue(t, client, nil)
+			w := &warnings{}
+			done := make(chan struct{}, 1)
+			c := relConsumer(t, q, func(context.Context, *streamq.Message) error {
+				done <- struct{}{}
+				return nil
+			}, streamq.ConsumerConfig{Logger: slog.New(w)})
+			run := relRun(t, c)
+			enqueueAll(t, p, []string{"job"})
+			select {
+			case <-done:
+			case <-time.After(relWait):
+				t.Fatal("the job did not run")
+			}
+			run.stop()
+			msg, found := w.find("maxmemory-policy")
+			if found != tc.warn || (found && !strings.Contains(msg, "allkeys-lru")) {
+				t.Errorf("warning %q (found %v), want one naming allkeys-lru: %v", msg, found, tc.warn)
+			}
+		})
 	}
 }

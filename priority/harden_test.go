@@ -2,7 +2,11 @@ package priority_test
 
 import (
 	"context"
+	"log/slog"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,4 +78,96 @@ func TestWorker_Run_ScriptPermissionDeniedIsFatal(t *testing.T) {
 	if s := e.stats(t); s.Ready != 2 || s.Leased != 0 {
 		t.Errorf("stats %s, want both jobs ready", stringify(s))
 	}
+}
+
+// usedMemory returns the server's used_memory.
+func usedMemory(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO memory")
+	return 0
+}
+
+// TestWorker_DrainsAtMaxmemory: a worker started while Redis is at
+// maxmemory must lease and run the backlog that filled it. Redis 7 refuses a
+// script's first write at OOM (the pop's is a ZADD into the lease set)
+// unless the script is flagged allow-oom.
+func TestWorker_DrainsAtMaxmemory(t *testing.T) {
+	t.Parallel()
+	const n = 100
+	srv := redistest.StartServer(t)
+	admin := privateClient(t, srv, "")
+	e := setupClient(t, admin, nil)
+	jobs := make([]priority.Job, n)
+	for i := range jobs {
+		jobs[i] = priority.Job{Priority: i % 3, Payload: []byte(strconv.Itoa(i) + strings.Repeat(".", 2000))}
+	}
+	if _, err := e.pq.PushBatch(context.Background(), jobs); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(usedMemory(t, admin)/2, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
+		t.Fatalf("a SET at maxmemory: %v, want OOM", err)
+	}
+	var done atomic.Int64
+	w := e.newWorker(t, streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		done.Add(1)
+		return nil
+	}), priority.WorkerConfig{Concurrency: 8})
+	stop := run(t, w)
+	e.waitStats(t, priority.Stats{})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := done.Load(); got != n {
+		t.Fatalf("%d jobs ran, want %d", got, n)
+	}
+}
+
+// TestWorker_WarnsAboutEviction: a worker says when it starts that Redis
+// may evict keys (and jobs with them).
+func TestWorker_WarnsAboutEviction(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t, "--maxmemory-policy", "volatile-lru")
+	e := setupClient(t, privateClient(t, srv, ""), nil)
+	var logs strings.Builder
+	var mu sync.Mutex
+	w := e.newWorker(t, streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }),
+		priority.WorkerConfig{Logger: slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))})
+	stop := run(t, w)
+	redistest.WaitFor(t, waitTimeout, "the eviction warning", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logs.String(), "maxmemory_policy=volatile-lru")
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -363,7 +363,11 @@ type backend struct {
 	credits []int64
 }
 
-func (b *backend) Start(context.Context) error { return nil }
+// Start warns when Redis may evict keys (see core.Queue.WarnEvictionPolicy).
+func (b *backend) Start(ctx context.Context) error {
+	b.pq.core.WarnEvictionPolicy(ctx, b.w.mon.Log)
+	return nil
+}
 
 // Fetch leases up to n jobs and waits for a wake-up when there are none.
 // The pop script runs to completion even if ctx is cancelled meanwhile, so

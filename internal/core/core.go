@@ -12,6 +12,7 @@ package core
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/redis/go-redis/v9"
 
@@ -36,6 +37,21 @@ type Queue struct {
 	// group the handler sees in Message.Group ("" for none). cfg's OnEvent
 	// is set by it.
 	NewEngine func(h any, onEvent any, group string, cfg engine.Config) engine.Runner
+}
+
+// WarnEvictionPolicy logs a warning on log when the Redis server evicts keys
+// under memory pressure (its maxmemory-policy is not noeviction): streams,
+// pending lists, delayed jobs and locks can then vanish, jobs with them.
+// Consumers and workers call it once when they start. It reads INFO memory
+// once; if that fails (INFO denied by an ACL, Redis unreachable), it says
+// nothing.
+func (q *Queue) WarnEvictionPolicy(ctx context.Context, log *slog.Logger) {
+	policy, err := rdb.EvictionPolicy(ctx, q.RDB)
+	if err != nil || policy == "" || policy == "noeviction" {
+		return
+	}
+	log.WarnContext(ctx, "streamq: Redis may evict keys under memory pressure, which loses jobs; set maxmemory-policy to noeviction",
+		"maxmemory_policy", policy)
 }
 
 // Handle carries a *Queue inside a *streamq.Queue.

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"context"
 	"errors"
 	"strings"
 
@@ -55,4 +56,19 @@ func Fatal(err error) bool {
 		}
 	}
 	return false
+}
+
+// EvictionPolicy returns the server's maxmemory-policy, read from INFO
+// memory (which managed services allow more often than CONFIG GET).
+func EvictionPolicy(ctx context.Context, c redis.UniversalClient) (string, error) {
+	info, err := c.Info(ctx, "memory").Result()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, "maxmemory_policy:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", nil
 }

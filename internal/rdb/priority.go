@@ -225,7 +225,17 @@ func Forward(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, gro
 	return scriptForward.Run(ctx, c, []string{k.Stream, pk.Ready, pk.Jobs, pk.Seq, pk.Notify}, group, id, score, data).Err()
 }
 
+// allowOOM starts the scripts a worker needs to drain a queue while Redis is
+// at maxmemory: without it Redis 7 refuses a script's first write then (a
+// pop's is the ZADD into the lease set), so workers could not run the
+// backlog that filled Redis. The scripts that carry it add little memory
+// and let the memory of the jobs they lease be freed when they finish: a
+// pop moves members from the ready set to the lease set (and remembers the
+// pop), a keep-alive changes scores only, and a reap moves members back.
+const allowOOM = "#!lua flags=allow-oom\n"
+
 // scriptPop leases up to n jobs, first in queue order (score, then member).
+// It runs at maxmemory (see allowOOM).
 //
 // KEYS[1] ready set, KEYS[2] lease set, KEYS[3] job hash, KEYS[4] delivery
 // counters, KEYS[5] notify stream, KEYS[6] the run's pop memo
@@ -238,7 +248,7 @@ func Forward(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, gro
 // worker waits for the next one: a push after this script appends a newer
 // entry, so it is never missed. Otherwise it is "". A call re-sent with the
 // same prefix after a lost reply returns the jobs the first call leased.
-var scriptPop = redis.NewScript(priorityLib + `
+var scriptPop = redis.NewScript(allowOOM + priorityLib + `
 local again = replay(KEYS[6], ARGV[3], KEYS[2], KEYS[3], KEYS[4])
 if again then return again end
 local deadline = now_ms() + tonumber(ARGV[1])
@@ -255,7 +265,8 @@ return out
 `)
 
 // scriptPopWeighted leases up to n jobs, choosing between priority bands by
-// smooth weighted round robin, in queue order within a band.
+// smooth weighted round robin, in queue order within a band. It runs at
+// maxmemory (see allowOOM).
 //
 // KEYS as scriptPop.
 // ARGV[1] lease (ms), ARGV[2] n, ARGV[3] token prefix, ARGV[4] number of
@@ -267,7 +278,7 @@ return out
 // sum of the weights of the bands taking part; a band without jobs has its
 // credit reset to 0. With every band holding jobs, every run of
 // sum(weights) choices follows the weights exactly, interleaved.
-var scriptPopWeighted = redis.NewScript(priorityLib + `
+var scriptPopWeighted = redis.NewScript(allowOOM + priorityLib + `
 local again = replay(KEYS[6], ARGV[3], KEYS[2], KEYS[3], KEYS[4])
 if again then return again end
 local deadline = now_ms() + tonumber(ARGV[1])
@@ -405,13 +416,14 @@ func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, leases, ids [
 	return res[0], res[1], nil
 }
 
-// scriptKeepAlive extends the leases of running jobs.
+// scriptKeepAlive extends the leases of running jobs. It runs at maxmemory
+// (see allowOOM).
 //
 // KEYS[1] lease set
 // ARGV[1] lease (ms), ARGV[2..] lease members of running jobs.
 // Returns the lease members that no longer exist (the lease expired and the
 // job was returned to the ready set): those jobs may run elsewhere now.
-var scriptKeepAlive = redis.NewScript(priorityLib + `
+var scriptKeepAlive = redis.NewScript(allowOOM + priorityLib + `
 local deadline = now_ms() + tonumber(ARGV[1])
 local lost = {}
 for i = 2, #ARGV do
@@ -446,8 +458,8 @@ func KeepAlive(ctx context.Context, c redis.Scripter, k PriorityKeys, leaseMilli
 // counter is incremented.
 // Returns {IDs of the jobs whose lease expired, number of due retries
 // moved}. Any number of workers may run it concurrently: a job is moved
-// exactly once.
-var scriptReap = redis.NewScript(priorityLib + `
+// exactly once. It runs at maxmemory (see allowOOM).
+var scriptReap = redis.NewScript(allowOOM + priorityLib + `
 local now = now_ms()
 local limit = tonumber(ARGV[1])
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
