@@ -165,6 +165,11 @@ func DecodeInto(j *Job, values map[string]any) error {
 	return nil
 }
 
+// MaxAttempt is the largest attempt field accepted: a larger one is
+// malformed, so that adding the starts of the current copy can never wrap
+// around and reset a job's retry budget.
+const MaxAttempt = 1_000_000_000
+
 // AttemptField returns the attempt field of an entry (0 when absent), or an
 // error wrapping [ErrMalformed].
 func AttemptField(values map[string]any) (int, error) {
@@ -173,8 +178,8 @@ func AttemptField(values map[string]any) (int, error) {
 		return 0, nil
 	}
 	n, err := strconv.Atoi(a)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%w: field %q must be a non-negative integer, got %q", ErrMalformed, FieldAttempt, a)
+	if err != nil || n < 0 || n > MaxAttempt {
+		return 0, fmt.Errorf("%w: field %q must be an integer from 0 to %d, got %q", ErrMalformed, FieldAttempt, MaxAttempt, a)
 	}
 	return n, nil
 }

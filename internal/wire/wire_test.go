@@ -63,8 +63,10 @@ func TestDecode_Malformed(t *testing.T) {
 		{"headers not json", map[string]any{"v": "1", "payload": "x", "headers": "{"}, "JSON object"},
 		{"headers not strings", map[string]any{"v": "1", "payload": "x", "headers": `{"a":1}`}, "JSON object"},
 		{"bad enq", map[string]any{"v": "1", "payload": "x", "enq": "yesterday"}, "Unix milliseconds"},
-		{"negative attempt", map[string]any{"v": "1", "payload": "x", "attempt": "-1"}, "non-negative"},
-		{"bad attempt", map[string]any{"v": "1", "payload": "x", "attempt": "two"}, "non-negative"},
+		{"negative attempt", map[string]any{"v": "1", "payload": "x", "attempt": "-1"}, "from 0 to 1000000000"},
+		{"bad attempt", map[string]any{"v": "1", "payload": "x", "attempt": "two"}, "from 0 to 1000000000"},
+		{"attempt near MaxInt64", map[string]any{"v": "1", "payload": "x", "attempt": "9223372036854775807"}, `"attempt"`},
+		{"attempt past the bound", map[string]any{"v": "1", "payload": "x", "attempt": "1000000001"}, `"attempt"`},
 		{"bad first failure", map[string]any{"v": "1", "payload": "x", "ff": "x"}, "Unix milliseconds"},
 	}
 	for _, tt := range tests {
