@@ -23,6 +23,7 @@ const (
 	DefaultMaxDeliveries     = 10
 	DefaultSchedulerInterval = 50 * time.Millisecond
 	DefaultPruneIdle         = time.Hour
+	DefaultMaxFetchBytes     = 32 << 20 // 32 MiB
 )
 
 const (
@@ -47,6 +48,16 @@ type ConsumerConfig struct {
 	// never reads more entries than it has free handler slots, so no entry
 	// waits in a local buffer. Defaults to DefaultConcurrency.
 	Concurrency int
+
+	// MaxFetchBytes bounds the bytes of jobs one read brings into memory,
+	// after the first read of a run. Redis reads by count, not by size, so
+	// a read asks for at most max(1, MaxFetchBytes / s) entries (and never
+	// more than free slots), where s is the size of the largest entry of
+	// recent reads, forgotten over about 20 reads of smaller ones. So a
+	// consumer of 16 MiB jobs reads 2 at a time, one of small jobs as many as
+	// it has free slots. Defaults to DefaultMaxFetchBytes (32 MiB); -1
+	// disables the bound.
+	MaxFetchBytes int64
 
 	// Block is how long one XREADGROUP waits for new entries. It also bounds
 	// how long Run takes to notice a cancelled context. Defaults to
@@ -302,6 +313,12 @@ func (c *ConsumerConfig) setDefaults() error {
 	case c.PruneIdle == -1:
 	case c.PruneIdle <= 2*c.Block:
 		return configErr("ConsumerConfig.PruneIdle", "%s is not more than twice Block (%s): a live consumer waiting in XREADGROUP could look idle; use a longer duration, 0 for %s, or -1 to disable pruning", c.PruneIdle, c.Block, DefaultPruneIdle)
+	}
+	switch {
+	case c.MaxFetchBytes == 0:
+		c.MaxFetchBytes = DefaultMaxFetchBytes
+	case c.MaxFetchBytes < -1:
+		return configErr("ConsumerConfig.MaxFetchBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxFetchBytes, DefaultMaxFetchBytes)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency

@@ -29,6 +29,17 @@ var (
 	// Consumers dead-letter such entries with the reason instead of running them.
 	ErrMalformed = wire.ErrMalformed
 
+	// ErrTooLarge is returned (wrapped) by [Producer.Enqueue] and every other
+	// way of adding a job (priority pushes, write-behind changes, periodic
+	// jobs) for a payload above QueueConfig.MaxPayloadBytes or headers above
+	// QueueConfig.MaxHeaderBytes. Nothing was enqueued.
+	ErrTooLarge = wire.ErrTooLarge
+
+	// ErrInvalidHeader is returned (wrapped) like [ErrTooLarge] for a header
+	// key or value that is not valid UTF-8: headers are stored as JSON, which
+	// would replace the invalid bytes silently. Nothing was enqueued.
+	ErrInvalidHeader = wire.ErrInvalidHeader
+
 	// ErrDuplicate is returned by Enqueue when a job with the same unique key is
 	// still pending or running. The returned ID is the existing job's ID.
 	ErrDuplicate = errors.New("streamq: duplicate unique job")

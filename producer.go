@@ -175,7 +175,10 @@ type Job struct {
 // cap, and for a [Unique] job whose key is taken, the existing job's ID with
 // [ErrDuplicate]. With ProducerConfig.MinReplicas, a job that too few
 // replicas acknowledged in time is returned with its ID and
-// [ErrNotReplicated].
+// [ErrNotReplicated]. A payload or headers above the queue's limits
+// (QueueConfig.MaxPayloadBytes, MaxHeaderBytes) fail with [ErrTooLarge], a
+// header that is not valid UTF-8 with [ErrInvalidHeader], before anything is
+// written.
 //
 // A call that go-redis sends again after a lost reply returns the first
 // send's result and stores nothing more (see the README, "Idempotent
@@ -193,7 +196,8 @@ func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueO
 // is all-or-nothing; on error, ids[i] is "" for every job that was not
 // enqueued, and the IDs of the jobs that were enqueued are kept (with
 // [ErrNotReplicated], those of the chunk that was not replicated too; later
-// chunks are not sent).
+// chunks are not sent). A job that fails the checks of [Producer.Enqueue]
+// stops the batch before its chunk is written.
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) (ids []string, err error) {
 	return p.enqueue(ctx, jobs, opts)
 }
@@ -230,6 +234,9 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 		}
 		for i, j := range chunk {
 			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
+			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
+				return ids, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
+			}
 			fa := jf.Args()
 			if delayed {
 				tok := newToken()
@@ -267,6 +274,9 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 		EnqMillis: enq,
 		Key:       o.uniqueKey,
 		KeyToken:  newToken(),
+	}
+	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
+		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 	}
 	var due int64
 	if delayed {

@@ -20,6 +20,12 @@ const (
 	DefaultKeyPrefix = "streamq"
 	// DefaultMaxLen is the stream cap used when QueueConfig.MaxLen is 0.
 	DefaultMaxLen = 1_000_000
+	// DefaultMaxPayloadBytes is the payload limit used when
+	// QueueConfig.MaxPayloadBytes is 0: 16 MiB.
+	DefaultMaxPayloadBytes = 16 << 20
+	// DefaultMaxHeaderBytes is the header limit used when
+	// QueueConfig.MaxHeaderBytes is 0: 64 KiB.
+	DefaultMaxHeaderBytes = 64 << 10
 	// MaxNameLen is the longest accepted queue name, in bytes.
 	MaxNameLen = 200
 )
@@ -42,6 +48,21 @@ type QueueConfig struct {
 	// instead of dropping one. Defaults to DefaultMaxLen; -1 disables the cap
 	// (and history trimming).
 	MaxLen int64
+
+	// MaxPayloadBytes is the largest payload a job of this queue may carry:
+	// Enqueue, EnqueueBatch, priority pushes, write-behind changes and
+	// periodic jobs with a larger one fail with an error wrapping
+	// [ErrTooLarge] and write nothing. It bounds what a consumer holds in
+	// memory for one job. Defaults to DefaultMaxPayloadBytes (16 MiB); -1
+	// disables the limit (Redis still refuses values above its
+	// proto-max-bulk-len, 512 MB by default).
+	MaxPayloadBytes int64
+
+	// MaxHeaderBytes is the largest size of a job's headers, the bytes of
+	// every key and value after the enqueue hooks ran; larger headers fail as
+	// for MaxPayloadBytes. Defaults to DefaultMaxHeaderBytes (64 KiB); -1
+	// disables the limit.
+	MaxHeaderBytes int64
 
 	// DeadLetterMaxLen is the retention of the dead-letter stream. Defaults to 0,
 	// which keeps every dead letter until it is requeued or purged (see
@@ -101,6 +122,21 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 	if c.MaxLen < -1 {
 		return nil, configErr("QueueConfig.MaxLen", "%d is negative: use a positive cap, 0 for the default (%d) or -1 for no cap", c.MaxLen, DefaultMaxLen)
 	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+		def  int64
+	}{
+		{"MaxPayloadBytes", &c.MaxPayloadBytes, DefaultMaxPayloadBytes},
+		{"MaxHeaderBytes", &c.MaxHeaderBytes, DefaultMaxHeaderBytes},
+	} {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < -1:
+			return nil, configErr("QueueConfig."+f.name, "%d is negative: use a positive number of bytes, 0 for the default (%d) or -1 for no limit", *f.v, f.def)
+		}
+	}
 	if c.DeadLetterMaxLen < 0 {
 		return nil, configErr("QueueConfig.DeadLetterMaxLen", "%d is negative: use 0 to keep every dead letter, or a positive cap", c.DeadLetterMaxLen)
 	}
@@ -112,6 +148,8 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 		Prefix:           c.KeyPrefix,
 		Keys:             q.keys,
 		MaxLen:           c.MaxLen,
+		MaxPayloadBytes:  c.MaxPayloadBytes,
+		MaxHeaderBytes:   c.MaxHeaderBytes,
 		DeadLetterMaxLen: c.DeadLetterMaxLen,
 		NewEngine:        newEngine,
 	})

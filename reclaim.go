@@ -48,6 +48,7 @@ type streamBackend struct {
 	claimToken string // of a reclaim to send again after an error
 	claims     uint64
 	started    bool // Start ran once (it runs again when the stream was deleted)
+	budget     *engine.FetchBudget
 
 	mu   sync.Mutex
 	skip map[string]struct{} // entries the engine gave up on: left to the reaper
@@ -60,6 +61,7 @@ func newStreamBackend(c *Consumer) *streamBackend {
 		cursor:    "0-0",
 		scanEvery: min(max(c.cfg.MinIdle/4, 10*time.Millisecond), 2*time.Second),
 		skip:      make(map[string]struct{}),
+		budget:    engine.NewFetchBudget(c.cfg.MaxFetchBytes),
 	}
 }
 
@@ -95,9 +97,22 @@ func (b *streamBackend) Start(ctx context.Context) error {
 
 // Fetch takes over abandoned entries when the reaper is due, takes back
 // entries of lost read replies when a look is due, and otherwise reads new
-// entries, blocking no longer than until the next of those is due.
+// entries, blocking no longer than until the next of those is due. It asks
+// for fewer than n entries after large ones (see ConsumerConfig.MaxFetchBytes).
 func (b *streamBackend) Fetch(ctx context.Context, n int, wait time.Duration, owns func(string) bool) (_ []engine.Delivery, err error) {
 	defer func() { rdb.Heal(ctx, b.q.rdb, err) }() // on Cluster, find a failed-over master at once
+	ds, err := b.fetch(ctx, b.budget.Count(n), wait, owns)
+	if len(ds) > 0 {
+		var largest int64
+		for i := range ds {
+			largest = max(largest, engine.FieldsSize(ds[i].Fields))
+		}
+		b.budget.Observe(largest)
+	}
+	return ds, err
+}
+
+func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, owns func(string) bool) ([]engine.Delivery, error) {
 	now := time.Now()
 	if b.c.cfg.ReclaimInterval > 0 && !now.Before(b.reclaimAt) {
 		ds, done, err := b.reclaim(ctx, n, owns)

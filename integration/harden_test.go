@@ -618,3 +618,79 @@ func TestConsumer_WarnsAboutEviction(t *testing.T) {
 		})
 	}
 }
+
+// sizes records numbers from many goroutines.
+type sizes struct {
+	mu sync.Mutex
+	v  []int64
+}
+
+func (s *sizes) add(n int64) {
+	s.mu.Lock()
+	s.v = append(s.v, n)
+	s.mu.Unlock()
+}
+
+// overAfterFirst returns the first size above limit after the first
+// non-zero one, and all of them.
+func (s *sizes) overAfterFirst(limit int64) (int64, []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := true
+	for _, n := range s.v {
+		if n > 0 && first {
+			first = false
+			continue
+		}
+		if n > limit {
+			return n, s.v
+		}
+	}
+	return 0, s.v
+}
+
+// TestConsumer_ReadsWithinMaxFetchBytes: a read asks for fewer entries
+// after large ones, so no read after the first (which cannot know) brings
+// more than MaxFetchBytes of jobs into memory (here 1 MiB with jobs of
+// 256 KiB and 16 free slots).
+func TestConsumer_ReadsWithinMaxFetchBytes(t *testing.T) {
+	t.Parallel()
+	const (
+		n      = 40
+		size   = 256 << 10
+		budget = 1 << 20
+	)
+	client := redistest.NewClient(t)
+	reads := &sizes{}
+	client.AddHook(redistest.AfterEach(func(cmd redis.Cmder) {
+		if c, ok := cmd.(*redis.XStreamSliceCmd); ok && cmd.Name() == "xreadgroup" {
+			var n int64
+			for _, s := range c.Val() {
+				for _, m := range s.Messages {
+					for k, v := range m.Values {
+						n += int64(len(k) + len(v.(string)))
+					}
+				}
+			}
+			reads.add(n)
+		}
+	}))
+	q, p := relQueue(t, client, nil)
+	payloads := numbers(0, n)
+	for i := range payloads {
+		payloads[i] += strings.Repeat(".", size-len(payloads[i]))
+	}
+	enqueueAll(t, p, payloads)
+	cnt := newRelCounter()
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		cnt.add(m.Payload)
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 16, MaxFetchBytes: budget})
+	run := relRun(t, c)
+	redistest.WaitFor(t, relWait, "the jobs handled", func() bool { return cnt.total.Load() >= n })
+	run.stop()
+	cnt.exactlyOnce(t, payloads)
+	if n, all := reads.overAfterFirst(budget); n > 0 {
+		t.Errorf("a read brought %d bytes, MaxFetchBytes is %d (all reads: %v)", n, budget, all)
+	}
+}

@@ -302,6 +302,9 @@ func validName(name string) error {
 }
 
 func (s *Scheduler) add(name, desc string, t ticker, payload []byte, o *options) error {
+	if err := s.p.Queue.CheckJob(payload, o.headers); err != nil {
+		return &streamq.ConfigError{Field: "periodic job of " + strconv.Quote(name), Reason: err.Error()}
+	}
 	sc := &schedule{
 		name:    name,
 		desc:    desc,
@@ -536,6 +539,9 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 	h[HeaderTick] = tick.UTC().Format(time.RFC3339Nano)
 	tickMs := tick.UnixMilli()
 	wj := wire.Job{Payload: sc.payload, Headers: s.p.RunHooks(ctx, h), EnqMillis: s.cfg.Now().UnixMilli()}
+	if err := s.p.Queue.CheckJob(wj.Payload, wj.Headers); err != nil {
+		return "", 0, fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)
+	}
 	fields := wj.Args()
 	cq := s.p.Queue
 	res, err := rdb.Tick(ctx, cq.RDB, cq.Keys, sc.name, tickMs, tickKeyTTL(sc.t, tick).Milliseconds(), catchUp, cq.MaxLen, fields)

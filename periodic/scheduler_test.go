@@ -783,3 +783,18 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestScheduler_RejectsBadJobs: a schedule whose payload or headers break
+// the queue's limits (or are not valid UTF-8) is refused when registered.
+func TestScheduler_RejectsBadJobs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, &streamq.QueueConfig{MaxPayloadBytes: 4})
+	s := e.scheduler(t, nil, Config{})
+	var ce *streamq.ConfigError
+	if err := s.RegisterInterval("big", time.Second, []byte("12345")); !errors.As(err, &ce) || !strings.Contains(err.Error(), "MaxPayloadBytes") {
+		t.Errorf("payload of 5 bytes with a limit of 4: %v, want a ConfigError naming MaxPayloadBytes", err)
+	}
+	if err := s.Register("bad", "* * * * *", nil, WithHeaders(map[string]string{"k": "\xff"})); !errors.As(err, &ce) || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("header that is not UTF-8: %v, want a ConfigError about UTF-8", err)
+	}
+}

@@ -2,6 +2,7 @@ package priority_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/priority"
 )
@@ -170,4 +172,101 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestQueue_Push_RejectsBadJobs: the stream queue's payload and header
+// limits, and valid UTF-8 in headers, hold for pushes too; nothing of the
+// refused chunk is pushed.
+func TestQueue_Push_RejectsBadJobs(t *testing.T) {
+	t.Parallel()
+	client := redistest.NewClient(t)
+	q, err := streamq.NewQueue(client, redistest.Name(t), &streamq.QueueConfig{MaxPayloadBytes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := priority.NewQueue(q, &priority.QueueConfig{Hooks: []streamq.EnqueueHook{func(_ context.Context, h map[string]string) {
+		if h["bad"] != "" {
+			h["bad"] = "\xff"
+		}
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := pq.Push(ctx, priority.Job{Payload: []byte("12345")}); !errors.Is(err, streamq.ErrTooLarge) {
+		t.Errorf("Push of 5 bytes with a limit of 4: %v, want ErrTooLarge", err)
+	}
+	if _, err := pq.PushBatch(ctx, []priority.Job{{Payload: []byte("ok")}, {Headers: map[string]string{"bad": "x"}}}); !errors.Is(err, streamq.ErrInvalidHeader) {
+		t.Errorf("Push with a hook's invalid UTF-8: %v, want ErrInvalidHeader", err)
+	}
+	if s, err := pq.Stats(ctx); err != nil || s.Ready != 0 {
+		t.Errorf("stats %+v, %v: want nothing pushed", s, err)
+	}
+}
+
+// TestWorker_PopsWithinMaxFetchBytes: a pop asks for fewer jobs after large
+// ones, so no pop after the first (which cannot know) brings more than
+// MaxFetchBytes of jobs into memory.
+func TestWorker_PopsWithinMaxFetchBytes(t *testing.T) {
+	t.Parallel()
+	const (
+		n      = 40
+		size   = 256 << 10
+		budget = 1 << 20
+	)
+	client := redistest.NewClient(t)
+	e := setupClient(t, client, nil)
+	// The bytes of job data every pop returns.
+	ready := core.Of(e.q).Keys.Priority().Ready
+	var mu sync.Mutex
+	var pops []int
+	client.AddHook(redistest.AfterEach(func(cmd redis.Cmder) {
+		args := cmd.Args()
+		c, ok := cmd.(*redis.Cmd)
+		if !ok || len(args) < 5 || args[3] != ready || !strings.HasSuffix(args[4].(string), ":leases") {
+			return
+		}
+		res, _ := c.Val().([]any)
+		n := 0
+		for i := 5; i < len(res); i += 3 {
+			s, _ := res[i].(string)
+			n += len(s)
+		}
+		mu.Lock()
+		pops = append(pops, n)
+		mu.Unlock()
+	}))
+	jobs := make([]priority.Job, n)
+	for i := range jobs {
+		jobs[i] = priority.Job{Payload: []byte(strings.Repeat(".", size))}
+	}
+	if _, err := e.pq.PushBatch(context.Background(), jobs); err != nil {
+		t.Fatal(err)
+	}
+	var done atomic.Int64
+	w := e.newWorker(t, streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		done.Add(1)
+		return nil
+	}), priority.WorkerConfig{Concurrency: 16, MaxFetchBytes: budget})
+	stop := run(t, w)
+	e.waitStats(t, priority.Stats{})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	first := true
+	for i, s := range pops {
+		if s > 0 && first {
+			first = false
+			continue
+		}
+		if s > budget {
+			t.Errorf("pop %d brought %d bytes, MaxFetchBytes is %d (all pops: %v)", i, s, budget, pops)
+			break
+		}
+	}
+	if done.Load() != n {
+		t.Errorf("%d jobs ran, want %d", done.Load(), n)
+	}
 }

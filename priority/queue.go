@@ -123,7 +123,10 @@ func (pq *Queue) Push(ctx context.Context, job Job) (string, error) {
 // [streamq.MaxBatchChunk] jobs), in order: jobs of equal priority run in the
 // order of the slice. Each chunk is all-or-nothing; on error, ids[i] is ""
 // for every job that was not pushed. If any priority is out of range nothing
-// is pushed and the error wraps [ErrInvalidPriority].
+// is pushed and the error wraps [ErrInvalidPriority]. A job whose payload or
+// headers exceed the stream queue's limits (the error wraps
+// [streamq.ErrTooLarge]) or whose headers are not valid UTF-8
+// ([streamq.ErrInvalidHeader]) stops the batch before its chunk is pushed.
 func (pq *Queue) PushBatch(ctx context.Context, jobs []Job) (ids []string, err error) {
 	if len(jobs) == 0 {
 		return []string{}, nil
@@ -138,10 +141,14 @@ func (pq *Queue) PushBatch(ctx context.Context, jobs []Job) (ids []string, err e
 	for start := 0; start < len(jobs); start += streamq.MaxBatchChunk {
 		chunk := jobs[start:min(start+streamq.MaxBatchChunk, len(jobs))]
 		args := make([]any, 0, 2*len(chunk))
-		for _, j := range chunk {
+		for i, j := range chunk {
 			// The priority is kept in the job's place (its score), not in
 			// its fields: the worker sets the header from the score.
-			args = append(args, pq.score(j.Priority), wire.Pack(pq.fields(ctx, j, now)))
+			fields, err := pq.fields(ctx, j, now)
+			if err != nil {
+				return ids, fmt.Errorf("priority: push job %d to %s: %w", start+i, pq.keys.Ready, err)
+			}
+			args = append(args, pq.score(j.Priority), wire.Pack(fields))
 		}
 		res, err := rdb.Push(ctx, pq.core.RDB, pq.keys, args)
 		if err != nil {
@@ -152,10 +159,12 @@ func (pq *Queue) PushBatch(ctx context.Context, jobs []Job) (ids []string, err e
 	return ids, nil
 }
 
-// fields returns the wire fields of a pushed job, after the hooks ran. The
-// priority is kept in the job's place (its score), not in its fields: the
-// worker sets the header from the score.
-func (pq *Queue) fields(ctx context.Context, j Job, now time.Time) []any {
+// fields returns the wire fields of a pushed job, after the hooks ran, or
+// the error of its checks against the queue's limits (see
+// [streamq.ErrTooLarge], [streamq.ErrInvalidHeader]). The priority is kept
+// in the job's place (its score), not in its fields: the worker sets the
+// header from the score.
+func (pq *Queue) fields(ctx context.Context, j Job, now time.Time) ([]any, error) {
 	var h map[string]string
 	if len(j.Headers) > 0 || len(pq.cfg.Hooks) > 0 {
 		h = maps.Clone(j.Headers)
@@ -167,8 +176,11 @@ func (pq *Queue) fields(ctx context.Context, j Job, now time.Time) []any {
 		}
 		delete(h, HeaderPriority)
 	}
+	if err := pq.core.CheckJob(j.Payload, h); err != nil {
+		return nil, err
+	}
 	wj := wire.Job{Payload: j.Payload, Headers: h, EnqMillis: now.UnixMilli()}
-	return wj.Args()
+	return wj.Args(), nil
 }
 
 // Stats is a snapshot of a priority set.

@@ -61,6 +61,11 @@ type WorkerConfig struct {
 	// local buffer. Defaults to DefaultConcurrency.
 	Concurrency int
 
+	// MaxFetchBytes bounds the bytes of jobs one pop brings into memory, as
+	// [streamq.ConsumerConfig.MaxFetchBytes] does for a read. Defaults to
+	// [streamq.DefaultMaxFetchBytes] (32 MiB); -1 disables the bound.
+	MaxFetchBytes int64
+
 	// Block is how long the worker waits for a wake-up when the priority set
 	// is empty before it looks again (a push or forward wakes it at once).
 	// Defaults to DefaultBlock.
@@ -239,6 +244,12 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.Lease < minLease {
 		return configErr("Lease", "%s is too short for running jobs to extend their leases in time: use at least %s (default %s)", c.Lease, minLease, DefaultLease)
 	}
+	switch {
+	case c.MaxFetchBytes == 0:
+		c.MaxFetchBytes = streamq.DefaultMaxFetchBytes
+	case c.MaxFetchBytes < -1:
+		return configErr("MaxFetchBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxFetchBytes, streamq.DefaultMaxFetchBytes)
+	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
@@ -340,7 +351,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		return streamq.ErrRunning
 	}
 	defer w.running.Store(false)
-	return w.eng.Run(ctx, &backend{w: w, pq: w.pq, run: randHex(3), credits: make([]int64, len(w.bands))})
+	return w.eng.Run(ctx, &backend{w: w, pq: w.pq, run: randHex(3), credits: make([]int64, len(w.bands)), budget: engine.NewFetchBudget(w.cfg.MaxFetchBytes)})
 }
 
 // backend is the engine's backend for a priority set (see engine.Backend).
@@ -361,6 +372,7 @@ type backend struct {
 	run     string
 	pops    uint64
 	credits []int64
+	budget  *engine.FetchBudget
 }
 
 // Start warns when Redis may evict keys (see core.Queue.WarnEvictionPolicy).
@@ -386,7 +398,7 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 		}
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	res, err := rdb.Pop(pctx, b.pq.core.RDB, b.pq.keys, b.run, w.cfg.Lease.Milliseconds(), int64(min(n, MaxPopBatch)), prefix, bands)
+	res, err := rdb.Pop(pctx, b.pq.core.RDB, b.pq.keys, b.run, w.cfg.Lease.Milliseconds(), int64(b.budget.Count(min(n, MaxPopBatch))), prefix, bands)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("priority: pop from %s: %w", b.pq.keys.Ready, err)
@@ -407,7 +419,9 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 		return nil, nil
 	}
 	ds := make([]engine.Delivery, len(res.Jobs))
+	var largest int64
 	for i, p := range res.Jobs {
+		largest = max(largest, int64(len(p.Data)))
 		id, score := parseLease(p.Lease)
 		prio := int(score)
 		if !b.pq.cfg.LowerFirst {
@@ -423,6 +437,7 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 			Headers: map[string]string{HeaderPriority: strconv.Itoa(prio)},
 		}
 	}
+	b.budget.Observe(largest)
 	return ds, nil
 }
 

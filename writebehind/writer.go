@@ -179,6 +179,10 @@ func (w *Writer) VersionKey() string { return w.version }
 // key must be non-empty valid UTF-8 without NUL bytes and at most
 // [MaxKeyBytes] long, and value at most [MaxValueBytes] long, as a [Sink]
 // requires; otherwise Set returns a [*ChangeError] without touching Redis.
+// The queue's limits apply too: a value above QueueConfig.MaxPayloadBytes, or
+// headers from the enqueue hooks above MaxHeaderBytes or not valid UTF-8,
+// return an error wrapping [streamq.ErrTooLarge] or
+// [streamq.ErrInvalidHeader] without touching Redis.
 // When the stream holds QueueConfig.MaxLen entries that the group has not
 // acknowledged (after trimming acknowledged history), Set returns an error
 // wrapping [streamq.ErrQueueFull] and changes nothing. On other errors (Redis
@@ -318,6 +322,9 @@ func (w *Writer) prepare(ctx context.Context, op, key string, value []byte, hash
 		return nil, nil, err
 	}
 	entry := wire.Job{Payload: value, Headers: core.OfProducer(w.p).RunHooks(ctx, map[string]string{HeaderKey: key, HeaderOp: op}), EnqMillis: time.Now().UnixMilli()}
+	if err := core.Of(w.q).CheckJob(entry.Payload, entry.Headers); err != nil {
+		return nil, nil, fmt.Errorf("streamq: write-behind %s %q: %w", op, key, err)
+	}
 	fields := entry.Args()
 	if w.hooks {
 		fields = ownHeaders(fields, key, op)

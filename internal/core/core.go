@@ -18,6 +18,7 @@ import (
 
 	"github.com/streamq/streamq/internal/engine"
 	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // Queue is the shared state of one queue.
@@ -28,6 +29,8 @@ type Queue struct {
 	Prefix           string
 	Keys             rdb.Keys
 	MaxLen           int64 // -1: no cap
+	MaxPayloadBytes  int64 // -1: no limit
+	MaxHeaderBytes   int64 // -1: no limit
 	DeadLetterMaxLen int64 // 0: keep every dead letter
 
 	// NewEngine returns an engine that runs a streamq.Handler h with the
@@ -37,6 +40,13 @@ type Queue struct {
 	// group the handler sees in Message.Group ("" for none). cfg's OnEvent
 	// is set by it.
 	NewEngine func(h any, onEvent any, group string, cfg engine.Config) engine.Runner
+}
+
+// CheckJob checks a job about to be written to the queue (see wire.Check):
+// its payload and headers against the queue's limits, its headers for
+// invalid UTF-8.
+func (q *Queue) CheckJob(payload []byte, headers map[string]string) error {
+	return wire.Check(payload, headers, q.MaxPayloadBytes, q.MaxHeaderBytes)
 }
 
 // WarnEvictionPolicy logs a warning on log when the Redis server evicts keys

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Version is the format version written in the "v" field.
@@ -65,6 +66,48 @@ const MaxFields = 1000
 // ErrMalformed marks fields that do not follow the format. The root package
 // exports the same value as streamq.ErrMalformed.
 var ErrMalformed = errors.New("streamq: malformed job")
+
+// Errors of [Check]. The root package exports the same values.
+var (
+	ErrTooLarge      = errors.New("streamq: job too large")
+	ErrInvalidHeader = errors.New("streamq: invalid header")
+)
+
+// HeaderBytes is the size of headers as the limits count it: the bytes of
+// every key and value.
+func HeaderBytes(h map[string]string) int64 {
+	var n int64
+	for k, v := range h {
+		n += int64(len(k) + len(v))
+	}
+	return n
+}
+
+// Check checks a job before it is written: its payload must be at most
+// maxPayload bytes and its headers at most maxHeaders bytes ([HeaderBytes];
+// a negative limit is none), and every header key and value must be valid
+// UTF-8, since the headers field is JSON, which encoding/json would alter
+// silently (invalid bytes become U+FFFD). The error wraps [ErrTooLarge] or
+// [ErrInvalidHeader] and says how to fix it.
+func Check(payload []byte, headers map[string]string, maxPayload, maxHeaders int64) error {
+	if maxPayload >= 0 && int64(len(payload)) > maxPayload {
+		return fmt.Errorf("%w: the payload is %d bytes, the limit is %d (QueueConfig.MaxPayloadBytes): store large data elsewhere and enqueue a reference",
+			ErrTooLarge, len(payload), maxPayload)
+	}
+	if n := HeaderBytes(headers); maxHeaders >= 0 && n > maxHeaders {
+		return fmt.Errorf("%w: the headers are %d bytes (keys and values, after the enqueue hooks ran), the limit is %d (QueueConfig.MaxHeaderBytes)",
+			ErrTooLarge, n, maxHeaders)
+	}
+	for k, v := range headers {
+		switch {
+		case !utf8.ValidString(k):
+			return fmt.Errorf("%w: key %q is not valid UTF-8: headers are stored as JSON strings; encode binary data, e.g. as base64", ErrInvalidHeader, k)
+		case !utf8.ValidString(v):
+			return fmt.Errorf("%w: the value of %q is not valid UTF-8: headers are stored as JSON strings; encode binary data, e.g. as base64", ErrInvalidHeader, k)
+		}
+	}
+	return nil
+}
 
 // Job is a decoded job entry.
 type Job struct {
@@ -141,6 +184,10 @@ func DecodeInto(j *Job, values map[string]any) error {
 	}
 	j.Payload = []byte(p)
 	if h, ok := Str(values[FieldHeaders]); ok && h != "" {
+		if !utf8.ValidString(h) {
+			// encoding/json would replace the invalid bytes with U+FFFD.
+			return fmt.Errorf("%w: field %q is not valid UTF-8", ErrMalformed, FieldHeaders)
+		}
 		if err := json.Unmarshal([]byte(h), &j.Headers); err != nil {
 			return fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
 		}

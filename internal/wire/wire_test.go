@@ -68,6 +68,7 @@ func TestDecode_Malformed(t *testing.T) {
 		{"attempt near MaxInt64", map[string]any{"v": "1", "payload": "x", "attempt": "9223372036854775807"}, `"attempt"`},
 		{"attempt past the bound", map[string]any{"v": "1", "payload": "x", "attempt": "1000000001"}, `"attempt"`},
 		{"bad first failure", map[string]any{"v": "1", "payload": "x", "ff": "x"}, "Unix milliseconds"},
+		{"headers not UTF-8", map[string]any{"v": "1", "payload": "x", "headers": "{\"a\":\"\xff\"}"}, "UTF-8"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -83,6 +84,30 @@ func TestDecode_Malformed(t *testing.T) {
 				t.Errorf("a malformed entry must still yield a job, got %+v", j)
 			}
 		})
+	}
+}
+
+func TestCheck(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		payload    string
+		headers    map[string]string
+		maxP, maxH int64
+		want       error
+	}{
+		{"fits", "1234", map[string]string{"ab": "cd"}, 4, 4, nil},
+		{"no limits", strings.Repeat("x", 100), map[string]string{"k": strings.Repeat("v", 100)}, -1, -1, nil},
+		{"payload", "12345", nil, 4, 4, ErrTooLarge},
+		{"headers", "", map[string]string{"ab": "cde"}, 4, 4, ErrTooLarge},
+		{"key", "", map[string]string{"\xff": ""}, -1, -1, ErrInvalidHeader},
+		{"value", "", map[string]string{"k": "ok\xc3"}, -1, -1, ErrInvalidHeader},
+		{"unicode", "", map[string]string{"clé": "ünïcødé ✓"}, -1, -1, nil},
+	} {
+		err := Check([]byte(tc.payload), tc.headers, tc.maxP, tc.maxH)
+		if !errors.Is(err, tc.want) || (tc.want == nil) != (err == nil) {
+			t.Errorf("%s: Check = %v, want %v", tc.name, err, tc.want)
+		}
 	}
 }
 
