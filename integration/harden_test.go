@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -693,4 +694,78 @@ func TestConsumer_ReadsWithinMaxFetchBytes(t *testing.T) {
 	if n, all := reads.overAfterFirst(budget); n > 0 {
 		t.Errorf("a read brought %d bytes, MaxFetchBytes is %d (all reads: %v)", n, budget, all)
 	}
+}
+
+// TestDeadLetter_EntryWithManyFields: an entry of about 4,000 fields
+// (written by any client) cannot be passed to the dead-letter script as
+// plain fields (Lua's unpack takes about 8,000 values); it was redelivered
+// forever with an error each MinIdle. It is dead-lettered with its fields
+// kept, whether it is malformed or its handler gives up on it, and a
+// requeued one runs again.
+func TestDeadLetter_EntryWithManyFields(t *testing.T) {
+	t.Parallel()
+	const fields = 4000
+	client := redistest.NewClient(t)
+	q, _ := relQueue(t, client, nil)
+	ctx := context.Background()
+	k := core.Of(q).Keys
+	entry := func(values ...any) (string, map[string]string) {
+		want := map[string]string{}
+		for i := range fields {
+			values = append(values, "f"+strconv.Itoa(i), strconv.Itoa(i))
+		}
+		for i := 0; i < len(values); i += 2 {
+			want[values[i].(string)] = values[i+1].(string)
+		}
+		id, err := client.XAdd(ctx, &redis.XAddArgs{Stream: k.Stream, Values: values}).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, want
+	}
+	malformed, wantMalformed := entry("payload", "no version")
+	rejected, wantRejected := entry("v", "1", "payload", "rejected")
+
+	var requeued atomic.Bool
+	ran := make(chan string, 1)
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		if !requeued.Load() {
+			return streamq.Permanent(errors.New("no"))
+		}
+		ran <- string(m.Payload)
+		return nil
+	}, streamq.ConsumerConfig{MinIdle: 100 * time.Millisecond})
+	run := relRun(t, c)
+	redistest.WaitFor(t, relWait, "both entries dead-lettered", func() bool { return c.Stats().DeadLettered == 2 })
+	relSettled(t, q, 2, relWait)
+	for _, dl := range allDeadLetters(t, q) {
+		want := map[string]map[string]string{malformed: wantMalformed, rejected: wantRejected}[dl.OriginalID]
+		if want == nil {
+			t.Fatalf("dead letter of %s, not of one of the entries", dl.OriginalID)
+		}
+		if len(dl.Fields) != len(want) {
+			t.Errorf("dead letter of %s keeps %d fields, want %d", dl.OriginalID, len(dl.Fields), len(want))
+		}
+		for f, v := range want {
+			if dl.Fields[f] != v {
+				t.Fatalf("dead letter of %s: field %s = %q, want %q", dl.OriginalID, f, dl.Fields[f], v)
+			}
+		}
+		if dl.OriginalID == rejected {
+			requeued.Store(true)
+			if _, err := q.DeadLetters().Requeue(ctx, dl.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	select {
+	case p := <-ran:
+		if p != "rejected" {
+			t.Errorf("requeued job ran with payload %q", p)
+		}
+	case <-time.After(relWait):
+		t.Fatal("the requeued job did not run")
+	}
+	relSettled(t, q, 1, relWait)
+	run.stop()
 }

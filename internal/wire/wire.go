@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -49,6 +50,9 @@ const (
 	FieldDLAttempts  = "dl_attempts"
 	FieldDLFirstFail = "dl_first_failed"
 	FieldDLFailed    = "dl_failed"
+	// FieldDLFields holds the job's own fields packed (see [Pack]) when
+	// there are more than [MaxFields] of them (see [DeadLetterArgs]).
+	FieldDLFields = "dl_fields"
 	// DLPrefix starts every dead-letter field; a job's own fields never do.
 	DLPrefix = "dl_"
 )
@@ -279,11 +283,23 @@ type DeadLetter struct {
 	Failed    time.Time
 }
 
+// jobFields are the fields of the wire format: a dead letter keeps them
+// plain even when it packs the others, so that a requeue finds the job.
+var jobFields = map[string]bool{
+	FieldVersion: true, FieldPayload: true, FieldHeaders: true, FieldEnqueued: true, FieldAttempt: true,
+	FieldKey: true, FieldKeyToken: true, FieldFirstFail: true, FieldLastError: true, FieldCrashed: true,
+}
+
 // DeadLetterArgs returns the fields of a dead letter as a flat field/value
 // list for XADD: the dead-letter fields, then the job's own fields (raw,
 // with any dead-letter fields they carry dropped). If headers is not nil it
 // replaces the job's headers field (a backend that adds headers, such as a
 // job's priority, keeps them in the dead letter).
+//
+// An entry with more than [MaxFields] fields (written by another client)
+// would not fit in one script call (Lua's unpack takes about 8,000 values):
+// its fields are kept packed in the one field [FieldDLFields], and those of
+// the wire format also plain. [ParseDeadLetter] unpacks them.
 func DeadLetterArgs(d DeadLetter, raw map[string]any, headers map[string]string) []any {
 	first := d.FirstFail
 	if first.IsZero() {
@@ -299,9 +315,20 @@ func DeadLetterArgs(d DeadLetter, raw map[string]any, headers map[string]string)
 		FieldDLFirstFail, strconv.FormatInt(first.UnixMilli(), 10),
 		FieldDLFailed, strconv.FormatInt(d.Failed.UnixMilli(), 10),
 	)
+	packed := len(raw) > MaxFields
+	var all []any
+	if packed {
+		all = make([]any, 0, 2*len(raw))
+	}
 	for k, v := range raw {
 		if strings.HasPrefix(k, DLPrefix) || (headers != nil && k == FieldHeaders) {
 			continue // a requeued dead letter never carries these; a raw entry might
+		}
+		if packed {
+			all = append(all, k, v)
+			if !jobFields[k] {
+				continue
+			}
 		}
 		args = append(args, k, v)
 	}
@@ -309,14 +336,30 @@ func DeadLetterArgs(d DeadLetter, raw map[string]any, headers map[string]string)
 		h, _ := json.Marshal(headers)
 		args = append(args, FieldHeaders, string(h))
 	}
+	if packed {
+		args = append(args, FieldDLFields, Pack(all))
+	}
 	return args
 }
 
 // ParseDeadLetter splits the fields of a dead letter into what
-// [DeadLetterArgs] wrote and the job's own fields.
+// [DeadLetterArgs] wrote and the job's own fields (unpacked from
+// [FieldDLFields] when it packed them; kept under that name if they do not
+// unpack).
 func ParseDeadLetter(values map[string]any) (DeadLetter, map[string]string) {
 	var d DeadLetter
 	own := make(map[string]string, len(values))
+	if s, ok := Str(values[FieldDLFields]); ok {
+		if m, err := Unpack(s); err == nil {
+			for k, v := range m {
+				if !strings.HasPrefix(k, DLPrefix) {
+					own[k], _ = Str(v)
+				}
+			}
+			values = maps.Clone(values)
+			delete(values, FieldDLFields)
+		}
+	}
 	for k, v := range values {
 		s, _ := Str(v)
 		switch k {

@@ -140,6 +140,37 @@ func TestDeadLetterArgs_ParsedBack(t *testing.T) {
 	}
 }
 
+// TestDeadLetterArgs_ManyFields: an entry with more fields than a script
+// can pass on in one call keeps them packed in one field (and the wire
+// format's own fields plain), and they are parsed back unchanged.
+func TestDeadLetterArgs_ManyFields(t *testing.T) {
+	t.Parallel()
+	raw := map[string]any{"v": "1", "payload": "p", "headers": `{"a":"b"}`, "dl_reason": "stale"}
+	for i := range 4000 {
+		raw[fmt.Sprint("f", i)] = fmt.Sprint(i)
+	}
+	args := DeadLetterArgs(DeadLetter{Queue: "q", ID: "1-0", Reason: "malformed", Failed: time.UnixMilli(1)}, raw, nil)
+	if len(args) > 2*MaxFields {
+		t.Fatalf("%d arguments, want at most %d", len(args), 2*MaxFields)
+	}
+	values := toValues(t, args)
+	if values["payload"] != "p" || values["v"] != "1" || values[FieldDLFields] == nil {
+		t.Fatalf("plain fields %v", values)
+	}
+	d, own := ParseDeadLetter(values)
+	if d.Reason != "malformed" || d.ID != "1-0" {
+		t.Errorf("dead letter %+v", d)
+	}
+	if len(own) != len(raw)-1 {
+		t.Errorf("%d own fields, want %d", len(own), len(raw)-1)
+	}
+	for k, v := range raw {
+		if k != "dl_reason" && own[k] != v {
+			t.Fatalf("field %s = %q, want %q", k, own[k], v)
+		}
+	}
+}
+
 func TestPack_RoundTrip(t *testing.T) {
 	t.Parallel()
 	long := strings.Repeat("x", 70_000)
