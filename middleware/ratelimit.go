@@ -106,7 +106,10 @@ func (l *RateLimiter) Key() string { return l.key }
 // that jobs refused together do not all come back at once); a handler
 // returning it has its job run again then, without charging an attempt. It returns the cause of ctx if ctx ends
 // while waiting (the reserved token is then lost, which only slows the
-// queue), and a wrapped Redis error if the bucket cannot be read.
+// queue). When the bucket cannot be read (a Redis error) it returns a
+// [*streamq.PostponeError] too, wrapping the Redis error, with a delay of
+// MaxWait (at most 1 s) plus up to half of it: a job must never be charged
+// an attempt, let alone dead-lettered, because the limiter failed.
 func (l *RateLimiter) Wait(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("streamq: rate limit: %w", context.Cause(ctx))
@@ -120,7 +123,8 @@ func (l *RateLimiter) Wait(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("streamq: rate limit: %w", context.Cause(ctx))
 		}
-		return fmt.Errorf("streamq: rate limit %s: %w", l.key, err)
+		d := min(l.maxWait, time.Second)
+		return streamq.Postpone(d+rand.N(d/2+1), fmt.Errorf("streamq: rate limit %s: %w", l.key, err))
 	}
 	wait := time.Duration(waitMs) * time.Millisecond
 	if !took {
@@ -147,7 +151,12 @@ func (l *RateLimiter) Wait(ctx context.Context) error {
 // and runs the job only when it returns nil; otherwise it returns Wait's error
 // without running the job. The [streamq.Postpone] error of a job that could
 // not get a token within MaxWait makes the consumer run it again when a token
-// is due, without charging an attempt: rate limiting only delays jobs. They
+// is due, without charging an attempt: rate limiting only delays jobs. A
+// Redis error in the limiter postpones the job the same way (see
+// [RateLimiter.Wait]); one that retrying cannot fix, such as a command the
+// user may not run, postpones every job until it is fixed, and shows in
+// each postponed job's error (the [streamq.EventPostponed] event, the
+// Logging middleware at debug level). They
 // are not counted as failed (see [Metrics], [Logging] and [Tracing]) and never
 // reach ConsumerConfig.MaxDeliveries, however long an overload lasts. Waiting
 // jobs hold a handler slot, which keeps the consumer from reading more jobs

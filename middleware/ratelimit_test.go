@@ -390,3 +390,50 @@ func TestNewRateLimiter_Validation(t *testing.T) {
 		t.Errorf("Key() = %q, want %q", got, want)
 	}
 }
+
+// TestRateLimit_RedisErrorNeverCharges: a Redis error in the limiter (here
+// a bucket key of the wrong type; with TIME denied by an ACL it is the same)
+// must never count as an attempt of the job: it was dead-lettered without
+// ever running. The job is postponed until the limiter works again, then
+// runs as its first attempt.
+func TestRateLimit_RedisErrorNeverCharges(t *testing.T) {
+	t.Parallel()
+	q := setup(t)
+	ctx := context.Background()
+	rdb := core.Of(q).RDB
+	key := core.Of(q).Keys.Part("ratelimit")
+	if err := rdb.Set(ctx, key, "not a bucket", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, q, middleware.RateLimitConfig{Rate: 100, MaxWait: 20 * time.Millisecond})
+	err := l.Wait(ctx)
+	var pe *streamq.PostponeError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "WRONGTYPE") || pe.Delay <= 0 {
+		t.Errorf("Wait on a broken bucket: %v, want a PostponeError wrapping the Redis error", err)
+	}
+
+	attempts := make(chan int, 1)
+	h := streamq.HandlerFunc(func(_ context.Context, m *streamq.Message) error {
+		attempts <- m.Attempt
+		return nil
+	})
+	cfg := consumerConfig(l.Middleware())
+	cfg.MaxDeliveries = 1
+	c := runConsumer(t, q, h, cfg)
+	enqueue(t, ctx, newProducer(t, q), "x")
+	redistest.WaitFor(t, waitTimeout, "the job postponed twice", func() bool { return c.Stats().Postponed >= 2 })
+	if err := rdb.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-attempts:
+		if a != 1 {
+			t.Errorf("the job ran as attempt %d, want 1", a)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("the job did not run once the limiter worked again; stats %+v", c.Stats())
+	}
+	if st := c.Stats(); st.Failed != 0 || st.DeadLettered != 0 || st.Retried != 0 {
+		t.Errorf("stats %+v: a limiter error must not fail, retry or dead-letter the job", st)
+	}
+}
