@@ -11,7 +11,8 @@ import (
 
 // Sentinel errors. Check them with [errors.Is].
 var (
-	// ErrQueueFull is returned by [Producer.Enqueue] and [Producer.EnqueueBatch] when
+	// ErrQueueFull is returned by [Producer.Enqueue] and [Producer.EnqueueBatch]
+	// (and wrapped by the write-behind Writer and the periodic scheduler) when
 	// a consumer group has QueueConfig.MaxLen jobs it has not acknowledged yet
 	// (pending or not yet delivered), or the stream has no group and holds
 	// MaxLen entries. The refused jobs were not enqueued.

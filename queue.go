@@ -39,14 +39,17 @@ type QueueConfig struct {
 	// KeyPrefix starts every Redis key of the queue. Defaults to DefaultKeyPrefix.
 	KeyPrefix string
 
-	// MaxLen caps the stream at about this many entries (Redis "MAXLEN ~"
-	// semantics), but the cap never deletes an entry that a group has not
-	// acknowledged: when the stream is full, acknowledged history is trimmed
-	// (XTRIM MINID below the oldest unacknowledged entry, and XDEL of
-	// acknowledged entries behind an older pending one, such as a long job),
-	// and when MaxLen jobs are unacknowledged, Enqueue returns [ErrQueueFull]
-	// instead of dropping one. Defaults to DefaultMaxLen; -1 disables the cap
-	// (and history trimming).
+	// MaxLen caps the jobs a group has not acknowledged (pending or not yet
+	// delivered) at this many: Enqueue, EnqueueBatch, the write-behind
+	// Writer and the periodic scheduler return [ErrQueueFull] instead of
+	// adding one more (due delayed jobs and retries, and requeued dead
+	// letters, are let in). The cap never deletes an entry that a group has
+	// not acknowledged: to keep the stream near MaxLen entries, acknowledged
+	// history is trimmed (XTRIM MINID below the oldest unacknowledged entry,
+	// and XDEL of acknowledged entries behind an older pending one, such as a
+	// long job), a bounded part per call, so the stream may hold more for a
+	// while. Defaults to DefaultMaxLen; -1 disables the cap (and history
+	// trimming).
 	MaxLen int64
 
 	// MaxPayloadBytes is the largest payload a job of this queue may carry:
@@ -203,7 +206,9 @@ func (q *Queue) Setup(ctx context.Context) error {
 
 // Trim deletes acknowledged history from the stream: every entry older than
 // the oldest entry the group has not acknowledged. It never deletes a job that
-// is waiting or running. It returns the number of entries deleted.
+// is waiting or running. It returns the number of entries deleted. It makes
+// as many script calls as it takes, each of bounded work, so Redis is not
+// blocked by a long history.
 func (q *Queue) Trim(ctx context.Context) (int64, error) {
 	n, err := rdb.Trim(ctx, q.rdb, q.keys)
 	if err != nil {
