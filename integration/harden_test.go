@@ -470,37 +470,6 @@ func TestPromote_CorruptDelayedJobDeadLettered(t *testing.T) {
 	}
 }
 
-// fillToMaxmemory sets the maxmemory of the test's own server below what
-// it uses (with noeviction, the default policy), so that every command that
-// may add memory is refused with OOM, and checks that it is.
-func fillToMaxmemory(t *testing.T, client *redis.Client) {
-	t.Helper()
-	ctx := context.Background()
-	used, err := usedMemory(ctx, client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-		t.Fatalf("a SET at maxmemory: %v, want OOM", err)
-	}
-}
-
-func usedMemory(ctx context.Context, client *redis.Client) (int64, error) {
-	info, err := client.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, errors.New("no used_memory in INFO memory")
-}
-
 // TestMaxmemory_ConsumerDrains: a consumer started while Redis is at
 // maxmemory must read and run the backlog that filled Redis, and take over
 // the jobs of a consumer that died (XREADGROUP, XACK and XAUTOCLAIM work at
@@ -524,7 +493,7 @@ func TestMaxmemory_ConsumerDrains(t *testing.T) {
 	}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	fillToMaxmemory(t, client)
+	redistest.AtMaxmemory(t, client)
 
 	cnt := newRelCounter()
 	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {

@@ -82,26 +82,6 @@ func TestWorker_Run_ScriptPermissionDeniedIsFatal(t *testing.T) {
 	}
 }
 
-// usedMemory returns the server's used_memory.
-func usedMemory(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	info, err := c.Info(context.Background(), "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no used_memory in INFO memory")
-	return 0
-}
-
 // TestWorker_DrainsAtMaxmemory: a worker started while Redis is at
 // maxmemory must lease and run the backlog that filled it. Redis 7 refuses a
 // script's first write at OOM (the pop's is a ZADD into the lease set)
@@ -119,13 +99,7 @@ func TestWorker_DrainsAtMaxmemory(t *testing.T) {
 	if _, err := e.pq.PushBatch(context.Background(), jobs); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	if err := admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(usedMemory(t, admin)/2, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := admin.Set(ctx, "probe", "x", 0).Err(); err == nil || !strings.HasPrefix(err.Error(), "OOM") {
-		t.Fatalf("a SET at maxmemory: %v, want OOM", err)
-	}
+	redistest.AtMaxmemory(t, admin)
 	var done atomic.Int64
 	w := e.newWorker(t, streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
 		done.Add(1)
