@@ -39,4 +39,6 @@
 // Every function takes a [github.com/redis/go-redis/v9.UniversalClient], so a
 // standalone server, Sentinel and Cluster all work. The caller owns the client.
 // Redis 7.0 or newer is required (XAUTOCLAIM with deleted-entry reporting).
+// Run it with maxmemory-policy noeviction: consumers and workers warn at
+// start when it evicts keys, and keep draining while it is at maxmemory.
 package streamq
