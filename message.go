@@ -29,8 +29,8 @@ type Message struct {
 	Group string
 	// Payload is the job's payload as enqueued.
 	Payload []byte
-	// Headers are the job's string headers (user headers and trace context).
-	// Never nil.
+	// Headers are the job's string headers (user headers and trace context),
+	// nil when it has none (reading a nil map is fine).
 	Headers map[string]string
 	// EnqueuedAt is when the job was first enqueued (zero if unknown).
 	EnqueuedAt time.Time

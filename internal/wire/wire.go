@@ -116,7 +116,7 @@ func Check(payload []byte, headers map[string]string, maxPayload, maxHeaders int
 // Job is a decoded job entry.
 type Job struct {
 	Payload   []byte
-	Headers   map[string]string // never nil after Decode
+	Headers   map[string]string // nil when the job has none
 	EnqMillis int64
 	// Attempt counts the attempts charged to earlier copies of the job: a
 	// retry or a hand-back writes the job again as a new entry, and the
@@ -161,7 +161,7 @@ func (j *Job) Args() []any {
 }
 
 // Decode parses job fields. The error wraps [ErrMalformed] and says which
-// field is wrong; the returned Job is never nil (its Headers neither), so a
+// field is wrong; the returned Job is never nil, so a
 // caller can still report what it could read.
 func Decode(values map[string]any) (*Job, error) {
 	j := &Job{}
@@ -171,48 +171,73 @@ func Decode(values map[string]any) (*Job, error) {
 
 // DecodeInto is [Decode] into *j, which it overwrites.
 func DecodeInto(j *Job, values map[string]any) error {
-	*j = Job{Headers: map[string]string{}}
+	*j = Job{}
 	if values == nil {
 		return fmt.Errorf("%w: the entry has no fields (deleted?)", ErrMalformed)
 	}
-	v, ok := Str(values[FieldVersion])
-	if !ok {
+	// One pass over the fields (a job has a handful) costs less than a
+	// lookup of every field it may have.
+	var version, payload, headers, enq, ff, attempt string
+	var hasVersion, hasPayload, hasAttempt bool
+	for k, raw := range values {
+		v, ok := Str(raw)
+		if !ok {
+			continue
+		}
+		switch k {
+		case FieldVersion:
+			version, hasVersion = v, true
+		case FieldPayload:
+			payload, hasPayload = v, true
+		case FieldHeaders:
+			headers = v
+		case FieldEnqueued:
+			enq = v
+		case FieldFirstFail:
+			ff = v
+		case FieldAttempt:
+			attempt, hasAttempt = v, true
+		case FieldKey:
+			j.Key = v
+		case FieldKeyToken:
+			j.KeyToken = v
+		case FieldLastError:
+			j.LastError = v
+		case FieldCrashed:
+			j.Crashed = v == "1"
+		}
+	}
+	if !hasVersion {
 		return fmt.Errorf("%w: missing field %q", ErrMalformed, FieldVersion)
 	}
-	if v != "1" {
-		return fmt.Errorf("%w: unsupported format version %q (this consumer reads version %d)", ErrMalformed, v, Version)
+	if version != "1" {
+		return fmt.Errorf("%w: unsupported format version %q (this consumer reads version %d)", ErrMalformed, version, Version)
 	}
-	p, ok := Str(values[FieldPayload])
-	if !ok {
+	if !hasPayload {
 		return fmt.Errorf("%w: missing field %q", ErrMalformed, FieldPayload)
 	}
-	j.Payload = []byte(p)
-	if h, ok := Str(values[FieldHeaders]); ok && h != "" {
-		if !utf8.ValidString(h) {
+	j.Payload = []byte(payload)
+	if headers != "" {
+		if !utf8.ValidString(headers) {
 			// encoding/json would replace the invalid bytes with U+FFFD.
 			return fmt.Errorf("%w: field %q is not valid UTF-8", ErrMalformed, FieldHeaders)
 		}
-		if err := json.Unmarshal([]byte(h), &j.Headers); err != nil {
+		if err := json.Unmarshal([]byte(headers), &j.Headers); err != nil {
 			return fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
-		}
-		if j.Headers == nil { // "null"
-			j.Headers = map[string]string{}
 		}
 	}
 	var err error
-	if j.EnqMillis, err = millisField(values, FieldEnqueued); err != nil {
+	if j.EnqMillis, err = parseMillisField(FieldEnqueued, enq); err != nil {
 		return err
 	}
-	if j.FirstFail, err = millisField(values, FieldFirstFail); err != nil {
+	if j.FirstFail, err = parseMillisField(FieldFirstFail, ff); err != nil {
 		return err
 	}
-	if j.Attempt, err = AttemptField(values); err != nil {
-		return err
+	if hasAttempt {
+		if j.Attempt, err = parseAttempt(attempt); err != nil {
+			return err
+		}
 	}
-	j.Key, _ = Str(values[FieldKey])
-	j.KeyToken, _ = Str(values[FieldKeyToken])
-	j.LastError, _ = Str(values[FieldLastError])
-	j.Crashed = Crashed(values)
 	return nil
 }
 
@@ -228,6 +253,11 @@ func AttemptField(values map[string]any) (int, error) {
 	if !ok {
 		return 0, nil
 	}
+	return parseAttempt(a)
+}
+
+// parseAttempt parses the value of the attempt field.
+func parseAttempt(a string) (int, error) {
 	n, err := strconv.Atoi(a)
 	if err != nil || n < 0 || n > MaxAttempt {
 		return 0, fmt.Errorf("%w: field %q must be an integer from 0 to %d, got %q", ErrMalformed, FieldAttempt, MaxAttempt, a)
@@ -235,9 +265,10 @@ func AttemptField(values map[string]any) (int, error) {
 	return n, nil
 }
 
-func millisField(values map[string]any, name string) (int64, error) {
-	s, ok := Str(values[name])
-	if !ok || s == "" {
+// parseMillisField parses the value of field name in Unix milliseconds ("":
+// absent, 0).
+func parseMillisField(name, s string) (int64, error) {
+	if s == "" {
 		return 0, nil
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
