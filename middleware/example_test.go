@@ -145,10 +145,13 @@ func Example() {
 	q, cleanup := exampleQueue(rdb, "emails", &streamq.QueueConfig{Group: "mailers"})
 	defer cleanup()
 
-	// The producer writes the trace context of each Enqueue into the job.
-	producer, err := streamq.NewProducer(q, &streamq.ProducerConfig{
-		Hooks: []streamq.EnqueueHook{middleware.ProducerHook(tracing)},
-	})
+	// The producer runs each Enqueue in a "send" span and writes its context
+	// into the job; it counts the jobs it sent.
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		panic(err)
+	}
+	producer, err := middleware.NewProducer(p, &middleware.SendConfig{Tracing: tracing, Metrics: metrics})
 	if err != nil {
 		panic(err)
 	}
@@ -180,18 +183,20 @@ func Example() {
 	}
 	runUntil(consumer, func(st streamq.ConsumerStats) bool { return st.Processed+st.DeadLettered == 2 })
 
-	// One consumer span per job, in the trace of the request that enqueued
-	// it; the successful job's first.
+	// One producer span per Enqueue and one consumer span per job, all in
+	// the trace of the request; the consumer spans link to the producer
+	// spans. The producer spans first, then the successful job's.
 	ended := spans.Ended()
-	slices.SortFunc(ended, func(a, b sdktrace.ReadOnlySpan) int { return int(a.Status().Code) - int(b.Status().Code) })
+	rank := func(s sdktrace.ReadOnlySpan) int { return 10*int(s.SpanKind()) + int(s.Status().Code) }
+	slices.SortStableFunc(ended, func(a, b sdktrace.ReadOnlySpan) int { return rank(a) - rank(b) })
 	var lines []string
 	for _, s := range ended {
-		if s.SpanKind() != trace.SpanKindConsumer {
+		if s.SpanKind() != trace.SpanKindConsumer && s.SpanKind() != trace.SpanKindProducer {
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("span %q, status %s, in the request's trace: %t",
-			s.Name(), s.Status().Code, s.SpanContext().TraceID() == request.SpanContext().TraceID()))
-		if s.Status().Code == codes.Unset { // the successful job
+		lines = append(lines, fmt.Sprintf("%s span %q, status %s, in the request's trace: %t, links: %d",
+			s.SpanKind(), s.Name(), s.Status().Code, s.SpanContext().TraceID() == request.SpanContext().TraceID(), len(s.Links())))
+		if s.SpanKind() == trace.SpanKindConsumer && s.Status().Code == codes.Unset { // the successful job
 			attrs := s.Attributes()
 			slices.SortFunc(attrs, func(a, b attribute.KeyValue) int { return strings.Compare(string(a.Key), string(b.Key)) })
 			for _, kv := range attrs {
@@ -213,14 +218,18 @@ func Example() {
 		fmt.Println(l)
 	}
 	// Output:
-	// span "emails process", status Unset, in the request's trace: true
+	// producer span "send emails", status Unset, in the request's trace: true, links: 0
+	// producer span "send emails", status Unset, in the request's trace: true, links: 0
+	// consumer span "process emails", status Unset, in the request's trace: true, links: 1
 	//   messaging.consumer.group.name = mailers
 	//   messaging.destination.name = emails
 	//   messaging.operation.name = process
 	//   messaging.operation.type = process
-	//   messaging.system = redis
+	//   messaging.system = streamq
 	//   streamq.job.attempt = 1
-	// span "emails process", status Error, in the request's trace: true
+	// consumer span "process emails", status Error, in the request's trace: true, links: 1
+	// messaging.client.consumed.messages{messaging.consumer.group.name=mailers,messaging.operation.name=process,messaging.system=streamq} 2
+	// messaging.client.sent.messages{messaging.operation.name=send,messaging.system=streamq} 2
 	// streamq.jobs.dead_lettered{streamq.dead_letter.reason=permanent} 1
 	// streamq.jobs.failed{error.type=permanent} 1
 	// streamq.jobs.in_flight 0
