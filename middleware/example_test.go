@@ -370,6 +370,65 @@ func ExampleProducerHook() {
 	// same trace as the request: true
 }
 
+// ExampleNewProducer enqueues through a Producer: each call runs in a
+// PRODUCER span "send <queue>" whose context every job of the call carries,
+// and the consumer's "process <queue>" span of each job links to it (and is
+// its child). NewPriorityQueue does the same for priority.Queue.Push.
+func ExampleNewProducer() {
+	ctx := context.Background()
+	rdb := exampleClient()
+	defer rdb.Close()
+	q, cleanup := exampleQueue(rdb, "invoices", nil)
+	defer cleanup()
+
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(ctx)
+	tracing := &middleware.TracingConfig{TracerProvider: tp, Propagator: propagation.TraceContext{}}
+
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		panic(err)
+	}
+	producer, err := middleware.NewProducer(p, &middleware.SendConfig{Tracing: tracing})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := producer.EnqueueBatch(ctx, []streamq.Job{{Payload: []byte("42")}, {Payload: []byte("43")}}); err != nil {
+		panic(err)
+	}
+
+	consumer, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }),
+		&streamq.ConsumerConfig{Middleware: []streamq.Middleware{middleware.Tracing(tracing)}})
+	if err != nil {
+		panic(err)
+	}
+	runUntil(consumer, func(st streamq.ConsumerStats) bool { return st.Processed == 2 })
+
+	var send trace.SpanContext
+	for _, s := range spans.Ended() { // the send span ended first
+		switch s.SpanKind() {
+		case trace.SpanKindProducer:
+			send = s.SpanContext()
+			var count attribute.Value
+			for _, kv := range s.Attributes() {
+				if kv.Key == "messaging.batch.message_count" {
+					count = kv.Value
+				}
+			}
+			fmt.Printf("%s %q, messaging.batch.message_count = %s\n", s.SpanKind(), s.Name(), count.Emit())
+		case trace.SpanKindConsumer:
+			links := s.Links()
+			fmt.Printf("%s %q, links to the send span: %t\n", s.SpanKind(), s.Name(),
+				len(links) == 1 && links[0].SpanContext.SpanID() == send.SpanID() && links[0].SpanContext.TraceID() == send.TraceID())
+		}
+	}
+	// Output:
+	// producer "send invoices", messaging.batch.message_count = 2
+	// consumer "process invoices", links to the send span: true
+	// consumer "process invoices", links to the send span: true
+}
+
 // ExampleRateLimiter_Wait uses the shared limit outside a consumer, for
 // example in a producer that must not call an API faster than the workers
 // together are allowed to. In a consumer, [RateLimiter.Middleware] does this
