@@ -197,6 +197,11 @@ type queueState struct {
 
 	processed, inFlight atomic.Int64
 	failed              [numClasses]atomic.Int64
+
+	// last is the consumerState of the group whose job the queue ran
+	// last: a queue is nearly always read by one group, so this spares
+	// most jobs the lookup in Metrics.consumers.
+	last atomic.Pointer[consumerState]
 }
 
 func newQueueState(queue string) *queueState {
@@ -222,13 +227,24 @@ type msgKey struct{ queue, group string }
 // consumerState holds the consumed-messages count of one queue and group and
 // the prebuilt options of its process durations.
 type consumerState struct {
+	group    string // as given to consumerState, before the fallback
 	observe  metric.ObserveOption
 	ok       []metric.RecordOption
 	fail     [numClasses][]metric.RecordOption
 	consumed atomic.Int64
 }
 
-func (m *Metrics) consumerState(queue, group string) *consumerState {
+func (m *Metrics) consumerState(q *queueState, queue, group string) *consumerState {
+	if s := q.last.Load(); s != nil && s.group == group {
+		return s
+	}
+	s := m.loadConsumerState(queue, group)
+	q.last.Store(s)
+	return s
+}
+
+func (m *Metrics) loadConsumerState(queue, given string) *consumerState {
+	group := given
 	if group == "" {
 		group = m.group
 	}
@@ -243,6 +259,7 @@ func (m *Metrics) consumerState(queue, group string) *consumerState {
 	}
 	set := attribute.NewSet(base...)
 	s := &consumerState{
+		group:   given,
 		observe: metric.WithAttributeSet(set),
 		ok:      []metric.RecordOption{metric.WithAttributeSet(set)},
 	}
@@ -455,7 +472,7 @@ func (m *Metrics) Middleware() streamq.Middleware {
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
 			q := m.queueState(msg.Queue)
-			cs := m.consumerState(msg.Queue, msg.Group)
+			cs := m.consumerState(q, msg.Queue, msg.Group)
 			start := time.Now()
 			q.inFlight.Add(1)
 			cs.consumed.Add(1)

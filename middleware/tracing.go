@@ -288,12 +288,24 @@ func (t *tracing) start(ctx context.Context, msg *streamq.Message) (context.Cont
 	opts := qs.opts
 	// The creation context is the one extracted from the headers (remote),
 	// not a span the runtime's context may hold.
+	var link trace.Link
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsRemote() {
-		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
+		link.SpanContext = sc
+	}
+	if t.root && link.SpanContext.IsValid() {
+		// A new root: the link is all samplers can go by, so it is given
+		// at the start.
+		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(link))
 	}
 	ctx, span := t.tracer.Start(ctx, qs.name, opts...)
 	if !span.IsRecording() {
 		return ctx, span
+	}
+	if !t.root && link.SpanContext.IsValid() {
+		// A child of the creation context: samplers see it as the parent,
+		// so the link is only added to spans that record, which spares
+		// unsampled jobs its cost.
+		span.AddLink(link)
 	}
 	if t.late {
 		// One call with every attribute: the span grows its slice once.
