@@ -108,7 +108,10 @@ type TracingConfig struct {
 // cfg may be nil; only TracingConfig.Propagator is used.
 //
 // The hook carries whatever span is current in the enqueueing context, for
-// example the HTTP request that enqueued the job. For a PRODUCER span
+// example the HTTP request that enqueued the job. A job whose headers
+// already hold a trace context (given by the caller with
+// streamq.WithHeaders, or written by a [Producer]) keeps it: the semantic
+// conventions ask not to change a creation context the user provided. For a PRODUCER span
 // "send <queue>" per Enqueue call, as the messaging semantic conventions
 // describe, enqueue through [Producer] or [PriorityQueue], which start that
 // span and write its context into the headers themselves; the hook is then
@@ -116,8 +119,18 @@ type TracingConfig struct {
 func ProducerHook(cfg *TracingConfig) streamq.EnqueueHook {
 	prop := propagatorOf(cfg)
 	return func(ctx context.Context, headers map[string]string) {
+		if len(headers) > 0 && hasSpanContext(prop, headers) {
+			return // a creation context of the caller's, or of a Producer
+		}
 		prop.Inject(ctx, propagation.MapCarrier(headers))
 	}
+}
+
+// hasSpanContext reports whether headers already hold a valid span context
+// that prop can read.
+func hasSpanContext(prop propagation.TextMapPropagator, headers map[string]string) bool {
+	ctx := prop.Extract(context.Background(), propagation.MapCarrier(headers))
+	return trace.SpanContextFromContext(ctx).IsValid()
 }
 
 func propagatorOf(cfg *TracingConfig) propagation.TextMapPropagator {

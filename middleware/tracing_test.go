@@ -360,3 +360,28 @@ func TestProducerHook_NoSpan(t *testing.T) {
 		t.Errorf("headers = %v: without a span or baggage nothing is added", headers)
 	}
 }
+
+func TestProducerHook_KeepsCustomContext(t *testing.T) {
+	t.Parallel()
+	_, tp, tcfg := tracingSetup(t)
+	_, own := tp.Tracer("test").Start(context.Background(), "created earlier")
+	own.End()
+	custom := map[string]string{}
+	tcfg.Propagator.Inject(trace.ContextWithSpan(context.Background(), own), propagation.MapCarrier(custom))
+
+	ctx, current := tp.Tracer("test").Start(context.Background(), "enqueue")
+	defer current.End()
+	headers := map[string]string{"traceparent": custom["traceparent"], "user": "x"}
+	middleware.ProducerHook(tcfg)(ctx, headers)
+	if headers["traceparent"] != custom["traceparent"] {
+		t.Errorf("traceparent = %q, want the job's own %q", headers["traceparent"], custom["traceparent"])
+	}
+	// Headers without a trace context get the current one.
+	plain := map[string]string{"user": "x"}
+	middleware.ProducerHook(tcfg)(ctx, plain)
+	want := map[string]string{}
+	tcfg.Propagator.Inject(ctx, propagation.MapCarrier(want))
+	if plain["traceparent"] != want["traceparent"] {
+		t.Errorf("traceparent = %q, want the current span's %q", plain["traceparent"], want["traceparent"])
+	}
+}
