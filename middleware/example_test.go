@@ -416,7 +416,7 @@ func ExampleNewProducer() {
 					count = kv.Value
 				}
 			}
-			fmt.Printf("%s %q, messaging.batch.message_count = %s\n", s.SpanKind(), s.Name(), count.Emit())
+			fmt.Printf("%s %q, messaging.batch.message_count = %s\n", s.SpanKind(), s.Name(), count.String())
 		case trace.SpanKindConsumer:
 			links := s.Links()
 			fmt.Printf("%s %q, links to the send span: %t\n", s.SpanKind(), s.Name(),

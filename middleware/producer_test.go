@@ -39,7 +39,7 @@ func checkAttrs(t testing.TB, s sdktrace.ReadOnlySpan, want map[attribute.Key]at
 	attrs := attrMap(s.Attributes())
 	for k, v := range want {
 		if attrs[k] != v {
-			t.Errorf("span %q: %s = %s, want %s", s.Name(), k, attrs[k].Emit(), v.Emit())
+			t.Errorf("span %q: %s = %s, want %s", s.Name(), k, attrs[k].String(), v.String())
 		}
 	}
 }
