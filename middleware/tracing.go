@@ -111,11 +111,13 @@ type TracingConfig struct {
 // example the HTTP request that enqueued the job. A job whose headers
 // already hold a trace context (given by the caller with
 // streamq.WithHeaders, or written by a [Producer]) keeps it: the semantic
-// conventions ask not to change a creation context the user provided. For a PRODUCER span
-// "send <queue>" per Enqueue call, as the messaging semantic conventions
-// describe, enqueue through [Producer] or [PriorityQueue], which start that
-// span and write its context into the headers themselves; the hook is then
-// not needed (it would write the same context).
+// conventions ask not to change a creation context the user provided.
+//
+// For a PRODUCER span "send <queue>" per Enqueue call, as the messaging
+// semantic conventions describe, enqueue through [Producer] or
+// [PriorityQueue], which start that span and write its context into the
+// headers themselves; the hook is then not needed (it would find their
+// context and leave it).
 func ProducerHook(cfg *TracingConfig) streamq.EnqueueHook {
 	prop := propagatorOf(cfg)
 	return func(ctx context.Context, headers map[string]string) {
