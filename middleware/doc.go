@@ -1,8 +1,8 @@
 // Package middleware holds [streamq.Middleware] for consumers: panic recovery
 // ([Recover]), per-job timeouts ([Timeout]), structured logging with log/slog
-// ([Logging]), OpenTelemetry tracing ([Tracing] with [ProducerHook]) and
-// metrics ([NewMetrics]), and a rate limit shared by every worker of a queue
-// ([NewRateLimiter]).
+// ([Logging]), OpenTelemetry tracing ([Tracing], with [NewProducer] or
+// [ProducerHook] on the producing side) and metrics ([NewMetrics]), and a
+// rate limit shared by every worker of a queue ([NewRateLimiter]).
 //
 // The root package streamq depends only on the standard library, go-redis and
 // x/sync; everything that needs OpenTelemetry lives here.
@@ -46,17 +46,38 @@
 //
 // # Tracing
 //
-// The producer injects the current trace context into the job's headers with
-// [ProducerHook] (a [streamq.EnqueueHook] for ProducerConfig.Hooks); the
-// consumer's [Tracing] middleware extracts it and starts a consumer span that
-// is a child of the producer's span, so the job appears in the trace that
-// enqueued it, even when it runs minutes later on another machine. Both sides
-// must use the same propagator; see [TracingConfig.Propagator].
+// The spans follow the OpenTelemetry messaging semantic conventions (semconv
+// 1.27 and later). A [Producer] (or [PriorityQueue]) wraps a streamq.Producer
+// (or priority.Queue) and runs every Enqueue, EnqueueBatch, Push or PushBatch
+// call in a PRODUCER span named "send <queue>", and writes that span's
+// context into the headers of every job of the call: the span is the jobs'
+// creation context. The consumer's [Tracing] middleware extracts it and runs
+// each job in a CONSUMER span named "process <queue>" that links to it, as
+// the conventions ask of every "process" span, and is also its child (a new
+// root with only the link with [TracingConfig.NewRoot]), so that the job
+// appears in the trace that enqueued it, even when it runs minutes later on
+// another machine. Both sides must use the same propagator; see
+// [TracingConfig.Propagator].
+//
+// [ProducerHook], a [streamq.EnqueueHook] for ProducerConfig.Hooks, writes
+// the trace context current at the enqueue (for example an HTTP request's
+// span) without a send span, for jobs that do not go through a [Producer]:
+// periodic schedules, write-behind, or code that calls the streamq.Producer
+// directly.
+//
+// messaging.system is "streamq" ([DefaultMessagingSystem]): the conventions
+// register no value for Redis Streams, and streamq's messages are its own
+// format on top of Redis.
 //
 // # Metrics
 //
-// [Metrics] records, with the OpenTelemetry metrics API, the instruments
-// listed in its documentation. Every measurement carries the queue name as
-// the attribute messaging.destination.name. Export them with any
-// OpenTelemetry exporter, including Prometheus (see the README).
+// [Metrics] records, with the OpenTelemetry metrics API, the streamq
+// instruments listed in its documentation (streamq.jobs.processed and the
+// others), where every measurement carries the queue name as the attribute
+// messaging.destination.name, and beside them the instruments of the
+// messaging semantic conventions: messaging.process.duration and
+// messaging.client.consumed.messages from [Metrics.Middleware],
+// messaging.client.sent.messages and messaging.client.operation.duration from
+// a [Producer] or [PriorityQueue] given the Metrics in [SendConfig]. Export
+// them with any OpenTelemetry exporter, including Prometheus (see the README).
 package middleware

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/priority"
 )
 
 // errClass is a low-cardinality classification of a job failure, reported as
@@ -109,4 +110,31 @@ func causeClass(err error) errClass {
 		return classCanceled
 	}
 	return classOther
+}
+
+// sendClass names the error err of an enqueue (a send), for the error.type
+// attribute of send spans and metrics.
+func sendClass(err error) string {
+	var ce *streamq.ConfigError
+	switch {
+	case errors.Is(err, streamq.ErrDuplicate):
+		return "duplicate"
+	case errors.Is(err, streamq.ErrQueueFull):
+		return "queue_full"
+	case errors.Is(err, streamq.ErrNotReplicated):
+		return "not_replicated"
+	case errors.Is(err, streamq.ErrTooLarge):
+		return "too_large"
+	case errors.Is(err, streamq.ErrInvalidHeader):
+		return "invalid_header"
+	case errors.Is(err, priority.ErrInvalidPriority):
+		return "invalid_priority"
+	case errors.As(err, &ce):
+		return "invalid_config"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return classOther.String()
 }

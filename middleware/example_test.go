@@ -145,10 +145,13 @@ func Example() {
 	q, cleanup := exampleQueue(rdb, "emails", &streamq.QueueConfig{Group: "mailers"})
 	defer cleanup()
 
-	// The producer writes the trace context of each Enqueue into the job.
-	producer, err := streamq.NewProducer(q, &streamq.ProducerConfig{
-		Hooks: []streamq.EnqueueHook{middleware.ProducerHook(tracing)},
-	})
+	// The producer runs each Enqueue in a "send" span and writes its context
+	// into the job; it counts the jobs it sent.
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		panic(err)
+	}
+	producer, err := middleware.NewProducer(p, &middleware.SendConfig{Tracing: tracing, Metrics: metrics})
 	if err != nil {
 		panic(err)
 	}
@@ -180,18 +183,20 @@ func Example() {
 	}
 	runUntil(consumer, func(st streamq.ConsumerStats) bool { return st.Processed+st.DeadLettered == 2 })
 
-	// One consumer span per job, in the trace of the request that enqueued
-	// it; the successful job's first.
+	// One producer span per Enqueue and one consumer span per job, all in
+	// the trace of the request; the consumer spans link to the producer
+	// spans. The producer spans first, then the successful job's.
 	ended := spans.Ended()
-	slices.SortFunc(ended, func(a, b sdktrace.ReadOnlySpan) int { return int(a.Status().Code) - int(b.Status().Code) })
+	rank := func(s sdktrace.ReadOnlySpan) int { return 10*int(s.SpanKind()) + int(s.Status().Code) }
+	slices.SortStableFunc(ended, func(a, b sdktrace.ReadOnlySpan) int { return rank(a) - rank(b) })
 	var lines []string
 	for _, s := range ended {
-		if s.SpanKind() != trace.SpanKindConsumer {
+		if s.SpanKind() != trace.SpanKindConsumer && s.SpanKind() != trace.SpanKindProducer {
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("span %q, status %s, in the request's trace: %t",
-			s.Name(), s.Status().Code, s.SpanContext().TraceID() == request.SpanContext().TraceID()))
-		if s.Status().Code == codes.Unset { // the successful job
+		lines = append(lines, fmt.Sprintf("%s span %q, status %s, in the request's trace: %t, links: %d",
+			s.SpanKind(), s.Name(), s.Status().Code, s.SpanContext().TraceID() == request.SpanContext().TraceID(), len(s.Links())))
+		if s.SpanKind() == trace.SpanKindConsumer && s.Status().Code == codes.Unset { // the successful job
 			attrs := s.Attributes()
 			slices.SortFunc(attrs, func(a, b attribute.KeyValue) int { return strings.Compare(string(a.Key), string(b.Key)) })
 			for _, kv := range attrs {
@@ -213,14 +218,18 @@ func Example() {
 		fmt.Println(l)
 	}
 	// Output:
-	// span "emails process", status Unset, in the request's trace: true
+	// producer span "send emails", status Unset, in the request's trace: true, links: 0
+	// producer span "send emails", status Unset, in the request's trace: true, links: 0
+	// consumer span "process emails", status Unset, in the request's trace: true, links: 1
 	//   messaging.consumer.group.name = mailers
 	//   messaging.destination.name = emails
 	//   messaging.operation.name = process
 	//   messaging.operation.type = process
-	//   messaging.system = redis
+	//   messaging.system = streamq
 	//   streamq.job.attempt = 1
-	// span "emails process", status Error, in the request's trace: true
+	// consumer span "process emails", status Error, in the request's trace: true, links: 1
+	// messaging.client.consumed.messages{messaging.consumer.group.name=mailers,messaging.operation.name=process,messaging.system=streamq} 2
+	// messaging.client.sent.messages{messaging.operation.name=send,messaging.system=streamq} 2
 	// streamq.jobs.dead_lettered{streamq.dead_letter.reason=permanent} 1
 	// streamq.jobs.failed{error.type=permanent} 1
 	// streamq.jobs.in_flight 0
@@ -359,6 +368,65 @@ func ExampleProducerHook() {
 	// Output:
 	// headers: [traceparent]
 	// same trace as the request: true
+}
+
+// ExampleNewProducer enqueues through a Producer: each call runs in a
+// PRODUCER span "send <queue>" whose context every job of the call carries,
+// and the consumer's "process <queue>" span of each job links to it (and is
+// its child). NewPriorityQueue does the same for priority.Queue.Push.
+func ExampleNewProducer() {
+	ctx := context.Background()
+	rdb := exampleClient()
+	defer rdb.Close()
+	q, cleanup := exampleQueue(rdb, "invoices", nil)
+	defer cleanup()
+
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	defer tp.Shutdown(ctx)
+	tracing := &middleware.TracingConfig{TracerProvider: tp, Propagator: propagation.TraceContext{}}
+
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		panic(err)
+	}
+	producer, err := middleware.NewProducer(p, &middleware.SendConfig{Tracing: tracing})
+	if err != nil {
+		panic(err)
+	}
+	if _, err := producer.EnqueueBatch(ctx, []streamq.Job{{Payload: []byte("42")}, {Payload: []byte("43")}}); err != nil {
+		panic(err)
+	}
+
+	consumer, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }),
+		&streamq.ConsumerConfig{Middleware: []streamq.Middleware{middleware.Tracing(tracing)}})
+	if err != nil {
+		panic(err)
+	}
+	runUntil(consumer, func(st streamq.ConsumerStats) bool { return st.Processed == 2 })
+
+	var send trace.SpanContext
+	for _, s := range spans.Ended() { // the send span ended first
+		switch s.SpanKind() {
+		case trace.SpanKindProducer:
+			send = s.SpanContext()
+			var count attribute.Value
+			for _, kv := range s.Attributes() {
+				if kv.Key == "messaging.batch.message_count" {
+					count = kv.Value
+				}
+			}
+			fmt.Printf("%s %q, messaging.batch.message_count = %s\n", s.SpanKind(), s.Name(), count.String())
+		case trace.SpanKindConsumer:
+			links := s.Links()
+			fmt.Printf("%s %q, links to the send span: %t\n", s.SpanKind(), s.Name(),
+				len(links) == 1 && links[0].SpanContext.SpanID() == send.SpanID() && links[0].SpanContext.TraceID() == send.TraceID())
+		}
+	}
+	// Output:
+	// producer "send invoices", messaging.batch.message_count = 2
+	// consumer "process invoices", links to the send span: true
+	// consumer "process invoices", links to the send span: true
 }
 
 // ExampleRateLimiter_Wait uses the shared limit outside a consumer, for

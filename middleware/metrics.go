@@ -39,6 +39,33 @@ const (
 	MetricQueueDead    = "streamq.queue.dead_letters" // gauge: entries in the dead-letter stream
 )
 
+// Instrument names of the OpenTelemetry messaging semantic conventions
+// (semconv 1.27 and later), recorded beside the streamq ones above. Their
+// attributes are messaging.system, messaging.operation.name,
+// messaging.destination.name, messaging.consumer.group.name (consumer side,
+// when known) and error.type (failures only); see [Metrics].
+const (
+	// MetricProcessDuration is a histogram, in seconds: the duration of
+	// every handler call (a processing operation), postponed ones included.
+	MetricProcessDuration = "messaging.process.duration"
+	// MetricConsumedMessages is a counter: jobs handed to a handler, counted
+	// when the handler starts.
+	MetricConsumedMessages = "messaging.client.consumed.messages"
+	// MetricSentMessages is a counter: jobs a [Producer] or [PriorityQueue]
+	// tried to enqueue; error.type on those that were not enqueued.
+	MetricSentMessages = "messaging.client.sent.messages"
+	// MetricOperationDuration is a histogram, in seconds: the duration of
+	// one Enqueue, EnqueueBatch, Push or PushBatch call of a [Producer] or
+	// [PriorityQueue], with messaging.operation.type "send".
+	MetricOperationDuration = "messaging.client.operation.duration"
+)
+
+// messagingBuckets returns the bucket boundaries the semantic conventions
+// advise for the messaging duration histograms.
+func messagingBuckets() metric.HistogramOption {
+	return metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+}
+
 // AttrDeadLetterReason is the attribute of MetricDeadLettered holding the
 // dead-letter reason (streamq.ReasonMaxDeliveries, ReasonPermanent,
 // ReasonMalformed).
@@ -70,6 +97,17 @@ type MetricsConfig struct {
 	// collection; a queue whose read fails is left out of that collection.
 	// Defaults to DefaultStatsTimeout.
 	StatsTimeout time.Duration
+
+	// System is the messaging.system attribute of the semantic-convention
+	// instruments (MetricProcessDuration and the others); use the same value
+	// as TracingConfig.System. Defaults to DefaultMessagingSystem
+	// ("streamq").
+	System string
+
+	// Group is the messaging.consumer.group.name attribute of jobs whose
+	// Message.Group is empty, as TracingConfig.Group is for spans. Defaults
+	// to "": such jobs' measurements have no consumer group attribute.
+	Group string
 }
 
 // Metrics records job metrics with the OpenTelemetry metrics API. Create it
@@ -87,18 +125,33 @@ type MetricsConfig struct {
 // Every measurement has the attribute messaging.destination.name with the
 // queue name.
 //
+// Beside them, Metrics records the instruments of the OpenTelemetry messaging
+// semantic conventions, so that dashboards built for any messaging system
+// work with streamq: MetricProcessDuration (every handler call, in seconds)
+// and MetricConsumedMessages (jobs handed to a handler), from
+// [Metrics.Middleware], with messaging.operation.name "process" and the
+// consumer group; and MetricSentMessages and MetricOperationDuration
+// (operation name and type "send"), from a [Producer] or [PriorityQueue]
+// whose SendConfig.Metrics is this Metrics. All carry messaging.system
+// (MetricsConfig.System) and messaging.destination.name, and error.type
+// when the operation failed: for handlers the classes of [Tracing], for
+// sends "duplicate", "queue_full", "not_replicated", "too_large",
+// "invalid_header", "invalid_priority", "invalid_config", "timeout",
+// "canceled" or "_OTHER".
+//
 // A job postponed with [streamq.Postpone] (by [RateLimiter.Middleware] when
 // no token is due within its MaxWait) did not fail: it is counted in
 // MetricPostponed, from the consumer's EventPostponed, and in none of
 // MetricProcessed, MetricFailed and MetricDuration.
 //
-// MetricProcessed, MetricFailed and MetricInFlight are observable
-// instruments: jobs are counted in memory with atomic adds and the totals
-// are reported at each collection, so that the per-job cost is two
-// histogram records and a few atomic operations.
+// MetricProcessed, MetricFailed, MetricInFlight and MetricConsumedMessages
+// are observable instruments: jobs are counted in memory with atomic adds
+// and the totals are reported at each collection, so that the per-job cost
+// is three histogram records (MetricDuration, MetricLatency,
+// MetricProcessDuration) and a few atomic operations.
 type Metrics struct {
 	// Counted per job with atomics in queueState and reported by observeJobs,
-	// which keeps the per-job cost to two histogram records.
+	// which keeps the per-job cost to three histogram records.
 	processed, failed metric.Int64ObservableCounter
 	inFlight          metric.Int64ObservableUpDownCounter
 
@@ -107,8 +160,19 @@ type Metrics struct {
 	duration, latency                             metric.Float64Histogram
 	length, pending, lag, delayed, deadLetters    metric.Int64ObservableGauge
 
+	// The semantic-convention instruments.
+	processDuration, opDuration metric.Float64Histogram
+	consumed                    metric.Int64ObservableCounter
+	sent                        metric.Int64Counter
+	system                      attribute.KeyValue
+	group                       string // fallback for messages without Message.Group
+
 	queues       []*streamq.Queue
 	statsTimeout time.Duration
+
+	// consumers holds a *consumerState by msgKey, sends a *sendState by
+	// queue name: both sync.Maps for the same reason as state.
+	consumers, sends sync.Map
 
 	// state holds a *queueState by queue name, one per queue seen. A
 	// sync.Map because it is read on every job and written once per queue:
@@ -134,6 +198,11 @@ type queueState struct {
 
 	processed, inFlight atomic.Int64
 	failed              [numClasses]atomic.Int64
+
+	// last is the consumerState of the group whose job the queue ran
+	// last: a queue is nearly always read by one group, so this spares
+	// most jobs the lookup in Metrics.consumers.
+	last atomic.Pointer[consumerState]
 }
 
 func newQueueState(queue string) *queueState {
@@ -152,6 +221,112 @@ func newQueueState(queue string) *queueState {
 	return s
 }
 
+// msgKey identifies the consumer-side semantic-convention series of a queue
+// and consumer group.
+type msgKey struct{ queue, group string }
+
+// consumerState holds the consumed-messages count of one queue and group and
+// the prebuilt options of its process durations.
+type consumerState struct {
+	group    string // as given to consumerState, before the fallback
+	observe  metric.ObserveOption
+	ok       []metric.RecordOption
+	fail     [numClasses][]metric.RecordOption
+	consumed atomic.Int64
+}
+
+func (m *Metrics) consumerState(q *queueState, queue, group string) *consumerState {
+	if s := q.last.Load(); s != nil && s.group == group {
+		return s
+	}
+	s := m.loadConsumerState(queue, group)
+	q.last.Store(s)
+	return s
+}
+
+func (m *Metrics) loadConsumerState(queue, given string) *consumerState {
+	group := given
+	if group == "" {
+		group = m.group
+	}
+	k := msgKey{queue, group}
+	if s, ok := m.consumers.Load(k); ok {
+		return s.(*consumerState)
+	}
+	base := make([]attribute.KeyValue, 0, 5)
+	base = append(base, m.system, semconv.MessagingOperationName("process"), semconv.MessagingDestinationName(queue))
+	if group != "" {
+		base = append(base, semconv.MessagingConsumerGroupName(group))
+	}
+	set := attribute.NewSet(base...)
+	s := &consumerState{
+		group:   given,
+		observe: metric.WithAttributeSet(set),
+		ok:      []metric.RecordOption{metric.WithAttributeSet(set)},
+	}
+	for c := range numClasses {
+		fs := attribute.NewSet(append(base[:len(base):len(base)], semconv.ErrorTypeKey.String(c.String()))...)
+		s.fail[c] = []metric.RecordOption{metric.WithAttributeSet(fs)}
+	}
+	v, _ := m.consumers.LoadOrStore(k, s)
+	return v.(*consumerState)
+}
+
+// sendState holds the prebuilt attributes of the send instruments of one
+// queue.
+type sendState struct {
+	base   []attribute.KeyValue // system, operation name, destination
+	sentOK []metric.AddOption
+	durOK  []metric.RecordOption
+}
+
+func (m *Metrics) sendState(queue string) *sendState {
+	if s, ok := m.sends.Load(queue); ok {
+		return s.(*sendState)
+	}
+	base := []attribute.KeyValue{m.system, semconv.MessagingOperationName("send"), semconv.MessagingDestinationName(queue)}
+	s := &sendState{
+		base:   base,
+		sentOK: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(base...))},
+		durOK: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+			append(base[:len(base):len(base)], semconv.MessagingOperationTypeSend)...))},
+	}
+	v, _ := m.sends.LoadOrStore(queue, s)
+	return v.(*sendState)
+}
+
+// recordSend records one send call of n jobs to queue that took d and
+// returned ids and err. A job counts as sent without error when it got an
+// ID and err is not [streamq.ErrDuplicate] (the ID of a duplicate is the
+// existing job's); the others count with the error.type of err.
+func (m *Metrics) recordSend(ctx context.Context, queue string, n int, ids []string, err error, d time.Duration) {
+	s := m.sendState(queue)
+	if err == nil {
+		m.sent.Add(ctx, int64(n), s.sentOK...)
+		m.opDuration.Record(ctx, d.Seconds(), s.durOK...)
+		return
+	}
+	ok := 0
+	if !errors.Is(err, streamq.ErrDuplicate) {
+		for _, id := range ids {
+			if id != "" {
+				ok++
+			}
+		}
+	}
+	if ok > 0 {
+		m.sent.Add(ctx, int64(ok), s.sentOK...)
+	}
+	et := semconv.ErrorTypeKey.String(sendClass(err))
+	attrs := make([]attribute.KeyValue, 0, len(s.base)+2)
+	attrs = append(attrs, s.base...)
+	attrs = append(attrs, et)
+	if n > ok {
+		m.sent.Add(ctx, int64(n-ok), metric.WithAttributes(attrs...))
+	}
+	m.opDuration.Record(ctx, d.Seconds(), metric.WithAttributes(append(attrs, semconv.MessagingOperationTypeSend)...))
+}
+
 // NewMetrics creates the instruments and registers the callbacks of the
 // observable ones (for the queue gauges only if MetricsConfig.Queues is not
 // empty). cfg may be nil. Call [Metrics.Close] to unregister them.
@@ -163,6 +338,9 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.System == "" {
+		c.System = DefaultMessagingSystem
 	}
 	switch {
 	case c.StatsTimeout == 0:
@@ -176,7 +354,8 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 		}
 	}
 	meter := c.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
-	m := &Metrics{queues: c.Queues, statsTimeout: c.StatsTimeout}
+	m := &Metrics{queues: c.Queues, statsTimeout: c.StatsTimeout,
+		system: semconv.MessagingSystemKey.String(c.System), group: c.Group}
 
 	var errs []error
 	counter := func(name, desc string) metric.Int64Counter {
@@ -213,6 +392,18 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 		metric.WithDescription("Time from enqueue to the start of the first attempt."),
 		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
 	errs = append(errs, err)
+	m.processDuration, err = meter.Float64Histogram(MetricProcessDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of processing operation."), messagingBuckets())
+	errs = append(errs, err)
+	m.consumed, err = meter.Int64ObservableCounter(MetricConsumedMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Number of messages that were delivered to the application."))
+	errs = append(errs, err)
+	m.sent, err = meter.Int64Counter(MetricSentMessages, metric.WithUnit("{message}"),
+		metric.WithDescription("Number of messages producer attempted to send to the broker."))
+	errs = append(errs, err)
+	m.opDuration, err = meter.Float64Histogram(MetricOperationDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of messaging operation initiated by a producer or consumer client."), messagingBuckets())
+	errs = append(errs, err)
 	m.length = gauge(MetricQueueLength, "{entry}", "Entries in the queue's stream, including acknowledged history.")
 	m.pending = gauge(MetricQueuePending, "{job}", "Jobs delivered to a consumer and not yet acknowledged.")
 	m.lag = gauge(MetricQueueLag, "{job}", "Jobs not yet delivered to the consumer group.")
@@ -221,7 +412,7 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("streamq: create metric instruments: %w", err)
 	}
-	reg, err := meter.RegisterCallback(m.observeJobs, m.processed, m.failed, m.inFlight)
+	reg, err := meter.RegisterCallback(m.observeJobs, m.processed, m.failed, m.inFlight, m.consumed)
 	if err != nil {
 		return nil, fmt.Errorf("streamq: register job counters: %w", err)
 	}
@@ -262,9 +453,14 @@ func (m *Metrics) Close() error {
 
 // Middleware returns the middleware that counts processed and failed jobs,
 // measures handler duration and enqueue-to-start latency, and tracks the jobs
-// in flight. A panic passing through counts as a failure (error.type panic)
-// and continues upwards. A postponed job ([streamq.Postpone]) is neither
-// processed nor failed and has no duration; [Metrics.OnEvent] counts it.
+// in flight; for the semantic conventions, it counts consumed messages when
+// the handler starts and records every handler call's duration in
+// MetricProcessDuration. A panic passing through counts as a failure
+// (error.type panic) and continues upwards. A postponed job
+// ([streamq.Postpone]) is neither processed nor failed and has no
+// MetricDuration; [Metrics.OnEvent] counts it. Its handler call is in
+// MetricProcessDuration without error.type, like its span: postponing is
+// not a failure.
 //
 // The latency is recorded for a job's first attempt only, from
 // Message.EnqueuedAt (the producer's clock) to the handler start (the
@@ -277,33 +473,42 @@ func (m *Metrics) Middleware() streamq.Middleware {
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
 			q := m.queueState(msg.Queue)
+			cs := m.consumerState(q, msg.Queue, msg.Group)
 			start := time.Now()
 			q.inFlight.Add(1)
+			cs.consumed.Add(1)
 			defer func() {
 				q.inFlight.Add(-1)
 				if r := recover(); r != nil {
-					d := time.Since(start)
+					d := time.Since(start).Seconds()
 					m.recordLatency(ctx, q, msg, start)
 					q.failed[classPanic].Add(1)
-					m.duration.Record(ctx, d.Seconds(), q.failDur[classPanic]...)
+					m.duration.Record(ctx, d, q.failDur[classPanic]...)
+					m.processDuration.Record(ctx, d, cs.fail[classPanic]...)
 					panic(r)
 				}
 			}()
 			err = next.Handle(ctx, msg)
-			d := time.Since(start)
+			d := time.Since(start).Seconds()
 			if err != nil {
 				if _, ok := postponement(ctx, err); ok {
-					return err // counted by OnEvent (EventPostponed)
+					// Counted by OnEvent (EventPostponed); for the
+					// semantic conventions, a processing operation that
+					// did not fail, as its span says.
+					m.processDuration.Record(ctx, d, cs.ok...)
+					return err
 				}
 				m.recordLatency(ctx, q, msg, start)
 				c := classify(ctx, err)
 				q.failed[c].Add(1)
-				m.duration.Record(ctx, d.Seconds(), q.failDur[c]...)
+				m.duration.Record(ctx, d, q.failDur[c]...)
+				m.processDuration.Record(ctx, d, cs.fail[c]...)
 				return err
 			}
 			m.recordLatency(ctx, q, msg, start)
 			q.processed.Add(1)
-			m.duration.Record(ctx, d.Seconds(), q.record...)
+			m.duration.Record(ctx, d, q.record...)
+			m.processDuration.Record(ctx, d, cs.ok...)
 			return nil
 		})
 	}
@@ -364,6 +569,11 @@ func (m *Metrics) observeJobs(_ context.Context, o metric.Observer) error {
 				o.ObserveInt64(m.failed, n, s.failObs[c])
 			}
 		}
+		return true
+	})
+	m.consumers.Range(func(_, v any) bool {
+		s := v.(*consumerState)
+		o.ObserveInt64(m.consumed, s.consumed.Load(), s.observe)
 		return true
 	})
 	return nil

@@ -20,11 +20,17 @@ import (
 // this package uses.
 const ScopeName = "github.com/streamq/streamq/middleware"
 
-// DefaultMessagingSystem is the default value of the messaging.system span
-// attribute. The OpenTelemetry semantic conventions list no value for Redis
-// Streams (their list covers brokers such as kafka and rabbitmq), so streamq
-// reports the server it runs on, "redis"; set TracingConfig.System to change it.
-const DefaultMessagingSystem = "redis"
+// DefaultMessagingSystem is the default value of the messaging.system
+// attribute of spans and of the semantic-convention metrics. The
+// OpenTelemetry semantic conventions register no value for Redis Streams or
+// for job queues built on them, and messaging.system is an open enum, so
+// streamq reports itself, as other job libraries on Redis report their own
+// name rather than "redis": the messages' format, headers and delivery rules
+// are streamq's, not Redis's, and "redis" already names the database in the
+// spans of Redis client instrumentations (db.system.name). Set
+// TracingConfig.System and MetricsConfig.System to change it (streamq before
+// this version reported "redis").
+const DefaultMessagingSystem = "streamq"
 
 // streamq-specific span attributes, in the streamq namespace as the semantic
 // conventions ask for attributes they do not define.
@@ -45,10 +51,12 @@ const (
 // instead of failing; the span's status stays Unset.
 const SpanEventPostponed = "streamq.job.postponed"
 
-// TracingConfig configures [Tracing] and [ProducerHook]. The zero value is
-// valid and uses the OpenTelemetry globals.
+// TracingConfig configures [Tracing], [ProducerHook] and the send spans of
+// [Producer] and [PriorityQueue]. The zero value is valid and uses the
+// OpenTelemetry globals.
 type TracingConfig struct {
-	// TracerProvider creates the consumer spans. Defaults to
+	// TracerProvider creates the consumer ("process") and producer
+	// ("send") spans. Defaults to
 	// otel.GetTracerProvider() at the time Tracing is called (the global
 	// provider delegates to one set later with otel.SetTracerProvider).
 	TracerProvider trace.TracerProvider
@@ -63,7 +71,7 @@ type TracingConfig struct {
 	Propagator propagation.TextMapPropagator
 
 	// System is the messaging.system attribute. Defaults to
-	// DefaultMessagingSystem ("redis").
+	// DefaultMessagingSystem ("streamq").
 	System string
 
 	// Group is the messaging.consumer.group.name attribute of jobs whose
@@ -84,25 +92,47 @@ type TracingConfig struct {
 	// are the same for every job of a queue are given at the start.
 	NoStartAttributes bool
 
-	// NewRoot, if true, starts every consumer span in a new trace with a link
-	// to the producer's span, instead of as the producer span's child. Use it
-	// when a producer's trace would otherwise grow without bound (one request
-	// enqueueing thousands of jobs) or when producers are not trusted.
-	// Defaults to false (child spans).
+	// NewRoot, if true, starts every consumer span in a new trace, linked to
+	// the job's creation context (the producer's span), instead of as that
+	// span's child (and linked to it). Use it when a producer's trace would
+	// otherwise grow without bound (one request enqueueing thousands of jobs)
+	// or when producers are not trusted. Defaults to false (child spans).
 	NewRoot bool
 }
 
-// ProducerHook returns a [streamq.EnqueueHook] for ProducerConfig.Hooks that
-// writes the trace context of the enqueueing call (its span and baggage, as
-// far as the propagator carries them) into the job's headers, where
-// [Tracing] finds it. With the W3C propagators the headers are
-// "traceparent", "tracestate" and "baggage". cfg may be nil; only
-// TracingConfig.Propagator is used.
+// ProducerHook returns a [streamq.EnqueueHook] for ProducerConfig.Hooks (or
+// priority.QueueConfig.Hooks) that writes the trace context of the
+// enqueueing call (its span and baggage, as far as the propagator carries
+// them) into the job's headers, where [Tracing] finds it. With the W3C
+// propagators the headers are "traceparent", "tracestate" and "baggage".
+// cfg may be nil; only TracingConfig.Propagator is used.
+//
+// The hook carries whatever span is current in the enqueueing context, for
+// example the HTTP request that enqueued the job. A job whose headers
+// already hold a trace context (given by the caller with
+// streamq.WithHeaders, or written by a [Producer]) keeps it: the semantic
+// conventions ask not to change a creation context the user provided.
+//
+// For a PRODUCER span "send <queue>" per Enqueue call, as the messaging
+// semantic conventions describe, enqueue through [Producer] or
+// [PriorityQueue], which start that span and write its context into the
+// headers themselves; the hook is then not needed (it would find their
+// context and leave it).
 func ProducerHook(cfg *TracingConfig) streamq.EnqueueHook {
 	prop := propagatorOf(cfg)
 	return func(ctx context.Context, headers map[string]string) {
+		if len(headers) > 0 && hasSpanContext(prop, headers) {
+			return // a creation context of the caller's, or of a Producer
+		}
 		prop.Inject(ctx, propagation.MapCarrier(headers))
 	}
+}
+
+// hasSpanContext reports whether headers already hold a valid span context
+// that prop can read.
+func hasSpanContext(prop propagation.TextMapPropagator, headers map[string]string) bool {
+	ctx := prop.Extract(context.Background(), propagation.MapCarrier(headers))
+	return trace.SpanContextFromContext(ctx).IsValid()
 }
 
 func propagatorOf(cfg *TracingConfig) propagation.TextMapPropagator {
@@ -113,19 +143,24 @@ func propagatorOf(cfg *TracingConfig) propagation.TextMapPropagator {
 }
 
 // Tracing returns middleware that runs every job in a consumer span
-// (SpanKindConsumer) named "<queue> process". The span is a child of the
-// trace context found in the job's headers (see [ProducerHook]), or a new
-// root linked to it with TracingConfig.NewRoot; baggage from the headers is
-// in the handler's context. cfg may be nil.
+// (SpanKindConsumer) named "process <queue>", as the OpenTelemetry messaging
+// semantic conventions (1.27 and later) name the spans of push-based
+// processing. When the job's headers hold a trace context (its creation
+// context: the "send" span of a [Producer], or whatever span [ProducerHook]
+// found), the span links to it, as the conventions ask of every "process"
+// span, and is also its child, so that the job shows in the trace that
+// enqueued it; with TracingConfig.NewRoot it starts a new trace and only
+// links. Baggage from the headers is in the handler's context. cfg may be
+// nil.
 //
-// Attributes follow the OpenTelemetry messaging semantic conventions:
-// messaging.system, messaging.destination.name (the queue),
-// messaging.consumer.group.name (Message.Group, or TracingConfig.Group when
-// that is empty), messaging.operation.type and messaging.operation.name
-// ("process") are set at the start, where samplers see them (unless
+// Attributes follow the conventions: messaging.system,
+// messaging.destination.name (the queue), messaging.consumer.group.name
+// (Message.Group, or TracingConfig.Group when that is empty),
+// messaging.operation.type and messaging.operation.name ("process") are set
+// at the start, where samplers see them (unless
 // TracingConfig.NoStartAttributes); messaging.message.id (the stream entry
-// ID), [AttrAttempt] are added only when the span is
-// recording, so unsampled jobs cost less.
+// ID) and [AttrAttempt] are added only when the span is recording, so
+// unsampled jobs cost less.
 //
 // A failed job's span records the error as an exception event, has status
 // Error and the attribute error.type; a panic passing through is recorded
@@ -218,7 +253,7 @@ type spanKey struct{ queue, group string }
 // queueSpan holds what every span of one queue and group shares, built once
 // so that starting a span allocates nothing on this package's side.
 type queueSpan struct {
-	name  string                  // "<queue> process"
+	name  string                  // "process <queue>"
 	opts  []trace.SpanStartOption // kind, and attrs unless NoStartAttributes
 	attrs []attribute.KeyValue    // the attributes known before the job
 }
@@ -237,7 +272,7 @@ func (t *tracing) queueSpan(queue, group string) *queueSpan {
 	}
 	attrs = append(attrs, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"))
 	qs := &queueSpan{
-		name:  queue + " process",
+		name:  "process " + queue,
 		opts:  []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
 		attrs: attrs,
 	}
@@ -266,14 +301,26 @@ func (t *tracing) start(ctx context.Context, msg *streamq.Message) (context.Cont
 	}
 	qs := t.queueSpan(msg.Queue, group)
 	opts := qs.opts
-	if t.root {
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-			opts = append(opts[:len(opts):len(opts)], trace.WithLinks(trace.Link{SpanContext: sc}))
-		}
+	// The creation context is the one extracted from the headers (remote),
+	// not a span the runtime's context may hold.
+	var link trace.Link
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsRemote() {
+		link.SpanContext = sc
+	}
+	if t.root && link.SpanContext.IsValid() {
+		// A new root: the link is all samplers can go by, so it is given
+		// at the start.
+		opts = append(opts[:len(opts):len(opts)], trace.WithLinks(link))
 	}
 	ctx, span := t.tracer.Start(ctx, qs.name, opts...)
 	if !span.IsRecording() {
 		return ctx, span
+	}
+	if !t.root && link.SpanContext.IsValid() {
+		// A child of the creation context: samplers see it as the parent,
+		// so the link is only added to spans that record, which spares
+		// unsampled jobs its cost.
+		span.AddLink(link)
 	}
 	if t.late {
 		// One call with every attribute: the span grows its slice once.

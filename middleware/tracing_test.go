@@ -115,7 +115,7 @@ func TestTracing_EndToEnd(t *testing.T) {
 		if !ok {
 			t.Fatalf("no consumer span for job %s", id)
 		}
-		if got, want := s.Name(), q.Name()+" process"; got != want {
+		if got, want := s.Name(), "process "+q.Name(); got != want {
 			t.Errorf("span name = %q, want %q", got, want)
 		}
 		if s.SpanContext().TraceID() != parent.SpanContext().TraceID() {
@@ -124,9 +124,12 @@ func TestTracing_EndToEnd(t *testing.T) {
 		if s.Parent().SpanID() != parent.SpanContext().SpanID() || !s.Parent().IsRemote() {
 			t.Errorf("span of %s has parent %v, want the producer span %s (remote)", id, s.Parent(), parent.SpanContext().SpanID())
 		}
+		if l := s.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("span of %s has links %+v, want one link to the creation context %s", id, l, parent.SpanContext().SpanID())
+		}
 		attrs := attrMap(s.Attributes())
 		want := map[attribute.Key]attribute.Value{
-			"messaging.system":              attribute.StringValue("redis"),
+			"messaging.system":              attribute.StringValue("streamq"),
 			"messaging.destination.name":    attribute.StringValue(q.Name()),
 			"messaging.consumer.group.name": attribute.StringValue(q.Group()),
 			"messaging.message.id":          attribute.StringValue(id),
@@ -301,7 +304,7 @@ func TestTracing_NoStartAttributes(t *testing.T) {
 			// The span has every attribute either way.
 			attrs := attrMap(s.Attributes())
 			for k, v := range map[attribute.Key]attribute.Value{
-				"messaging.system":              attribute.StringValue("redis"),
+				"messaging.system":              attribute.StringValue("streamq"),
 				"messaging.destination.name":    attribute.StringValue("orders"),
 				"messaging.consumer.group.name": attribute.StringValue("billing"),
 				"messaging.operation.type":      attribute.StringValue("process"),
@@ -355,5 +358,30 @@ func TestProducerHook_NoSpan(t *testing.T) {
 	middleware.ProducerHook(tcfg)(context.Background(), headers)
 	if len(headers) != 1 || headers["user"] != "kept" {
 		t.Errorf("headers = %v: without a span or baggage nothing is added", headers)
+	}
+}
+
+func TestProducerHook_KeepsCustomContext(t *testing.T) {
+	t.Parallel()
+	_, tp, tcfg := tracingSetup(t)
+	_, own := tp.Tracer("test").Start(context.Background(), "created earlier")
+	own.End()
+	custom := map[string]string{}
+	tcfg.Propagator.Inject(trace.ContextWithSpan(context.Background(), own), propagation.MapCarrier(custom))
+
+	ctx, current := tp.Tracer("test").Start(context.Background(), "enqueue")
+	defer current.End()
+	headers := map[string]string{"traceparent": custom["traceparent"], "user": "x"}
+	middleware.ProducerHook(tcfg)(ctx, headers)
+	if headers["traceparent"] != custom["traceparent"] {
+		t.Errorf("traceparent = %q, want the job's own %q", headers["traceparent"], custom["traceparent"])
+	}
+	// Headers without a trace context get the current one.
+	plain := map[string]string{"user": "x"}
+	middleware.ProducerHook(tcfg)(ctx, plain)
+	want := map[string]string{}
+	tcfg.Propagator.Inject(ctx, propagation.MapCarrier(want))
+	if plain["traceparent"] != want["traceparent"] {
+		t.Errorf("traceparent = %q, want the current span's %q", plain["traceparent"], want["traceparent"])
 	}
 }
