@@ -24,6 +24,7 @@ func signUp(ctx context.Context, p *streamq.Producer, email string) error {
 // testSignUp is a test of signUp: a queue of the test's own on the test
 // binary's Redis, then assertions on what signUp enqueued.
 func testSignUp(t testing.TB) {
+	// readme:testing-enqueued:begin
 	ctx := t.Context()
 	q := streamqtest.NewQueue(t, "emails", nil)
 	p, err := streamq.NewProducer(q, nil)
@@ -43,6 +44,7 @@ func testSignUp(t testing.TB) {
 		},
 	)
 	streamqtest.RequireEnqueuedN(ctx, t, q, 2) // and nothing else
+	// readme:testing-enqueued:end
 	for _, j := range jobs {
 		fmt.Printf("%s %s scheduled=%v\n", j.Headers["kind"], j.Payload, j.Scheduled)
 	}

@@ -42,10 +42,10 @@ func ExampleWorker_Work() {
 	defer t.finish()
 	ctx := context.Background()
 
+	// readme:testing-worker:begin
 	w := streamqtest.NewWorker(t, streamq.HandlerFunc(chargeCard), &streamq.ConsumerConfig{
 		MaxDeliveries: 3,
 		Backoff:       func(attempt int) time.Duration { return time.Duration(attempt) * time.Second },
-		Logger:        quiet,
 	})
 	for _, job := range []streamqtest.Job{
 		{Payload: []byte(`{"card":"ok","amount":10}`)},
@@ -72,6 +72,7 @@ func ExampleWorker_Work() {
 		}
 		fmt.Println()
 	}
+	// readme:testing-worker:end
 	// Output:
 	// {"card":"ok","amount":10}   attempt 1: acked
 	// {"card":"declined"}         attempt 2: retried in 2s
