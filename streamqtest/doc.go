@@ -9,7 +9,8 @@
 //
 //	w := streamqtest.NewWorker(t, handler, &streamq.ConsumerConfig{MaxDeliveries: 3})
 //	res, err := w.Work(ctx, &streamqtest.Job{Payload: []byte(`{"id":42}`), Attempt: 3})
-//	// res.Outcome == streamqtest.DeadLettered, res.Reason == streamq.ReasonMaxDeliveries
+//	// if the handler failed: res.Outcome == streamqtest.DeadLettered,
+//	// res.Reason == streamq.ReasonMaxDeliveries, res.Err is its error
 //
 // Integration tests get a real Redis with [NewRedis] or [NewQueue]: the
 // server at REDIS_ADDR, else a private redis-server on a free loopback

@@ -61,6 +61,7 @@ type EnqueuedJob struct {
 	Err error
 }
 
+// String describes the job on one line, as failure messages show it.
 func (j EnqueuedJob) String() string {
 	var b strings.Builder
 	b.WriteString(j.ID)
@@ -109,6 +110,7 @@ type Want struct {
 	Match func(EnqueuedJob) bool
 }
 
+// String describes what w requires, as failure messages show it.
 func (w Want) String() string {
 	var parts []string
 	if w.Payload != nil {

@@ -44,6 +44,8 @@ const (
 	DeadLettered
 )
 
+// String returns the outcome's name: "acked", "retried", "postponed" or
+// "dead_lettered".
 func (o Outcome) String() string {
 	switch o {
 	case Acked:
@@ -87,8 +89,9 @@ type Job struct {
 	Queue string
 	// Fields, if set, are the job's raw stream entry fields, as written by
 	// XADD (for example by a producer in another language), and every field
-	// above but ID and Queue is ignored: a job whose fields do not follow
-	// the wire format is dead-lettered with reason streamq.ReasonMalformed.
+	// above but ID and Queue is ignored (the attempt is the "attempt" field
+	// plus one): a job whose fields do not follow the wire format is
+	// dead-lettered with reason streamq.ReasonMalformed.
 	Fields map[string]string
 }
 
@@ -215,6 +218,9 @@ func (w *Worker) delivery(j *Job) (*engine.Delivery, error) {
 		fields = make(map[string]any, len(j.Fields))
 		for k, v := range j.Fields {
 			fields[k] = v
+		}
+		if a, err := wire.AttemptField(fields); err == nil {
+			j.Attempt = a + 1 // the run's attempt, for result
 		}
 	} else {
 		wj := wire.Job{Payload: j.Payload, Headers: j.Headers, EnqMillis: j.EnqueuedAt.UnixMilli(),

@@ -205,6 +205,17 @@ func TestWorker_Work_Malformed(t *testing.T) {
 	if err != nil || res.Outcome != streamqtest.Acked {
 		t.Errorf("raw fields: %+v, %v; want acked", res, err)
 	}
+	// Raw fields of a job retried once: its attempt is the field plus one.
+	w = streamqtest.NewWorker(t, streamq.HandlerFunc(func(_ context.Context, msg *streamq.Message) error {
+		if msg.Attempt != 2 {
+			return streamq.Permanent(errors.New("wrong attempt"))
+		}
+		return errBoom
+	}), &streamq.ConsumerConfig{Backoff: linear, Logger: quiet})
+	res, err = w.Work(t.Context(), &streamqtest.Job{Fields: map[string]string{"v": "1", "payload": "p", "attempt": "1"}})
+	if err != nil || res.Outcome != streamqtest.Retried || res.RetryIn != 2*time.Second {
+		t.Errorf("raw fields at attempt 2: %+v, %v; want retried in 2s", res, err)
+	}
 }
 
 // TestWorker_Work_ContextEnds: a handler still running when Work's ctx ends
