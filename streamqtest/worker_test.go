@@ -284,3 +284,42 @@ func TestOutcome_String(t *testing.T) {
 		}
 	}
 }
+
+func TestWorker_Work_Concurrent(t *testing.T) {
+	t.Parallel()
+	var ran atomic.Int32
+	w := streamqtest.NewWorker(t, streamq.HandlerFunc(func(_ context.Context, msg *streamq.Message) error {
+		ran.Add(1)
+		if string(msg.Payload) == "odd" {
+			return errBoom
+		}
+		return nil
+	}), &streamq.ConsumerConfig{Backoff: linear, Logger: quiet})
+	const n = 20
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			payload, want := "even", streamqtest.Acked
+			if i%2 == 1 {
+				payload, want = "odd", streamqtest.Retried
+			}
+			res, err := w.Work(t.Context(), &streamqtest.Job{Payload: []byte(payload)})
+			switch {
+			case err != nil:
+				errs <- err
+			case res.Outcome != want:
+				errs <- errors.New(payload + ": " + res.Outcome.String())
+			default:
+				errs <- nil
+			}
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if ran.Load() != n {
+		t.Errorf("handler ran %d times, want %d", ran.Load(), n)
+	}
+}
