@@ -323,3 +323,15 @@ func TestWorker_Work_Concurrent(t *testing.T) {
 		t.Errorf("handler ran %d times, want %d", ran.Load(), n)
 	}
 }
+
+// BenchmarkWorker_Work measures one verdict: a consumer built, its engine
+// started on one in-memory job and stopped.
+func BenchmarkWorker_Work(b *testing.B) {
+	w := streamqtest.NewWorker(b, streamq.HandlerFunc(fail(errBoom)), &streamq.ConsumerConfig{Backoff: linear, Logger: quiet})
+	job := &streamqtest.Job{Payload: []byte("p")}
+	for b.Loop() {
+		if res, err := w.Work(b.Context(), job); err != nil || res.Outcome != streamqtest.Retried {
+			b.Fatal(res, err)
+		}
+	}
+}
