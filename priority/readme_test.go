@@ -6,9 +6,9 @@ import (
 	"github.com/streamq/streamq/internal/readmetest"
 )
 
-// TestREADME_Example keeps the README's priority example identical to the
+// TestREADME_Example keeps the priority example of docs/priority.md identical to the
 // body of Example in example_test.go.
 func TestREADME_Example(t *testing.T) {
 	t.Parallel()
-	readmetest.Check(t, "../README.md", "example_test.go", "priority")
+	readmetest.Check(t, "../docs/priority.md", "example_test.go", "priority")
 }

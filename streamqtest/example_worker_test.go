@@ -67,7 +67,8 @@ func ExampleWorker_Work() {
 		case streamqtest.DeadLettered:
 			fmt.Printf(" (%s)", res.Reason)
 		}
-		if _, ok := errors.AsType[*streamq.PanicError](res.Err); ok {
+		var pe *streamq.PanicError
+		if errors.As(res.Err, &pe) {
 			fmt.Print(", the handler panicked")
 		}
 		fmt.Println()
