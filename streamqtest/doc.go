@@ -19,7 +19,7 @@
 // keys are deleted when it ends, so tests run in parallel on one server and
 // none is ever flushed.
 //
-// [RequireEnqueued], [RequireEnqueuedN] and [Enqueued] check what code under
-// test enqueued: payloads, headers, unique keys, due times of scheduled
+// [RequireEnqueued], [RequireEnqueuedN], [RequireNotEnqueued] and [Enqueued]
+// check what code under test enqueued: payloads, headers, unique keys, due times of scheduled
 // jobs. Their failure messages list the jobs found.
 package streamqtest

@@ -227,6 +227,21 @@ func RequireEnqueuedN(ctx context.Context, tb testing.TB, q *streamq.Queue, n in
 	return jobs
 }
 
+// RequireNotEnqueued fails the test if a job of q matches want, and shows
+// the jobs that do.
+func RequireNotEnqueued(ctx context.Context, tb testing.TB, q *streamq.Queue, want Want) {
+	tb.Helper()
+	var found []EnqueuedJob
+	for _, j := range Enqueued(ctx, tb, q) {
+		if want.matches(j) {
+			found = append(found, j)
+		}
+	}
+	if len(found) > 0 {
+		tb.Fatalf("streamqtest: queue %q: want no job matching %v, %s", q.Name(), want, describe(found))
+	}
+}
+
 // match assigns a distinct job to every want it can (a maximum bipartite
 // matching, so that a loose want cannot take the only job a strict one
 // matches). It returns the job index of each want, and the wants left

@@ -115,6 +115,13 @@ func TestRequireEnqueued_Failure(t *testing.T) {
 	if msg := f.message(); !strings.Contains(msg, "holds 2 jobs, want 3") || !strings.Contains(msg, `"ada"`) {
 		t.Errorf("RequireEnqueuedN failure message:\n%s", msg)
 	}
+	streamqtest.RequireNotEnqueued(ctx, t, q, streamqtest.Want{Payload: []byte("grace")})
+	f = runFake(t, func(tb testing.TB) {
+		streamqtest.RequireNotEnqueued(ctx, tb, q, streamqtest.Want{Headers: map[string]string{"kind": "welcome"}})
+	})
+	if msg := f.message(); !strings.Contains(msg, "want no job matching {headers⊇map[kind:welcome]}, found 1:") || !strings.Contains(msg, `"ada"`) {
+		t.Errorf("RequireNotEnqueued failure message:\n%s", msg)
+	}
 	empty := streamqtest.NewQueue(t, "empty", nil)
 	f = runFake(t, func(tb testing.TB) { streamqtest.RequireEnqueued(ctx, tb, empty) })
 	if msg := f.message(); !strings.Contains(msg, "holds no job") {
