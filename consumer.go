@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/engine"
 )
 
@@ -213,11 +214,12 @@ type ConsumerStats struct {
 // a bounded pool of handler goroutines. Create it with [NewConsumer] and start
 // it with [Consumer.Run].
 type Consumer struct {
-	q       *Queue
-	cfg     ConsumerConfig
-	eng     engine.Runner
-	mon     *engine.Monitor
-	running atomic.Bool
+	consumerHandle // shared with streamq's other packages (internal/core)
+	q              *Queue
+	cfg            ConsumerConfig
+	eng            engine.Runner
+	mon            *engine.Monitor
+	running        atomic.Bool
 }
 
 // NewConsumer returns a consumer that runs h for every job of q. cfg may be
@@ -259,8 +261,10 @@ func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
 		TimeoutCause:  ErrJobTimeout,
 		Logger:        log.With("queue", q.name, "consumer", c.Name),
 	})
-	return &Consumer{q: q, cfg: c, eng: eng, mon: eng.Monitor()}, nil
+	return &Consumer{consumerHandle: core.NewConsumerHandle(&core.Consumer{Engine: eng}), q: q, cfg: c, eng: eng, mon: eng.Monitor()}, nil
 }
+
+type consumerHandle = core.ConsumerHandle
 
 func (c *ConsumerConfig) setDefaults() error {
 	if c.Name == "" {

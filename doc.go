@@ -34,6 +34,14 @@
 // whose acknowledgement was lost in a crash runs again. Make handlers
 // idempotent.
 //
+// # Testing
+//
+// Package [github.com/streamq/streamq/streamqtest] runs a handler through a
+// consumer's own rules without Redis and returns the verdict (acknowledged,
+// retried after a delay, postponed, dead-lettered with the reason), gives
+// integration tests a Redis with a key prefix of their own, and checks what
+// code under test enqueued.
+//
 // # Redis
 //
 // Every function takes a [github.com/redis/go-redis/v9.UniversalClient], so a

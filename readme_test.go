@@ -18,6 +18,14 @@ func TestREADME_QuickStart(t *testing.T) {
 	readmetest.Check(t, "README.md", "example_test.go", "quickstart")
 }
 
+// TestREADME_Testing keeps the code of docs/testing.md identical to the
+// streamqtest examples it comes from.
+func TestREADME_Testing(t *testing.T) {
+	t.Parallel()
+	readmetest.Check(t, "docs/testing.md", "streamqtest/example_worker_test.go", "testing-worker")
+	readmetest.Check(t, "docs/testing.md", "streamqtest/example_enqueued_test.go", "testing-enqueued")
+}
+
 // TestREADME_FrontPage keeps the README a front page (the rest of the
 // documentation lives in docs/) and checks that every relative link of the
 // README and of docs/*.md points to a file that exists, and every #anchor

@@ -15,6 +15,7 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/streamqtest"
 )
 
 // promoteSetup opens a queue with a per-test name and returns its client and
@@ -153,7 +154,7 @@ func TestPromote_RacingSchedulersMoveEachJobOnce(t *testing.T) {
 func TestPromote_IgnoresMaxLen(t *testing.T) {
 	t.Parallel()
 	const maxLen = 3
-	rdb, q, p := promoteSetup(t, &streamq.QueueConfig{MaxLen: maxLen})
+	_, q, p := promoteSetup(t, &streamq.QueueConfig{MaxLen: maxLen})
 	ctx := context.Background()
 
 	base := time.Now()
@@ -179,7 +180,13 @@ func TestPromote_IgnoresMaxLen(t *testing.T) {
 	if n != len(jobs) {
 		t.Errorf("moved %d due jobs into the full stream, want %d", n, len(jobs))
 	}
-	if l := rdb.XLen(ctx, core.Of(q).Keys.Stream).Val(); l != maxLen+int64(len(jobs)) {
-		t.Errorf("stream length %d, want %d: the cap %d plus the %d due jobs", l, maxLen+len(jobs), maxLen, len(jobs))
+	// The stream holds the cap plus the due jobs, and nothing is left in
+	// the delayed set.
+	inStream := func(j streamqtest.EnqueuedJob) bool { return !j.Scheduled }
+	var want []streamqtest.Want
+	for i := range jobs {
+		want = append(want, streamqtest.Want{Payload: jobs[i].Payload, Match: inStream})
 	}
+	streamqtest.RequireEnqueued(ctx, t, q, want...)
+	streamqtest.RequireEnqueuedN(ctx, t, q, maxLen+len(jobs))
 }

@@ -114,3 +114,26 @@ type producerHolder interface{ coreProducer() *Producer }
 
 // OfProducer returns the state of a *streamq.Producer.
 func OfProducer(p producerHolder) *Producer { return p.coreProducer() }
+
+// Consumer is the shared state of a *streamq.Consumer.
+type Consumer struct {
+	// Engine is the consumer's engine, built from its ConsumerConfig after
+	// defaults: the handler with its middleware, the outcome rules, the
+	// backoff. streamqtest runs it on an in-memory backend, so that its
+	// verdicts are the ones a consumer reaches.
+	Engine engine.Runner
+}
+
+// ConsumerHandle carries a *Consumer inside a *streamq.Consumer, as Handle
+// does for queues.
+type ConsumerHandle struct{ c *Consumer }
+
+// NewConsumerHandle returns a handle of c.
+func NewConsumerHandle(c *Consumer) ConsumerHandle { return ConsumerHandle{c: c} }
+
+func (h ConsumerHandle) coreConsumer() *Consumer { return h.c }
+
+type consumerHolder interface{ coreConsumer() *Consumer }
+
+// OfConsumer returns the state of a *streamq.Consumer.
+func OfConsumer(c consumerHolder) *Consumer { return c.coreConsumer() }

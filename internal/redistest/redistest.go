@@ -113,8 +113,9 @@ const howToGetRedis = `redistest: no Redis server for the tests. Do one of:
   - or set REDIS_ADDR=host:port to a running Redis the tests may write to (they never flush it);
   - or start a Docker engine, so the tests can run the redis:7 image with testcontainers-go.`
 
-// addr holds the address found or started by Run. It is the one package-level
-// variable: a test binary has one TestMain, and Addr takes no arguments.
+// addr holds the address found or started by Run. It and shared are the
+// package-level variables: a test binary has one TestMain, and Addr takes no
+// arguments.
 var addr atomic.Pointer[string]
 
 // Run finds or starts a Redis for the test binary, runs m.Run(), tears down
@@ -131,14 +132,7 @@ var addr atomic.Pointer[string]
 // the binary if goroutines outlive them (goleak), so every package that uses
 // it checks for leaks.
 func Run(m *testing.M) int {
-	a, stop, err := defaultFinder().find()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	addr.Store(&a)
-	code := m.Run()
-	stop()
+	code := RunWithoutLeakCheck(m)
 	if code == 0 {
 		// go-redis redials a dead node in the background after a refused
 		// dial (a test killed it), once a second until the client that
@@ -149,6 +143,40 @@ func Run(m *testing.M) int {
 		}
 	}
 	return code
+}
+
+// RunWithoutLeakCheck is [Run] without the goroutine leak check, for test
+// binaries of users (package streamqtest), whose goroutines are theirs to
+// check.
+func RunWithoutLeakCheck(m *testing.M) int {
+	a, stop, err := defaultFinder().find()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	addr.Store(&a)
+	code := m.Run()
+	stop()
+	return code
+}
+
+// shared is the server found by SharedAddr when TestMain did not call Run.
+var shared = sync.OnceValues(func() (string, error) {
+	a, _, err := defaultFinder().find()
+	return a, err
+})
+
+// SharedAddr returns the address of the test binary's Redis: the one found
+// by [Run] if TestMain called it, else one found on the first call, in the
+// order documented on Run, and kept for the rest of the binary. A private
+// redis-server started that way has no TestMain to stop it: it is killed by
+// the kernel when the test binary exits (Linux; elsewhere it outlives the
+// tests, so call Run from TestMain). The error says how to get a Redis.
+func SharedAddr() (string, error) {
+	if a := addr.Load(); a != nil {
+		return *a, nil
+	}
+	return shared()
 }
 
 // Addr returns the address (host:port) found or started by [Run]. It panics
