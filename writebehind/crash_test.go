@@ -16,6 +16,7 @@ import (
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testworker"
 	"github.com/streamq/streamq/writebehind"
 )
 
@@ -110,7 +111,7 @@ func (w *crashWorker) consumerName() string {
 // reachable (see requirePostgres).
 func TestWriteBehind_CrashWorker(t *testing.T) {
 	t.Parallel()
-	bin := proctest.Build(t, "github.com/streamq/streamq/cmd/writebehind-crash-worker")
+	bin := proctest.Build(t, testworker.WritebehindWorker)
 	for _, d := range e2eDialects() {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
