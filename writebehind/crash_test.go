@@ -18,6 +18,7 @@ import (
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/internal/testworker"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 const (
@@ -132,7 +133,7 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 		dbPath := filepath.Join(t.TempDir(), "crash.db")
 		dbArg = []string{"-db", dbPath}
 		var err error
-		if db, err = writebehind.OpenSQLite(dbPath); err != nil {
+		if db, err = sqlite.Open(dbPath); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = db.Close() })
