@@ -78,11 +78,9 @@ const (
 	maxStatementBytes = 64 << 20
 )
 
-const (
-	// sqliteTimeLayout matches strftime('%Y-%m-%dT%H:%M:%fZ'), the column's
-	// default, so all updated_at values sort as text.
-	sqliteTimeLayout = "2006-01-02T15:04:05.000Z"
-)
+// sqliteTimeLayout matches strftime('%Y-%m-%dT%H:%M:%fZ'), the column's
+// default, so all updated_at values sort as text.
+const sqliteTimeLayout = "2006-01-02T15:04:05.000Z"
 
 // SQLSinkConfig configures an [SQLSink]: its dialect, table and column
 // names. The zero value is valid for the constructors of the driver

@@ -681,7 +681,8 @@ func TestSQLSink_UpdatedAt(t *testing.T) {
 	}
 }
 
-// unknownConnector is a connector of a driver NewSQLSink does not know.
+// unknownConnector is a connector of a driver other than the two the driver
+// packages open.
 type unknownConnector struct{}
 
 func (unknownConnector) Connect(context.Context) (driver.Conn, error) {
