@@ -17,6 +17,7 @@ import (
 	"github.com/streamq/streamq/periodic"
 	"github.com/streamq/streamq/priority"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // ACLCommands are the commands the README's least-privilege ACL grants a
@@ -160,11 +161,11 @@ func TestACL_LeastPrivilege(t *testing.T) {
 	must("NewQueue", err)
 	writer, err := writebehind.NewWriter(wq, &writebehind.WriterConfig{TTL: time.Hour})
 	must("NewWriter", err)
-	db, err := writebehind.OpenSQLite(filepath.Join(t.TempDir(), "acl.db"))
-	must("OpenSQLite", err)
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "acl.db"))
+	must("sqlite.Open", err)
 	t.Cleanup(func() { _ = db.Close() })
-	sink, err := writebehind.NewSQLSink(db, nil)
-	must("NewSQLSink", err)
+	sink, err := sqlite.NewSink(db, nil)
+	must("sqlite.NewSink", err)
 	must("CreateSchema", sink.CreateSchema(ctx))
 	wh, err := writebehind.NewHandler(sink, &writebehind.HandlerConfig{Writer: writer, MaxLatency: 20 * time.Millisecond})
 	must("writebehind.NewHandler", err)

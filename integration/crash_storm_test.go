@@ -111,7 +111,7 @@ func stormBackends() []stormBackend {
 	}, {
 		name:   "priority",
 		rounds: 1,
-		pkg:    "github.com/streamq/streamq/cmd/priority-testworker",
+		pkg:    testworker.PriorityWorker,
 		args:   []string{"-mode", "work", "-lease", stormIdle.String()},
 		open: func(t *testing.T, q *streamq.Queue) (func([]string), func() bool) {
 			pq, err := priority.NewQueue(q, nil)

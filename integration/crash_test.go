@@ -14,6 +14,7 @@ import (
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testworker"
 )
 
 // Crash test settings.
@@ -31,7 +32,7 @@ const (
 	crashStop        = 30 * time.Second       // bound on a worker stopping after SIGTERM
 
 	// crashWorkerPkg is the worker program the crash tests build and run.
-	crashWorkerPkg = "github.com/streamq/streamq/cmd/streamq-testworker"
+	crashWorkerPkg = testworker.StreamqWorker
 )
 
 // crashStart starts a worker for q with consumer name name. The test's

@@ -19,6 +19,7 @@ import (
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testworker"
 	"github.com/streamq/streamq/priority"
 )
 
@@ -29,7 +30,7 @@ const (
 	crashDrain = 60 * time.Second // bound on finishing after the kills
 
 	// crashHelperPkg is the helper program the crash tests build and run.
-	crashHelperPkg = "github.com/streamq/streamq/cmd/priority-testworker"
+	crashHelperPkg = testworker.PriorityWorker
 )
 
 // startProc starts a helper for queue q named name, with onLine (if not nil)

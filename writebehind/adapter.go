@@ -232,7 +232,7 @@ type item struct {
 // It copies cfg, applies defaults and validates it.
 func NewHandler(sink Sink, cfg *HandlerConfig) (*Handler, error) {
 	if sink == nil {
-		return nil, &streamq.ConfigError{Field: "sink", Reason: "sink is nil: pass a writebehind.Sink such as an *SQLSink from NewSQLSink"}
+		return nil, &streamq.ConfigError{Field: "sink", Reason: "sink is nil: pass a writebehind.Sink such as the *SQLSink of sqlite.NewSink or postgres.NewSink"}
 	}
 	var c HandlerConfig
 	if cfg != nil {

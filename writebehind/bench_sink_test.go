@@ -1,10 +1,12 @@
-package writebehind
+package writebehind_test
 
 import (
 	"bytes"
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/streamq/streamq/writebehind"
 )
 
 // BenchmarkSQLSink measures how many rows per second an SQLSink stores, with
@@ -37,11 +39,11 @@ func BenchmarkSQLSink(b *testing.B) {
 				b.Run(bc.name, func(b *testing.B) {
 					s := setupSink(b, d, nil)
 					ctx := context.Background()
-					batch := make([]Change, bc.batch)
+					batch := make([]writebehind.Change, bc.batch)
 					rows := 0
 					for b.Loop() {
 						for j := range batch {
-							batch[j] = Change{
+							batch[j] = writebehind.Change{
 								Key:     keys[rows%keySpace],
 								Value:   value,
 								Version: int64(rows/keySpace + 1), // grows each pass over the keys

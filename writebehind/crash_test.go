@@ -16,7 +16,9 @@ import (
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/proctest"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testworker"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 const (
@@ -110,7 +112,7 @@ func (w *crashWorker) consumerName() string {
 // reachable (see requirePostgres).
 func TestWriteBehind_CrashWorker(t *testing.T) {
 	t.Parallel()
-	bin := proctest.Build(t, "github.com/streamq/streamq/cmd/writebehind-crash-worker")
+	bin := proctest.Build(t, testworker.WritebehindWorker)
 	for _, d := range e2eDialects() {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
@@ -131,7 +133,7 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 		dbPath := filepath.Join(t.TempDir(), "crash.db")
 		dbArg = []string{"-db", dbPath}
 		var err error
-		if db, err = writebehind.OpenSQLite(dbPath); err != nil {
+		if db, err = sqlite.Open(dbPath); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = db.Close() })

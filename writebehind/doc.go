@@ -8,14 +8,19 @@
 // running a [Handler] reads the changes, collects them in batches, coalesces
 // them by key (newest version wins), writes each batch to a [Sink] in one
 // transaction, and acknowledges the changes only after the sink committed.
-// [SQLSink] is the Sink for SQLite ([OpenSQLite]) and PostgreSQL
-// ([OpenPostgres]).
+// [SQLSink] is the Sink for SQLite and PostgreSQL. The drivers live in
+// their own packages, so that importing writebehind links no SQL driver:
+// writebehind/sqlite (sqlite.Open, sqlite.NewSink; the pure-Go
+// modernc.org/sqlite) and writebehind/postgres (postgres.Open,
+// postgres.NewSink; pgx). [NewSQLSink] takes a database opened with any
+// other driver of either dialect.
 //
 //	w, _ := writebehind.NewWriter(q, nil)
 //	version, err := w.Set(ctx, "user:42", []byte(`{"name":"Ada"}`))
 //	version, err = w.SetFields(ctx, "user:43", map[string]string{"name": "Grace"})
 //
-//	sink, _ := writebehind.NewSQLSink(db, nil)
+//	db, _ := sqlite.Open("users.db") // package writebehind/sqlite
+//	sink, _ := sqlite.NewSink(db, nil)
 //	h, _ := writebehind.NewHandler(sink, nil) // batches of up to 500, 50 ms
 //	defer h.Close()
 //	c, _ := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Concurrency: 1000})

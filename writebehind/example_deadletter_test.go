@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // downSink stands for a database that is down: it fails every write while
@@ -50,12 +51,12 @@ func Example_sinkDown() {
 	if err := q.Setup(ctx); err != nil {
 		panic(err)
 	}
-	db, err := writebehind.OpenSQLite(filepath.Join(dir, "users.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "users.db"))
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
-	sqlSink, err := writebehind.NewSQLSink(db, nil)
+	sqlSink, err := sqlite.NewSink(db, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // ExampleWriter_SetFields caches a user as a Redis hash and persists it into
@@ -31,12 +32,12 @@ func ExampleWriter_SetFields() {
 	if err := q.Setup(ctx); err != nil {
 		panic(err)
 	}
-	db, err := writebehind.OpenSQLite(filepath.Join(dir, "profiles.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "profiles.db"))
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
-	sink, err := writebehind.NewSQLSink(db, nil)
+	sink, err := sqlite.NewSink(db, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // exampleClient returns a client to the test Redis. In your code this is
@@ -60,12 +61,12 @@ func Example() {
 	fmt.Printf("cache: user:1 = %s\n", cached)
 
 	// Worker: persist the changes in batches into SQLite.
-	db, err := writebehind.OpenSQLite(filepath.Join(dir, "users.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "users.db"))
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
-	sink, err := writebehind.NewSQLSink(db, nil)
+	sink, err := sqlite.NewSink(db, nil)
 	if err != nil {
 		panic(err)
 	}

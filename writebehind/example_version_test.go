@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // Example_versionCounterLost shows what happens when the version counter
@@ -129,11 +130,11 @@ func exampleStore(ctx context.Context, rdb redis.UniversalClient, name string) (
 	if err != nil {
 		panic(err)
 	}
-	db, err := writebehind.OpenSQLite(filepath.Join(dir, name+".db"))
+	db, err := sqlite.Open(filepath.Join(dir, name+".db"))
 	if err != nil {
 		panic(err)
 	}
-	if sink, err = writebehind.NewSQLSink(db, nil); err == nil {
+	if sink, err = sqlite.NewSink(db, nil); err == nil {
 		err = sink.CreateSchema(ctx)
 	}
 	if err != nil {

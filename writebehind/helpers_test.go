@@ -24,6 +24,8 @@ import (
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/postgres"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // postgresDSNDefault is used when POSTGRES_DSN is not set.
@@ -79,12 +81,12 @@ func openDB(tb testing.TB, d writebehind.Dialect, dsn string) *sql.DB {
 	)
 	switch d {
 	case writebehind.DialectSQLite:
-		db, err = writebehind.OpenSQLite(filepath.Join(tb.TempDir(), "wb.db"))
+		db, err = sqlite.Open(filepath.Join(tb.TempDir(), "wb.db"))
 	case writebehind.DialectPostgres:
 		if dsn == "" {
 			dsn = postgresDSN()
 		}
-		db, err = writebehind.OpenPostgres(dsn)
+		db, err = postgres.Open(dsn)
 	default:
 		tb.Fatalf("no test database for dialect %v", d)
 	}
@@ -136,7 +138,7 @@ func newSink(tb testing.TB, d writebehind.Dialect, dsn string) *testSink {
 // newSinkOn creates the sink's table in db and drops it when the test ends.
 func newSinkOn(tb testing.TB, db *sql.DB, d writebehind.Dialect, table string) *testSink {
 	tb.Helper()
-	s, err := writebehind.NewSQLSink(db, &writebehind.SQLSinkConfig{Table: table})
+	s, err := writebehind.NewSQLSink(db, &writebehind.SQLSinkConfig{Dialect: d, Table: table})
 	if err != nil {
 		tb.Fatalf("NewSQLSink: %v", err)
 	}

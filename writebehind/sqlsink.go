@@ -9,33 +9,33 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
-	"modernc.org/sqlite"
-
 	"github.com/streamq/streamq"
 )
 
-// Dialect is the SQL dialect an [SQLSink] speaks. The zero value means
-// "detect it from the driver of the *sql.DB given to [NewSQLSink]".
+// Dialect is the SQL dialect an [SQLSink] speaks. The zero value is no
+// dialect: [NewSQLSink] needs one, and the constructors of the driver
+// packages writebehind/sqlite and writebehind/postgres set it.
 type Dialect int
 
 // Supported dialects.
 const (
-	// DialectSQLite is SQLite 3.32 or later, as provided by the pure-Go
-	// modernc.org/sqlite driver (see [OpenSQLite]).
+	// DialectSQLite is SQLite 3.32 or later. Package writebehind/sqlite
+	// opens SQLite databases with the pure-Go modernc.org/sqlite driver and
+	// creates sinks of this dialect.
 	DialectSQLite Dialect = iota + 1
-	// DialectPostgres is PostgreSQL 9.5 or later, for example through the
-	// github.com/jackc/pgx/v5/stdlib driver (see [OpenPostgres]).
+	// DialectPostgres is PostgreSQL 9.5 or later. Package
+	// writebehind/postgres opens PostgreSQL pools with the
+	// github.com/jackc/pgx/v5/stdlib driver and creates sinks of this
+	// dialect.
 	DialectPostgres
 )
 
-// String returns the dialect's name: "sqlite", "postgres", or "auto" for the
-// zero value.
+// String returns the dialect's name: "sqlite", "postgres", or "unset" for
+// the zero value.
 func (d Dialect) String() string {
 	switch d {
 	case 0:
-		return "auto"
+		return "unset"
 	case DialectSQLite:
 		return "sqlite"
 	case DialectPostgres:
@@ -78,28 +78,23 @@ const (
 	maxStatementBytes = 64 << 20
 )
 
-// Connection settings applied by OpenSQLite and OpenPostgres.
-const (
-	sqliteBusyTimeout       = 10 * time.Second
-	postgresMaxIdleConns    = 4
-	postgresConnMaxIdleTime = 5 * time.Minute
+// sqliteTimeLayout matches strftime('%Y-%m-%dT%H:%M:%fZ'), the column's
+// default, so all updated_at values sort as text.
+const sqliteTimeLayout = "2006-01-02T15:04:05.000Z"
 
-	// sqliteTimeLayout matches strftime('%Y-%m-%dT%H:%M:%fZ'), the column's
-	// default, so all updated_at values sort as text.
-	sqliteTimeLayout = "2006-01-02T15:04:05.000Z"
-)
-
-// SQLSinkConfig configures an [SQLSink]. The zero value is valid: SQLite or
-// PostgreSQL (detected from the driver) with table DefaultTable and the
-// default column names.
+// SQLSinkConfig configures an [SQLSink]: its dialect, table and column
+// names. The zero value is valid for the constructors of the driver
+// packages (sqlite.NewSink in writebehind/sqlite, postgres.NewSink in
+// writebehind/postgres): table DefaultTable and the default column names.
+// [NewSQLSink], for other drivers, also needs Dialect.
 //
 // Names may contain only ASCII letters, digits and underscores, must not start
 // with a digit and are at most MaxIdentifierLen bytes. They are always quoted
 // in SQL, so they are case-sensitive in PostgreSQL and may be SQL keywords.
 type SQLSinkConfig struct {
-	// Dialect is the SQL dialect of the database. Defaults to detecting it
-	// from the driver: modernc.org/sqlite means DialectSQLite, the pgx stdlib
-	// driver means DialectPostgres. Other drivers need it set.
+	// Dialect is the SQL dialect of the database. sqlite.NewSink and
+	// postgres.NewSink set it (and refuse another one); [NewSQLSink]
+	// requires it. No default.
 	Dialect Dialect
 
 	// Table is the table that holds the rows, optionally qualified by a
@@ -182,14 +177,21 @@ type SQLSink struct {
 	afterStatement func(rows, size int)
 }
 
-// NewSQLSink returns a sink writing to db as configured by cfg (nil means the
-// zero config). It validates the configuration but does not talk to the
-// database: call [SQLSink.CreateSchema] to create the table, or create it
-// yourself with the same columns and a primary key (or unique constraint)
-// on the key column.
+// NewSQLSink returns a sink writing to db as configured by cfg, whose
+// Dialect must be set. It is the constructor for databases opened with a
+// driver of your choice (github.com/lib/pq, github.com/mattn/go-sqlite3,
+// ...): package writebehind links no SQL driver. With the drivers streamq
+// tests, use sqlite.NewSink (package writebehind/sqlite) or
+// postgres.NewSink (package writebehind/postgres), which set the dialect and
+// check the driver.
+//
+// NewSQLSink validates the configuration but does not talk to the database:
+// call [SQLSink.CreateSchema] to create the table, or create it yourself
+// with the same columns and a primary key (or unique constraint) on the key
+// column.
 func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 	if db == nil {
-		return nil, &streamq.ConfigError{Field: "db", Reason: "db is nil: open one with writebehind.OpenSQLite or writebehind.OpenPostgres"}
+		return nil, &streamq.ConfigError{Field: "db", Reason: "db is nil: open one with sqlite.Open (package writebehind/sqlite) or postgres.Open (package writebehind/postgres)"}
 	}
 	var c SQLSinkConfig
 	if cfg != nil {
@@ -203,7 +205,7 @@ func NewSQLSink(db *sql.DB, cfg *SQLSinkConfig) (*SQLSink, error) {
 	defaultString(&c.UpdatedAtColumn, DefaultUpdatedAtColumn)
 	defaultString(&c.IssuedColumn, DefaultIssuedColumn)
 
-	dialect, err := resolveDialect(db, c.Dialect)
+	dialect, err := checkDialect(c.Dialect)
 	if err != nil {
 		return nil, err
 	}
@@ -601,26 +603,16 @@ func (s *SQLSink) All(ctx context.Context) (map[string][]byte, error) {
 	return all, nil
 }
 
-// resolveDialect returns the configured dialect, or the one of db's driver.
-func resolveDialect(db *sql.DB, configured Dialect) (Dialect, error) {
-	var detected Dialect
-	switch db.Driver().(type) {
-	case *sqlite.Driver:
-		detected = DialectSQLite
-	case *stdlib.Driver:
-		detected = DialectPostgres
+// checkDialect returns the configured dialect, or an error saying how to
+// choose one.
+func checkDialect(d Dialect) (Dialect, error) {
+	switch d {
+	case DialectSQLite, DialectPostgres:
+		return d, nil
+	case 0:
+		return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: "no dialect: create the sink with sqlite.NewSink (package writebehind/sqlite) or postgres.NewSink (package writebehind/postgres), or set DialectSQLite or DialectPostgres for a database opened with another driver"}
 	}
-	switch {
-	case configured != 0 && configured != DialectSQLite && configured != DialectPostgres:
-		return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: fmt.Sprintf("%s is not a dialect: use DialectSQLite, DialectPostgres, or leave it zero to detect it", configured)}
-	case configured == 0 && detected == 0:
-		return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: fmt.Sprintf("cannot tell the dialect of driver %T: set it to DialectSQLite or DialectPostgres", db.Driver())}
-	case configured != 0 && detected != 0 && configured != detected:
-		return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: fmt.Sprintf("%s does not match db's %s driver (%T): set it to %v, or leave it zero", configured, detected, db.Driver(), detected)}
-	case configured != 0:
-		return configured, nil
-	}
-	return detected, nil
+	return 0, &streamq.ConfigError{Field: "SQLSinkConfig.Dialect", Reason: fmt.Sprintf("%s is not a dialect: use DialectSQLite or DialectPostgres", d)}
 }
 
 // quoteTable validates a table name, optionally schema-qualified, and
@@ -669,74 +661,4 @@ func defaultString(v *string, def string) {
 	if *v == "" {
 		*v = def
 	}
-}
-
-// OpenSQLite opens the SQLite database file at path (created if missing; use
-// ":memory:" for a private in-memory database) with the pure-Go
-// modernc.org/sqlite driver, set up for a write-behind sink:
-//
-//   - WAL journal, so readers do not block the writer, and synchronous=FULL,
-//     so a committed batch survives a power failure before its stream entries
-//     are acknowledged;
-//   - a busy timeout of 10 s and BEGIN IMMEDIATE transactions, so writers from
-//     other processes wait for each other instead of failing with
-//     SQLITE_BUSY;
-//   - foreign keys enforced;
-//   - one open connection: SQLite runs one write transaction at a time
-//     anyway, and queueing writers in the pool is cheaper than retrying
-//     busy locks. Do not hold a *sql.Rows open while writing through the same
-//     *sql.DB: the write would wait for the connection forever.
-//
-// Like [sql.Open], it does not touch the file: errors show on first use, for
-// example in [SQLSink.CreateSchema] or [sql.DB.PingContext]. The caller closes
-// the returned *sql.DB.
-func OpenSQLite(path string) (*sql.DB, error) {
-	if path == "" {
-		return nil, &streamq.ConfigError{Field: "path", Reason: `path is empty: give a database file name, or ":memory:" for an in-memory database`}
-	}
-	// A "file:" URI keeps '?' and '#' in the path from being read as query
-	// parameters; SQLite decodes the %-escapes.
-	dsn := "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path) +
-		"?_txlock=immediate" +
-		"&_pragma=busy_timeout(" + strconv.FormatInt(sqliteBusyTimeout.Milliseconds(), 10) + ")" +
-		"&_pragma=journal_mode(WAL)" +
-		"&_pragma=synchronous(FULL)" +
-		"&_pragma=foreign_keys(1)"
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, fmt.Errorf("streamq: open sqlite %q: %w", path, err)
-	}
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	// Keep the connection: an in-memory database lives only as long as it.
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
-	return db, nil
-}
-
-// OpenPostgres opens a PostgreSQL connection pool with the pgx driver
-// (github.com/jackc/pgx/v5/stdlib). dsn is a URL
-// ("postgres://user:pass@host:5432/db?sslmode=disable") or a key=value string
-// ("host=localhost user=app dbname=app"); as with libpq, settings it leaves
-// out come from the PG* environment variables and the password file. The pool
-// keeps up to 4 idle connections, closed after 5 minutes unused; its size is
-// not capped (use [sql.DB.SetMaxOpenConns] to stay below the server's
-// max_connections).
-//
-// It parses the DSN but, like [sql.Open], does not connect: connection errors
-// show on first use, for example in [SQLSink.CreateSchema] or
-// [sql.DB.PingContext]. The caller closes the returned *sql.DB.
-func OpenPostgres(dsn string) (*sql.DB, error) {
-	if dsn == "" {
-		return nil, &streamq.ConfigError{Field: "dsn", Reason: `dsn is empty: give a URL such as "postgres://user@localhost:5432/db?sslmode=disable"`}
-	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		// pgx leaves the password out of its message.
-		return nil, fmt.Errorf("streamq: open postgres: %w", err)
-	}
-	db := stdlib.OpenDB(*cfg)
-	db.SetMaxIdleConns(postgresMaxIdleConns)
-	db.SetConnMaxIdleTime(postgresConnMaxIdleTime)
-	return db, nil
 }

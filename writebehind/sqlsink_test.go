@@ -1,4 +1,4 @@
-package writebehind
+package writebehind_test
 
 import (
 	"bytes"
@@ -20,36 +20,41 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/postgres"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // defaultTestPostgresDSN is used when POSTGRES_DSN is not set.
 const defaultTestPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // sinkDialects lists the dialects every shared sink test runs against.
-func sinkDialects() []Dialect { return []Dialect{DialectSQLite, DialectPostgres} }
+func sinkDialects() []writebehind.Dialect {
+	return []writebehind.Dialect{writebehind.DialectSQLite, writebehind.DialectPostgres}
+}
 
 // openSinkTestDB returns a database of dialect d for one test: a fresh SQLite
 // file, or a pool on the PostgreSQL server named by POSTGRES_DSN. It skips
 // the test when PostgreSQL cannot be reached, unless STREAMQ_REQUIRE_POSTGRES
 // is set.
-func openSinkTestDB(tb testing.TB, d Dialect) *sql.DB {
+func openSinkTestDB(tb testing.TB, d writebehind.Dialect) *sql.DB {
 	tb.Helper()
 	switch d {
-	case DialectSQLite:
-		db, err := OpenSQLite(filepath.Join(tb.TempDir(), "sink.db"))
+	case writebehind.DialectSQLite:
+		db, err := sqlite.Open(filepath.Join(tb.TempDir(), "sink.db"))
 		if err != nil {
-			tb.Fatalf("OpenSQLite: %v", err)
+			tb.Fatalf("sqlite.Open: %v", err)
 		}
 		tb.Cleanup(func() { _ = db.Close() })
 		return db
-	case DialectPostgres:
+	case writebehind.DialectPostgres:
 		dsn := os.Getenv("POSTGRES_DSN")
 		if dsn == "" {
 			dsn = defaultTestPostgresDSN
 		}
-		db, err := OpenPostgres(dsn)
+		db, err := postgres.Open(dsn)
 		if err != nil {
-			tb.Fatalf("OpenPostgres: %v", err)
+			tb.Fatalf("postgres.Open: %v", err)
 		}
 		tb.Cleanup(func() { _ = db.Close() })
 		db.SetMaxOpenConns(8)
@@ -114,24 +119,28 @@ func dropTableOnCleanup(tb testing.TB, db *sql.DB, table string) {
 // setupSink returns a sink of dialect d on a table of its own, created
 // with CreateSchema and dropped when the test ends. cfg may be nil; its
 // Table is set to a unique name when empty.
-func setupSink(tb testing.TB, d Dialect, cfg *SQLSinkConfig) *SQLSink {
+func setupSink(tb testing.TB, d writebehind.Dialect, cfg *writebehind.SQLSinkConfig) *writebehind.SQLSink {
 	tb.Helper()
 	db := openSinkTestDB(tb, d)
-	var c SQLSinkConfig
+	var c writebehind.SQLSinkConfig
 	if cfg != nil {
 		c = *cfg
 	}
 	if c.Table == "" {
 		c.Table = uniqueTableName(tb)
 	}
-	s, err := NewSQLSink(db, &c)
+	newSink := sqlite.NewSink
+	if d == writebehind.DialectPostgres {
+		newSink = postgres.NewSink
+	}
+	s, err := newSink(db, &c)
 	if err != nil {
-		tb.Fatalf("NewSQLSink: %v", err)
+		tb.Fatalf("NewSink: %v", err)
 	}
 	if s.Dialect() != d {
 		tb.Fatalf("Dialect() = %v, want %v", s.Dialect(), d)
 	}
-	table, err := quoteTable(c.Table)
+	table, err := writebehind.QuoteTable(c.Table)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -144,7 +153,7 @@ func setupSink(tb testing.TB, d Dialect, cfg *SQLSinkConfig) *SQLSink {
 
 // forEachDialect runs body as a parallel subtest per dialect, each with its
 // own sink from setupSink.
-func forEachDialect(t *testing.T, body func(t *testing.T, s *SQLSink)) {
+func forEachDialect(t *testing.T, body func(t *testing.T, s *writebehind.SQLSink)) {
 	t.Helper()
 	for _, d := range sinkDialects() {
 		t.Run(d.String(), func(t *testing.T) {
@@ -155,7 +164,7 @@ func forEachDialect(t *testing.T, body func(t *testing.T, s *SQLSink)) {
 }
 
 // mustWrite writes changes and fails the test on error.
-func mustWriteSink(t *testing.T, s *SQLSink, changes ...Change) {
+func mustWriteSink(t *testing.T, s *writebehind.SQLSink, changes ...writebehind.Change) {
 	t.Helper()
 	if err := s.Write(t.Context(), changes); err != nil {
 		t.Fatalf("Write: %v", err)
@@ -163,7 +172,7 @@ func mustWriteSink(t *testing.T, s *SQLSink, changes ...Change) {
 }
 
 // wantRow checks the stored row of key.
-func wantSinkRow(t *testing.T, s *SQLSink, key string, value string, version int64, deleted bool) {
+func wantSinkRow(t *testing.T, s *writebehind.SQLSink, key string, value string, version int64, deleted bool) {
 	t.Helper()
 	got, gotVersion, gotDeleted, found, err := s.Get(t.Context(), key)
 	if err != nil {
@@ -187,7 +196,7 @@ func wantSinkRow(t *testing.T, s *SQLSink, key string, value string, version int
 }
 
 // wantAll checks the live rows of the sink.
-func wantSinkAll(t *testing.T, s *SQLSink, want map[string]string) {
+func wantSinkAll(t *testing.T, s *writebehind.SQLSink, want map[string]string) {
 	t.Helper()
 	all, err := s.All(t.Context())
 	if err != nil {
@@ -202,17 +211,17 @@ func wantSinkAll(t *testing.T, s *SQLSink, want map[string]string) {
 	}
 }
 
-func setChange(key, value string, version int64) Change {
-	return Change{Key: key, Value: []byte(value), Version: version}
+func setChange(key, value string, version int64) writebehind.Change {
+	return writebehind.Change{Key: key, Value: []byte(value), Version: version}
 }
 
-func delChange(key string, version int64) Change {
-	return Change{Key: key, Deleted: true, Version: version}
+func delChange(key string, version int64) writebehind.Change {
+	return writebehind.Change{Key: key, Deleted: true, Version: version}
 }
 
 func TestSQLSink_Write_Upsert(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		mustWriteSink(t, s, setChange("a", "a1", 1), setChange("b", "b1", 1))
 		wantSinkRow(t, s, "a", "a1", 1, false)
 		wantSinkAll(t, s, map[string]string{"a": "a1", "b": "b1"})
@@ -222,7 +231,7 @@ func TestSQLSink_Write_Upsert(t *testing.T) {
 		wantSinkAll(t, s, map[string]string{"a": "a2", "b": "b1", "c": "c7"})
 
 		// Empty and nil values are stored as empty, not as deletions.
-		mustWriteSink(t, s, Change{Key: "empty", Value: []byte{}, Version: 1}, Change{Key: "nil", Version: 1})
+		mustWriteSink(t, s, writebehind.Change{Key: "empty", Value: []byte{}, Version: 1}, writebehind.Change{Key: "nil", Version: 1})
 		wantSinkRow(t, s, "empty", "", 1, false)
 		wantSinkRow(t, s, "nil", "", 1, false)
 
@@ -242,7 +251,7 @@ func TestSQLSink_Write_Upsert(t *testing.T) {
 
 func TestSQLSink_Write_OlderVersionIgnored(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		mustWriteSink(t, s, setChange("k", "v5", 5))
 		mustWriteSink(t, s, setChange("k", "v3", 3)) // replay of an older change
 		wantSinkRow(t, s, "k", "v5", 5, false)
@@ -258,7 +267,7 @@ func TestSQLSink_Write_OlderVersionIgnored(t *testing.T) {
 
 func TestSQLSink_Write_DeleteTombstone(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		mustWriteSink(t, s, setChange("k", "v1", 1), setChange("keep", "x", 1))
 		mustWriteSink(t, s, delChange("k", 2))
 		wantSinkRow(t, s, "k", "", 2, true)
@@ -287,14 +296,14 @@ func TestSQLSink_Write_DeleteTombstone(t *testing.T) {
 
 func TestSQLSink_Write_SameKeyInBatch(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
-		batch := []Change{
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
+		batch := []writebehind.Change{
 			setChange("k", "k2", 2), setChange("k", "k3", 3), setChange("k", "k1", 1),
 			delChange("j", 1), setChange("j", "j2", 2),
 			setChange("d", "d1", 1), delChange("d", 2),
 			setChange("tie", "first", 4), setChange("tie", "second", 4),
 		}
-		before := append([]Change(nil), batch...)
+		before := append([]writebehind.Change(nil), batch...)
 		mustWriteSink(t, s, batch...)
 		wantSinkRow(t, s, "k", "k3", 3, false)
 		wantSinkRow(t, s, "j", "j2", 2, false)
@@ -311,13 +320,13 @@ func TestSQLSink_Write_SameKeyInBatch(t *testing.T) {
 func TestSQLSink_Write_LargeBatch(t *testing.T) {
 	t.Parallel()
 	const n = 20_000 // more rows than one statement may bind in either dialect
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
-		if n <= s.maxRows {
-			t.Fatalf("%d rows fit in one statement (max %d): the test would not cover chunking", n, s.maxRows)
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
+		if n <= s.MaxRows() {
+			t.Fatalf("%d rows fit in one statement (max %d): the test would not cover chunking", n, s.MaxRows())
 		}
 		statements := 0
-		s.afterStatement = func(int, int) { statements++ }
-		batch := make([]Change, n)
+		s.SetAfterStatement(func(int, int) { statements++ })
+		batch := make([]writebehind.Change, n)
 		want := make(map[string]string, n)
 		for i := range batch {
 			key, value := fmt.Sprintf("key-%05d", i), fmt.Sprintf("value-%d", i)
@@ -326,7 +335,7 @@ func TestSQLSink_Write_LargeBatch(t *testing.T) {
 		}
 		rand.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
 		mustWriteSink(t, s, batch...)
-		if wantStatements := (n + s.maxRows - 1) / s.maxRows; statements != wantStatements {
+		if wantStatements := (n + s.MaxRows() - 1) / s.MaxRows(); statements != wantStatements {
 			t.Errorf("Write used %d statements, want %d", statements, wantStatements)
 		}
 		wantSinkAll(t, s, want)
@@ -345,31 +354,31 @@ func TestSQLSink_Write_Validation(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name   string
-		change Change
+		change writebehind.Change
 		reason string // part of the error message
 	}{
-		{"empty key", Change{Value: []byte("v"), Version: 1}, "key is empty"},
+		{"empty key", writebehind.Change{Value: []byte("v"), Version: 1}, "key is empty"},
 		{"zero version", setChange("k", "v", 0), "version is 0"},
 		{"negative version", setChange("k", "v", -3), "version is -3"},
-		{"key too long", setChange(strings.Repeat("k", MaxKeyBytes+1), "v", 1), "MaxKeyBytes"},
-		{"value too long", Change{Key: "k", Value: make([]byte, MaxValueBytes+1), Version: 1}, "MaxValueBytes"},
-		{"deletion with value", Change{Key: "k", Value: []byte("v"), Deleted: true, Version: 1}, "Deleted change must have a nil Value"},
+		{"key too long", setChange(strings.Repeat("k", writebehind.MaxKeyBytes+1), "v", 1), "MaxKeyBytes"},
+		{"value too long", writebehind.Change{Key: "k", Value: make([]byte, writebehind.MaxValueBytes+1), Version: 1}, "MaxValueBytes"},
+		{"deletion with value", writebehind.Change{Key: "k", Value: []byte("v"), Deleted: true, Version: 1}, "Deleted change must have a nil Value"},
 		{"key not UTF-8", setChange("k\xff", "v", 1), "UTF-8"},
 		{"key with NUL", setChange("k\x00", "v", 1), "NUL"},
-		{"hash deletion", Change{Key: "k", Hash: true, Deleted: true, Version: 1}, "Hash is set on a deletion"},
-		{"hash not an object", Change{Key: "k", Value: []byte(`["a"]`), Hash: true, Version: 1}, "not a JSON object"},
-		{"hash with a number", Change{Key: "k", Value: []byte(`{"a":1}`), Hash: true, Version: 1}, "not a JSON object of strings"},
+		{"hash deletion", writebehind.Change{Key: "k", Hash: true, Deleted: true, Version: 1}, "Hash is set on a deletion"},
+		{"hash not an object", writebehind.Change{Key: "k", Value: []byte(`["a"]`), Hash: true, Version: 1}, "not a JSON object"},
+		{"hash with a number", writebehind.Change{Key: "k", Value: []byte(`{"a":1}`), Hash: true, Version: 1}, "not a JSON object of strings"},
 	}
 	for _, tt := range tests {
-		if err := tt.change.Validate(); !errors.Is(err, ErrInvalidChange) || !strings.Contains(err.Error(), tt.reason) {
+		if err := tt.change.Validate(); !errors.Is(err, writebehind.ErrInvalidChange) || !strings.Contains(err.Error(), tt.reason) {
 			t.Errorf("%s: Validate() = %v, want ErrInvalidChange mentioning %q", tt.name, err, tt.reason)
 		}
 	}
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		for _, tt := range tests {
-			err := s.Write(t.Context(), []Change{setChange("good", "g", 1), tt.change})
-			var ce *ChangeError
-			if !errors.As(err, &ce) || !errors.Is(err, ErrInvalidChange) {
+			err := s.Write(t.Context(), []writebehind.Change{setChange("good", "g", 1), tt.change})
+			var ce *writebehind.ChangeError
+			if !errors.As(err, &ce) || !errors.Is(err, writebehind.ErrInvalidChange) {
 				t.Fatalf("%s: Write() = %v, want a *ChangeError wrapping ErrInvalidChange", tt.name, err)
 			}
 			if ce.Index != 1 || !strings.Contains(ce.Reason, tt.reason) {
@@ -382,12 +391,12 @@ func TestSQLSink_Write_Validation(t *testing.T) {
 		wantSinkAll(t, s, map[string]string{}) // the valid change was not written either
 
 		// The limits themselves are accepted.
-		maxKey := strings.Repeat("k", MaxKeyBytes)
-		maxValue := bytes.Repeat([]byte{0xab}, MaxValueBytes)
-		if err := (Change{Key: maxKey, Value: maxValue, Version: 1}).Validate(); err != nil {
+		maxKey := strings.Repeat("k", writebehind.MaxKeyBytes)
+		maxValue := bytes.Repeat([]byte{0xab}, writebehind.MaxValueBytes)
+		if err := (writebehind.Change{Key: maxKey, Value: maxValue, Version: 1}).Validate(); err != nil {
 			t.Fatalf("Validate at the limits: %v", err)
 		}
-		mustWriteSink(t, s, Change{Key: maxKey, Value: maxValue, Version: 1})
+		mustWriteSink(t, s, writebehind.Change{Key: maxKey, Value: maxValue, Version: 1})
 		got, _, _, _, err := s.Get(t.Context(), maxKey)
 		if err != nil || !bytes.Equal(got, maxValue) {
 			t.Fatalf("Get(max key): %d bytes, err %v; want the %d-byte value", len(got), err, len(maxValue))
@@ -399,13 +408,13 @@ func TestSQLSink_Write_Validation(t *testing.T) {
 // like strings, in a form the database's own JSON functions read.
 func TestSQLSink_Write_Hash(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
-		ada, err := EncodeFields(map[string]string{"name": "Ada", "born": "1815", "motto": "<math & \"poetry\">"})
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
+		ada, err := writebehind.EncodeFields(map[string]string{"name": "Ada", "born": "1815", "motto": "<math & \"poetry\">"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		hash := func(key string, value []byte, version int64) Change {
-			return Change{Key: key, Value: value, Hash: true, Version: version}
+		hash := func(key string, value []byte, version int64) writebehind.Change {
+			return writebehind.Change{Key: key, Value: value, Hash: true, Version: version}
 		}
 		mustWriteSink(t, s, hash("h", ada, 2), setChange("s", "plain", 3), hash("s", []byte(`{"n":"old"}`), 1))
 		wantSinkRow(t, s, "h", string(ada), 2, false)
@@ -422,16 +431,16 @@ func TestSQLSink_Write_Hash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fields, err := DecodeFields(got); err != nil || fields["n"] != "new" {
+		if fields, err := writebehind.DecodeFields(got); err != nil || fields["n"] != "new" {
 			t.Fatalf("DecodeFields(%s) = %v, %v", got, fields, err)
 		}
 		// The database can read the fields itself.
-		query := `SELECT json_extract(CAST("value" AS TEXT), '$.n') FROM ` + quoteIdent(s.table) + ` WHERE "key" = 's'`
-		if s.Dialect() == DialectPostgres {
-			query = `SELECT convert_from("value", 'UTF8')::jsonb ->> 'n' FROM ` + quoteIdent(s.table) + ` WHERE "key" = 's'`
+		query := `SELECT json_extract(CAST("value" AS TEXT), '$.n') FROM ` + writebehind.QuoteIdent(s.Table()) + ` WHERE "key" = 's'`
+		if s.Dialect() == writebehind.DialectPostgres {
+			query = `SELECT convert_from("value", 'UTF8')::jsonb ->> 'n' FROM ` + writebehind.QuoteIdent(s.Table()) + ` WHERE "key" = 's'`
 		}
 		var n string
-		if err := s.db.QueryRowContext(t.Context(), query).Scan(&n); err != nil || n != "new" {
+		if err := s.DB().QueryRowContext(t.Context(), query).Scan(&n); err != nil || n != "new" {
 			t.Fatalf("%s = %q, %v; want \"new\"", query, n, err)
 		}
 	})
@@ -444,7 +453,7 @@ func TestSQLSink_Write_Concurrent(t *testing.T) {
 		keys     = 40
 		versions = 60 // per key; writer w writes the versions v with v%writers == w
 	)
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		var wg sync.WaitGroup
 		errs := make([]error, writers)
 		for w := range writers {
@@ -459,7 +468,7 @@ func TestSQLSink_Write_Concurrent(t *testing.T) {
 				}
 				rand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
 				for _, v := range mine {
-					batch := make([]Change, keys)
+					batch := make([]writebehind.Change, keys)
 					for k := range batch {
 						key := fmt.Sprintf("k%02d", k)
 						if v%5 == 0 {
@@ -488,7 +497,7 @@ func TestSQLSink_Write_Concurrent(t *testing.T) {
 		}
 		wantSinkAll(t, s, want)
 		// One more round of sets after the concurrent deletions.
-		var batch []Change
+		var batch []writebehind.Change
 		for k := range keys {
 			key := fmt.Sprintf("k%02d", k)
 			batch = append(batch, setChange(key, "final", versions+1))
@@ -503,21 +512,21 @@ func TestSQLSink_Write_FailedTransactionWritesNothing(t *testing.T) {
 	t.Parallel()
 	// bigBatch updates the keys of the existing rows and adds new ones, in
 	// more than one statement.
-	bigBatch := func(s *SQLSink) []Change {
-		batch := make([]Change, 0, s.maxRows+10)
-		for i := range s.maxRows + 10 {
+	bigBatch := func(s *writebehind.SQLSink) []writebehind.Change {
+		batch := make([]writebehind.Change, 0, s.MaxRows()+10)
+		for i := range s.MaxRows() + 10 {
 			batch = append(batch, setChange(fmt.Sprintf("k%05d", i), "new", 2))
 		}
 		return batch
 	}
 	existing := map[string]string{"k00000": "old", "k00001": "old", "zzz": "old"}
-	prepare := func(t *testing.T, s *SQLSink) {
+	prepare := func(t *testing.T, s *writebehind.SQLSink) {
 		mustWriteSink(t, s, setChange("k00000", "old", 1), setChange("k00001", "old", 1), setChange("zzz", "old", 1))
 	}
 
 	t.Run("cancelled before", func(t *testing.T) {
 		t.Parallel()
-		forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 			prepare(t, s)
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
@@ -530,22 +539,22 @@ func TestSQLSink_Write_FailedTransactionWritesNothing(t *testing.T) {
 
 	t.Run("cancelled between statements", func(t *testing.T) {
 		t.Parallel()
-		forEachDialect(t, func(t *testing.T, s *SQLSink) {
+		forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 			prepare(t, s)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			statements := 0
-			s.afterStatement = func(int, int) {
+			s.SetAfterStatement(func(int, int) {
 				statements++
 				cancel() // the first statement ran; the transaction is still open
-			}
+			})
 			if err := s.Write(ctx, bigBatch(s)); !errors.Is(err, context.Canceled) {
 				t.Fatalf("Write cancelled mid-transaction = %v, want context.Canceled", err)
 			}
 			if statements != 1 {
 				t.Fatalf("%d statements ran, want 1", statements)
 			}
-			s.afterStatement = nil
+			s.SetAfterStatement(nil)
 			wantSinkAll(t, s, existing)
 			wantSinkRow(t, s, "k00000", "old", 1, false)
 		})
@@ -561,26 +570,26 @@ func TestSQLSink_Write_FailedTransactionWritesNothing(t *testing.T) {
 				// so it lands in the last statement of the batch.
 				db := openSinkTestDB(t, d)
 				table := uniqueTableName(t)
-				dropTableOnCleanup(t, db, quoteIdent(table))
+				dropTableOnCleanup(t, db, writebehind.QuoteIdent(table))
 				blob, ts := "BLOB", "TEXT"
-				if d == DialectPostgres {
+				if d == writebehind.DialectPostgres {
 					blob, ts = "BYTEA", "TIMESTAMPTZ"
 				}
 				ddl := fmt.Sprintf(`CREATE TABLE %s (
 					"key" TEXT NOT NULL PRIMARY KEY CHECK ("key" <> 'poison'),
 					"value" %s, "version" BIGINT NOT NULL, "deleted" BOOLEAN NOT NULL, "updated_at" %s,
 					"issued" BIGINT NOT NULL DEFAULT 0)`,
-					quoteIdent(table), blob, ts)
+					writebehind.QuoteIdent(table), blob, ts)
 				if _, err := db.ExecContext(t.Context(), ddl); err != nil {
 					t.Fatal(err)
 				}
-				s, err := NewSQLSink(db, &SQLSinkConfig{Table: table})
+				s, err := writebehind.NewSQLSink(db, &writebehind.SQLSinkConfig{Dialect: d, Table: table})
 				if err != nil {
 					t.Fatal(err)
 				}
 				prepare(t, s)
 				err = s.Write(t.Context(), append(bigBatch(s), setChange("poison", "p", 1)))
-				if err == nil || errors.Is(err, ErrInvalidChange) {
+				if err == nil || errors.Is(err, writebehind.ErrInvalidChange) {
 					t.Fatalf("Write = %v, want the database's constraint error", err)
 				}
 				wantSinkAll(t, s, existing)
@@ -595,10 +604,10 @@ func TestSQLSink_CustomNames(t *testing.T) {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			schema := "main" // SQLite's main database
-			if d == DialectPostgres {
+			if d == writebehind.DialectPostgres {
 				schema = "public"
 			}
-			s := setupSink(t, d, &SQLSinkConfig{
+			s := setupSink(t, d, &writebehind.SQLSinkConfig{
 				Dialect: d,
 				Table:   schema + "." + uniqueTableName(t),
 				// Mixed case and SQL keywords must be quoted to work.
@@ -616,7 +625,7 @@ func TestSQLSink_CustomNames(t *testing.T) {
 			mustWriteSink(t, s, delChange("a", 2), issuedChange("b", "old", 1, issuedAt-1))
 			wantSinkRow(t, s, "a", "", 2, true)
 			wantSinkAll(t, s, map[string]string{"b": "2"})
-			if err := s.Write(t.Context(), []Change{issuedChange("b", "lost", 1, issuedAt+1)}); !errors.Is(err, ErrVersionRegressed) {
+			if err := s.Write(t.Context(), []writebehind.Change{issuedChange("b", "lost", 1, issuedAt+1)}); !errors.Is(err, writebehind.ErrVersionRegressed) {
 				t.Fatalf("Write of a regressed change = %v, want ErrVersionRegressed", err)
 			}
 		})
@@ -629,14 +638,14 @@ func TestSQLSink_UpdatedAt(t *testing.T) {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			s := setupSink(t, d, nil)
-			table, err := quoteTable(s.table)
+			table, err := writebehind.QuoteTable(s.Table())
 			if err != nil {
 				t.Fatal(err)
 			}
 			updatedAt := func() time.Time {
 				t.Helper()
-				row := s.db.QueryRowContext(t.Context(), `SELECT "updated_at" FROM `+table+` WHERE "key" = 'k'`)
-				if d == DialectPostgres {
+				row := s.DB().QueryRowContext(t.Context(), `SELECT "updated_at" FROM `+table+` WHERE "key" = 'k'`)
+				if d == writebehind.DialectPostgres {
 					var ts time.Time
 					if err := row.Scan(&ts); err != nil {
 						t.Fatal(err)
@@ -647,7 +656,7 @@ func TestSQLSink_UpdatedAt(t *testing.T) {
 				if err := row.Scan(&text); err != nil {
 					t.Fatal(err)
 				}
-				ts, err := time.Parse(sqliteTimeLayout, text)
+				ts, err := time.Parse(writebehind.SQLiteTimeLayout, text)
 				if err != nil {
 					t.Fatalf("updated_at %q: %v", text, err)
 				}
@@ -672,7 +681,8 @@ func TestSQLSink_UpdatedAt(t *testing.T) {
 	}
 }
 
-// unknownConnector is a connector of a driver NewSQLSink does not know.
+// unknownConnector is a connector of a driver other than the two the driver
+// packages open.
 type unknownConnector struct{}
 
 func (unknownConnector) Connect(context.Context) (driver.Conn, error) {
@@ -688,12 +698,12 @@ func (unknownDriver) Open(string) (driver.Conn, error) {
 
 func TestNewSQLSink_Config(t *testing.T) {
 	t.Parallel()
-	sqliteDB, err := OpenSQLite(":memory:")
+	sqliteDB, err := sqlite.Open(":memory:")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sqliteDB.Close() })
-	pgDB, err := OpenPostgres(defaultTestPostgresDSN) // does not connect
+	pgDB, err := postgres.Open(defaultTestPostgresDSN) // does not connect
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -704,18 +714,17 @@ func TestNewSQLSink_Config(t *testing.T) {
 	valid := []struct {
 		name string
 		db   *sql.DB
-		cfg  *SQLSinkConfig
-		want Dialect
+		cfg  *writebehind.SQLSinkConfig
+		want writebehind.Dialect
 	}{
-		{"nil config sqlite", sqliteDB, nil, DialectSQLite},
-		{"nil config postgres", pgDB, nil, DialectPostgres},
-		{"explicit sqlite", sqliteDB, &SQLSinkConfig{Dialect: DialectSQLite}, DialectSQLite},
-		{"unknown driver with dialect", otherDB, &SQLSinkConfig{Dialect: DialectPostgres}, DialectPostgres},
-		{"schema-qualified", pgDB, &SQLSinkConfig{Table: "cache.Users_2"}, DialectPostgres},
-		{"longest name", sqliteDB, &SQLSinkConfig{KeyColumn: strings.Repeat("k", MaxIdentifierLen)}, DialectSQLite},
+		{"sqlite", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite}, writebehind.DialectSQLite},
+		{"postgres", pgDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectPostgres}, writebehind.DialectPostgres},
+		{"unknown driver with dialect", otherDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectPostgres}, writebehind.DialectPostgres},
+		{"schema-qualified", pgDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectPostgres, Table: "cache.Users_2"}, writebehind.DialectPostgres},
+		{"longest name", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, KeyColumn: strings.Repeat("k", writebehind.MaxIdentifierLen)}, writebehind.DialectSQLite},
 	}
 	for _, tt := range valid {
-		s, err := NewSQLSink(tt.db, tt.cfg)
+		s, err := writebehind.NewSQLSink(tt.db, tt.cfg)
 		if err != nil {
 			t.Errorf("%s: NewSQLSink: %v", tt.name, err)
 			continue
@@ -728,33 +737,33 @@ func TestNewSQLSink_Config(t *testing.T) {
 	invalid := []struct {
 		name  string
 		db    *sql.DB
-		cfg   *SQLSinkConfig
+		cfg   *writebehind.SQLSinkConfig
 		field string
 		hint  string // part of the reason
 	}{
-		{"nil db", nil, nil, "db", "OpenSQLite"},
-		{"unknown driver", otherDB, nil, "SQLSinkConfig.Dialect", "DialectSQLite or DialectPostgres"},
-		{"bad dialect", sqliteDB, &SQLSinkConfig{Dialect: 9}, "SQLSinkConfig.Dialect", "not a dialect"},
-		{"dialect mismatch", sqliteDB, &SQLSinkConfig{Dialect: DialectPostgres}, "SQLSinkConfig.Dialect", "does not match"},
-		{"table with dash", sqliteDB, &SQLSinkConfig{Table: "my-table"}, "SQLSinkConfig.Table", `'-'`},
-		{"table with quote", sqliteDB, &SQLSinkConfig{Table: `t"; DROP TABLE x; --`}, "SQLSinkConfig.Table", "ASCII letters"},
-		{"table starting with digit", sqliteDB, &SQLSinkConfig{Table: "1t"}, "SQLSinkConfig.Table", "not starting with a digit"},
-		{"table with space", sqliteDB, &SQLSinkConfig{Table: "t "}, "SQLSinkConfig.Table", "ASCII letters"},
-		{"non-ASCII table", sqliteDB, &SQLSinkConfig{Table: "tablé"}, "SQLSinkConfig.Table", "ASCII letters"},
-		{"two dots", sqliteDB, &SQLSinkConfig{Table: "a.b.c"}, "SQLSinkConfig.Table", "schema.table"},
-		{"empty schema", sqliteDB, &SQLSinkConfig{Table: ".t"}, "SQLSinkConfig.Table", "schema: name is empty"},
-		{"empty table after schema", sqliteDB, &SQLSinkConfig{Table: "s."}, "SQLSinkConfig.Table", "table: name is empty"},
-		{"name too long", sqliteDB, &SQLSinkConfig{Table: strings.Repeat("t", MaxIdentifierLen+1)}, "SQLSinkConfig.Table", "MaxIdentifierLen"},
-		{"bad column", sqliteDB, &SQLSinkConfig{ValueColumn: "val ue"}, "SQLSinkConfig.ValueColumn", "ASCII letters"},
-		{"duplicate column", sqliteDB, &SQLSinkConfig{DeletedColumn: "Key"}, "SQLSinkConfig.DeletedColumn", "KeyColumn"},
-		{"issued column is the version column", sqliteDB, &SQLSinkConfig{IssuedColumn: "version"}, "SQLSinkConfig.IssuedColumn", "VersionColumn"},
+		{"nil db", nil, nil, "db", "sqlite.Open"},
+		{"no dialect", sqliteDB, nil, "SQLSinkConfig.Dialect", "sqlite.NewSink"},
+		{"no dialect, unknown driver", otherDB, &writebehind.SQLSinkConfig{}, "SQLSinkConfig.Dialect", "DialectSQLite or DialectPostgres"},
+		{"bad dialect", sqliteDB, &writebehind.SQLSinkConfig{Dialect: 9}, "SQLSinkConfig.Dialect", "not a dialect"},
+		{"table with dash", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: "my-table"}, "SQLSinkConfig.Table", `'-'`},
+		{"table with quote", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: `t"; DROP TABLE x; --`}, "SQLSinkConfig.Table", "ASCII letters"},
+		{"table starting with digit", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: "1t"}, "SQLSinkConfig.Table", "not starting with a digit"},
+		{"table with space", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: "t "}, "SQLSinkConfig.Table", "ASCII letters"},
+		{"non-ASCII table", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: "tablé"}, "SQLSinkConfig.Table", "ASCII letters"},
+		{"two dots", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: "a.b.c"}, "SQLSinkConfig.Table", "schema.table"},
+		{"empty schema", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: ".t"}, "SQLSinkConfig.Table", "schema: name is empty"},
+		{"empty table after schema", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: "s."}, "SQLSinkConfig.Table", "table: name is empty"},
+		{"name too long", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, Table: strings.Repeat("t", writebehind.MaxIdentifierLen+1)}, "SQLSinkConfig.Table", "MaxIdentifierLen"},
+		{"bad column", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, ValueColumn: "val ue"}, "SQLSinkConfig.ValueColumn", "ASCII letters"},
+		{"duplicate column", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, DeletedColumn: "Key"}, "SQLSinkConfig.DeletedColumn", "KeyColumn"},
+		{"issued column is the version column", sqliteDB, &writebehind.SQLSinkConfig{Dialect: writebehind.DialectSQLite, IssuedColumn: "version"}, "SQLSinkConfig.IssuedColumn", "VersionColumn"},
 	}
 	for _, tt := range invalid {
-		var before SQLSinkConfig
+		var before writebehind.SQLSinkConfig
 		if tt.cfg != nil {
 			before = *tt.cfg
 		}
-		_, err := NewSQLSink(tt.db, tt.cfg)
+		_, err := writebehind.NewSQLSink(tt.db, tt.cfg)
 		var ce *streamq.ConfigError
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: NewSQLSink() = %v, want a *streamq.ConfigError", tt.name, err)
@@ -768,74 +777,10 @@ func TestNewSQLSink_Config(t *testing.T) {
 		}
 	}
 
-	for d, want := range map[Dialect]string{0: "auto", DialectSQLite: "sqlite", DialectPostgres: "postgres", 9: "Dialect(9)"} {
+	for d, want := range map[writebehind.Dialect]string{0: "unset", writebehind.DialectSQLite: "sqlite", writebehind.DialectPostgres: "postgres", 9: "Dialect(9)"} {
 		if got := d.String(); got != want {
 			t.Errorf("Dialect(%d).String() = %q, want %q", int(d), got, want)
 		}
-	}
-}
-
-func TestOpenSQLite(t *testing.T) {
-	t.Parallel()
-	if _, err := OpenSQLite(""); err == nil {
-		t.Error(`OpenSQLite("") succeeded, want an error`)
-	}
-
-	// Characters that mean something in a URI stay part of the file name.
-	dir := t.TempDir()
-	path := filepath.Join(dir, "odd?name#with%25chars.db")
-	db, err := OpenSQLite(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	for pragma, want := range map[string]string{
-		"journal_mode": "wal",
-		"synchronous":  "2", // FULL
-		"foreign_keys": "1",
-		"busy_timeout": "10000",
-	} {
-		var got string
-		if err := db.QueryRowContext(t.Context(), "PRAGMA "+pragma).Scan(&got); err != nil {
-			t.Fatalf("PRAGMA %s: %v", pragma, err)
-		}
-		if got != want {
-			t.Errorf("PRAGMA %s = %q, want %q", pragma, got, want)
-		}
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Errorf("database file: %v", err)
-	}
-	if stats := db.Stats(); stats.MaxOpenConnections != 1 {
-		t.Errorf("MaxOpenConnections = %d, want 1", stats.MaxOpenConnections)
-	}
-
-	// An in-memory database keeps its data on its one connection.
-	mem, err := OpenSQLite(":memory:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mem.Close() })
-	s, err := NewSQLSink(mem, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.CreateSchema(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	mustWriteSink(t, s, setChange("k", "v", 1))
-	wantSinkAll(t, s, map[string]string{"k": "v"})
-}
-
-func TestOpenPostgres(t *testing.T) {
-	t.Parallel()
-	if _, err := OpenPostgres(""); err == nil {
-		t.Error(`OpenPostgres("") succeeded, want an error`)
-	}
-	if _, err := OpenPostgres("postgres://user:secret@host:notaport/db"); err == nil {
-		t.Error("OpenPostgres with an invalid port succeeded, want an error")
-	} else if strings.Contains(err.Error(), "secret") {
-		t.Errorf("OpenPostgres error shows the password: %v", err)
 	}
 }
 
@@ -843,22 +788,22 @@ func TestOpenPostgres(t *testing.T) {
 const issuedAt = int64(1_750_000_000_000_000)
 
 // issuedChange is a change of key with a value, version and issue time.
-func issuedChange(key, value string, version, issued int64) Change {
-	return Change{Key: key, Value: []byte(value), Version: version, Issued: issued}
+func issuedChange(key, value string, version, issued int64) writebehind.Change {
+	return writebehind.Change{Key: key, Value: []byte(value), Version: version, Issued: issued}
 }
 
 // storedRow reads the version and issue time of key's row.
-func storedRow(t *testing.T, s *SQLSink, key string) (version, issued int64) {
+func storedRow(t *testing.T, s *writebehind.SQLSink, key string) (version, issued int64) {
 	t.Helper()
-	table, err := quoteTable(s.table)
+	table, err := writebehind.QuoteTable(s.Table())
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := `SELECT "version", "issued" FROM ` + table + ` WHERE "key" = ?`
-	if s.dialect == DialectPostgres {
+	if s.Dialect() == writebehind.DialectPostgres {
 		q = strings.Replace(q, "?", "$1", 1)
 	}
-	if err := s.db.QueryRowContext(t.Context(), q, key).Scan(&version, &issued); err != nil {
+	if err := s.DB().QueryRowContext(t.Context(), q, key).Scan(&version, &issued); err != nil {
 		t.Fatalf("read row %q: %v", key, err)
 	}
 	return version, issued
@@ -869,28 +814,28 @@ func TestSQLSink_Write_VersionRegressed(t *testing.T) {
 	const t0 = issuedAt
 	tests := []struct {
 		name      string
-		stored    Change // written first
-		change    Change
+		stored    writebehind.Change // written first
+		change    writebehind.Change
 		regressed bool   // refused with ErrVersionRegressed
 		applied   bool   // else: ignored, the row stays
 		reason    string // part of the refusal's reason
 	}{
 		{name: "replay of the stored change", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "a", 5, t0+50)},
 		{name: "replay of an older change", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "old", 3, t0+30)},
-		{name: "replay of an older deletion", stored: issuedChange("k", "a", 5, t0+50), change: Change{Key: "k", Deleted: true, Version: 4, Issued: t0 + 40}},
+		{name: "replay of an older deletion", stored: issuedChange("k", "a", 5, t0+50), change: writebehind.Change{Key: "k", Deleted: true, Version: 4, Issued: t0 + 40}},
 		{name: "newer change", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "new", 6, t0+60), applied: true},
 		{name: "newer change issued in the same microsecond", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "new", 6, t0+50), applied: true},
 		{name: "lower version issued later", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "lost", 3, t0+70), regressed: true,
 			reason: "the sink holds version 5 issued at 2025-06-15T15:06:40.000050Z, this change has version 3 but was issued later (at 2025-06-15T15:06:40.000070Z)"},
 		{name: "same version issued later", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "lost", 5, t0+70), regressed: true, reason: "version 5 but was issued later"},
-		{name: "deletion with a lower version issued later", stored: issuedChange("k", "a", 5, t0+50), change: Change{Key: "k", Deleted: true, Version: 2, Issued: t0 + 70}, regressed: true},
+		{name: "deletion with a lower version issued later", stored: issuedChange("k", "a", 5, t0+50), change: writebehind.Change{Key: "k", Deleted: true, Version: 2, Issued: t0 + 70}, regressed: true},
 		{name: "higher version issued earlier", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "stale", 9, t0+10), regressed: true, reason: "version 9 but was issued earlier"},
 		{name: "change without issue time, lower version", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "old", 3, 0)},
 		{name: "change without issue time, higher version", stored: issuedChange("k", "a", 5, t0+50), change: issuedChange("k", "new", 6, 0), applied: true},
 		{name: "row without issue time, lower version", stored: issuedChange("k", "a", 5, 0), change: issuedChange("k", "lost", 3, t0), regressed: true, reason: "the sink holds version 5 issued at an unknown time"},
 		{name: "row without issue time, higher version", stored: issuedChange("k", "a", 5, 0), change: issuedChange("k", "new", 6, t0), applied: true},
 	}
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		for i, tt := range tests {
 			key := fmt.Sprintf("k%02d", i)
 			stored, change := tt.stored, tt.change
@@ -899,12 +844,12 @@ func TestSQLSink_Write_VersionRegressed(t *testing.T) {
 			// Another key in the same batch, to check that a refusal
 			// writes nothing of the batch.
 			other := issuedChange(fmt.Sprintf("other%02d", i), "o", 1, t0)
-			err := s.Write(t.Context(), []Change{change, other})
+			err := s.Write(t.Context(), []writebehind.Change{change, other})
 			want := stored
 			switch {
 			case tt.regressed:
-				var ce *ChangeError
-				if !errors.As(err, &ce) || !errors.Is(err, ErrVersionRegressed) || errors.Is(err, ErrInvalidChange) {
+				var ce *writebehind.ChangeError
+				if !errors.As(err, &ce) || !errors.Is(err, writebehind.ErrVersionRegressed) || errors.Is(err, writebehind.ErrInvalidChange) {
 					t.Fatalf("%s: Write = %v, want a *ChangeError wrapping ErrVersionRegressed", tt.name, err)
 				}
 				if ce.Index != 0 || ce.Key != key || !strings.Contains(ce.Reason, tt.reason) || !strings.Contains(ce.Reason, "Writer.EnsureVersionAtLeast") {
@@ -928,10 +873,10 @@ func TestSQLSink_Write_VersionRegressed(t *testing.T) {
 
 func TestSQLSink_Write_VersionRegressedSeveral(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		mustWriteSink(t, s, issuedChange("a", "a", 10, issuedAt), issuedChange("b", "b", 11, issuedAt), issuedChange("c", "c", 12, issuedAt))
-		s.maxRows = 2 // the refusals come from different statements
-		batch := []Change{
+		s.SetMaxRows(2) // the refusals come from different statements
+		batch := []writebehind.Change{
 			issuedChange("c", "lost", 1, issuedAt+9),
 			issuedChange("new", "n", 2, issuedAt+9),
 			issuedChange("a", "lost", 3, issuedAt+9),
@@ -939,8 +884,8 @@ func TestSQLSink_Write_VersionRegressedSeveral(t *testing.T) {
 		}
 		err := s.Write(t.Context(), batch)
 		var got []string
-		for _, ce := range changeErrors(err) {
-			if !errors.Is(ce, ErrVersionRegressed) || batch[ce.Index].Key != ce.Key {
+		for _, ce := range writebehind.ChangeErrors(err) {
+			if !errors.Is(ce, writebehind.ErrVersionRegressed) || batch[ce.Index].Key != ce.Key {
 				t.Fatalf("refusal %v does not match change %d", ce, ce.Index)
 			}
 			got = append(got, fmt.Sprintf("%d:%s", ce.Index, ce.Key))
@@ -959,8 +904,8 @@ func TestSQLSink_Write_VersionRegressedSeveral(t *testing.T) {
 
 func TestSQLSink_Write_VersionRegressedInBatch(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
-		batch := []Change{
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
+		batch := []writebehind.Change{
 			issuedChange("k", "old", 105, issuedAt),
 			issuedChange("ok", "fine", 1, issuedAt),
 			issuedChange("k", "after the loss", 2, issuedAt+100),
@@ -969,8 +914,8 @@ func TestSQLSink_Write_VersionRegressedInBatch(t *testing.T) {
 		}
 		err := s.Write(t.Context(), batch)
 		var refused []int
-		for _, ce := range changeErrors(err) {
-			if !errors.Is(ce, ErrVersionRegressed) || !strings.Contains(ce.Reason, "contradict each other, version 2") {
+		for _, ce := range writebehind.ChangeErrors(err) {
+			if !errors.Is(ce, writebehind.ErrVersionRegressed) || !strings.Contains(ce.Reason, "contradict each other, version 2") {
 				t.Fatalf("refusal %v, want ErrVersionRegressed for contradicting changes of one key", ce)
 			}
 			refused = append(refused, ce.Index)
@@ -985,7 +930,7 @@ func TestSQLSink_Write_VersionRegressedInBatch(t *testing.T) {
 
 func TestSQLSink_MaxVersion(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		if v, err := s.MaxVersion(t.Context()); err != nil || v != 0 {
 			t.Fatalf("MaxVersion of an empty table = %d, %v; want 0", v, err)
 		}
@@ -1000,38 +945,38 @@ func TestSQLSink_MaxVersion(t *testing.T) {
 func TestSQLSink_CreateSchema_AddsIssuedColumn(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		d     Dialect
+		d     writebehind.Dialect
 		table func(name string) string // the configured table name
 	}{
-		{DialectSQLite, func(name string) string { return name }},
-		{DialectSQLite, func(name string) string { return "main." + name }},
-		{DialectPostgres, func(name string) string { return name }},
-		{DialectPostgres, func(name string) string { return "public." + name }},
+		{writebehind.DialectSQLite, func(name string) string { return name }},
+		{writebehind.DialectSQLite, func(name string) string { return "main." + name }},
+		{writebehind.DialectPostgres, func(name string) string { return name }},
+		{writebehind.DialectPostgres, func(name string) string { return "public." + name }},
 	} {
 		t.Run(tc.d.String()+"/"+tc.table("t"), func(t *testing.T) {
 			t.Parallel()
 			db := openSinkTestDB(t, tc.d)
 			name := uniqueTableName(t)
-			dropTableOnCleanup(t, db, quoteIdent(name))
+			dropTableOnCleanup(t, db, writebehind.QuoteIdent(name))
 			// A table as CreateSchema made it before the issued column.
 			blob, ts := "BLOB", "TEXT"
-			if tc.d == DialectPostgres {
+			if tc.d == writebehind.DialectPostgres {
 				blob, ts = "BYTEA", "TIMESTAMPTZ"
 			}
 			ddl := fmt.Sprintf(`CREATE TABLE %s ("key" TEXT NOT NULL PRIMARY KEY, "value" %s, "version" BIGINT NOT NULL,
-				"deleted" BOOLEAN NOT NULL DEFAULT FALSE, "updated_at" %s NOT NULL DEFAULT CURRENT_TIMESTAMP)`, quoteIdent(name), blob, ts)
+				"deleted" BOOLEAN NOT NULL DEFAULT FALSE, "updated_at" %s NOT NULL DEFAULT CURRENT_TIMESTAMP)`, writebehind.QuoteIdent(name), blob, ts)
 			if _, err := db.ExecContext(t.Context(), ddl); err != nil {
 				t.Fatal(err)
 			}
-			ins := `INSERT INTO ` + quoteIdent(name) + ` ("key", "value", "version") VALUES ('old', 'v', 5)`
+			ins := `INSERT INTO ` + writebehind.QuoteIdent(name) + ` ("key", "value", "version") VALUES ('old', 'v', 5)`
 			if _, err := db.ExecContext(t.Context(), ins); err != nil {
 				t.Fatal(err)
 			}
-			s, err := NewSQLSink(db, &SQLSinkConfig{Table: tc.table(name)})
+			s, err := writebehind.NewSQLSink(db, &writebehind.SQLSinkConfig{Dialect: tc.d, Table: tc.table(name)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Write(t.Context(), []Change{setChange("x", "y", 1)}); err == nil {
+			if err := s.Write(t.Context(), []writebehind.Change{setChange("x", "y", 1)}); err == nil {
 				t.Fatal("Write to a table without the issued column succeeded")
 			}
 			for range 2 { // the second call finds the column
@@ -1043,8 +988,8 @@ func TestSQLSink_CreateSchema_AddsIssuedColumn(t *testing.T) {
 				t.Fatalf("old row: version %d issued %d, want 5 and 0", v, issued)
 			}
 			// The old row counts as issued before every change with a time.
-			err = s.Write(t.Context(), []Change{issuedChange("old", "lost", 4, issuedAt)})
-			if !errors.Is(err, ErrVersionRegressed) {
+			err = s.Write(t.Context(), []writebehind.Change{issuedChange("old", "lost", 4, issuedAt)})
+			if !errors.Is(err, writebehind.ErrVersionRegressed) {
 				t.Fatalf("Write of a lower version issued later = %v, want ErrVersionRegressed", err)
 			}
 			mustWriteSink(t, s, issuedChange("old", "new", 6, issuedAt), setChange("x", "y", 1))
@@ -1055,12 +1000,12 @@ func TestSQLSink_CreateSchema_AddsIssuedColumn(t *testing.T) {
 
 func TestSQLSink_Write_StatementBytes(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, s *SQLSink) {
-		s.maxBytes = 1000
+	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
+		s.SetMaxBytes(1000)
 		type statement struct{ rows, size int }
 		var statements []statement
-		s.afterStatement = func(rows, size int) { statements = append(statements, statement{rows, size}) }
-		var batch []Change
+		s.SetAfterStatement(func(rows, size int) { statements = append(statements, statement{rows, size}) })
+		var batch []writebehind.Change
 		want := make(map[string]string)
 		for i := range 10 {
 			key := fmt.Sprintf("k%02d", i)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/postgres"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // demoTable is the table the write-behind demo writes to. It is dropped and
@@ -46,7 +48,11 @@ func runWriteBehind(ctx context.Context, log *slog.Logger, rdb *redis.Client, o 
 		return err
 	}
 	defer db.Close()
-	sink, err := writebehind.NewSQLSink(db, &writebehind.SQLSinkConfig{Table: demoTable})
+	newSink := sqlite.NewSink
+	if o.dsn != "" {
+		newSink = postgres.NewSink
+	}
+	sink, err := newSink(db, &writebehind.SQLSinkConfig{Table: demoTable})
 	if err != nil {
 		return err
 	}
@@ -175,7 +181,7 @@ func verifyDemo(ctx context.Context, w *writebehind.Writer, sink *writebehind.SQ
 // openDemoDB opens PostgreSQL when o.dsn is set, else the SQLite file.
 func openDemoDB(o wbOptions) (*sql.DB, string, error) {
 	if o.dsn != "" {
-		db, err := writebehind.OpenPostgres(o.dsn)
+		db, err := postgres.Open(o.dsn)
 		if err != nil {
 			return nil, "", err
 		}
@@ -191,7 +197,7 @@ func openDemoDB(o wbOptions) (*sql.DB, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	db, err := writebehind.OpenSQLite(path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		return nil, "", err
 	}

@@ -4,7 +4,7 @@
 // A test builds the helper once with [Build] and starts processes of it with
 // [Start]:
 //
-//	bin := proctest.Build(t, "github.com/streamq/streamq/cmd/streamq-testworker")
+//	bin := proctest.Build(t, testworker.StreamqWorker)
 //	p := proctest.Start(t, proctest.Options{Name: "w1", Bin: bin, Args: args, LogFile: logFile})
 //	p.WaitReady(t, 30*time.Second)
 //	p.Kill()                    // a crash: SIGKILL, and wait until it is reaped

@@ -1,9 +1,14 @@
 // Package testworker holds what the helper programs of the crash tests
-// (cmd/streamq-testworker, cmd/priority-testworker and
-// cmd/writebehind-crash-worker) share: the common flags, the logger, the
+// share: the common flags, the logger, the
 // signal-driven main function, the line protocol on stdout that
 // internal/proctest reads, and the bookkeeping job handler that lets a test
 // count what a SIGKILLed worker had started, finished and left unfinished.
+//
+// The helper programs live in testdata (streamq-testworker,
+// priority-testworker and writebehind-crash-worker), so that go install
+// and ./... patterns leave them out; the tests build them with
+// proctest.Build from the import paths [StreamqWorker], [PriorityWorker]
+// and [WritebehindWorker].
 //
 // A helper program looks like this:
 //
@@ -39,6 +44,18 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+)
+
+// Import paths of the helper programs, for proctest.Build.
+const (
+	// StreamqWorker runs one streamq consumer (integration crash tests).
+	StreamqWorker = "github.com/streamq/streamq/internal/testworker/testdata/streamq-testworker"
+	// PriorityWorker runs a priority forwarder or worker (priority and
+	// integration crash tests).
+	PriorityWorker = "github.com/streamq/streamq/internal/testworker/testdata/priority-testworker"
+	// WritebehindWorker runs a write-behind handler into SQLite or
+	// PostgreSQL (writebehind crash tests).
+	WritebehindWorker = "github.com/streamq/streamq/internal/testworker/testdata/writebehind-crash-worker"
 )
 
 // Flags are the flags every helper takes.

@@ -26,6 +26,8 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/testworker"
 	"github.com/streamq/streamq/writebehind"
+	"github.com/streamq/streamq/writebehind/postgres"
+	"github.com/streamq/streamq/writebehind/sqlite"
 )
 
 type config struct {
@@ -61,16 +63,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger, q *streamq.Queue) er
 		db  *sql.DB
 		err error
 	)
+	newSink := sqlite.NewSink
 	if cfg.dsn != "" {
-		db, err = writebehind.OpenPostgres(cfg.dsn)
+		db, err = postgres.Open(cfg.dsn)
+		newSink = postgres.NewSink
 	} else {
-		db, err = writebehind.OpenSQLite(cfg.dbPath)
+		db, err = sqlite.Open(cfg.dbPath)
 	}
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	sink, err := writebehind.NewSQLSink(db, &writebehind.SQLSinkConfig{Table: cfg.table})
+	sink, err := newSink(db, &writebehind.SQLSinkConfig{Table: cfg.table})
 	if err != nil {
 		return err
 	}
