@@ -3,6 +3,7 @@ package inspect_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,3 +158,5 @@ func setupStates(t *testing.T) *fixture {
 	f.cancelled = f.addDead(t, "stopped", "cancelled", "context canceled")
 	return f
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
