@@ -62,10 +62,10 @@ func setup(t *testing.T, opts *inspect.Options) *env {
 
 // register writes the registry entry that Queue.Setup, producers and
 // consumers write once the runtime side of the inspector is merged.
-func register(t *testing.T, c redis.UniversalClient, prefix, name, kind string) {
-	t.Helper()
+func register(tb testing.TB, c redis.UniversalClient, prefix, name, kind string) {
+	tb.Helper()
 	if err := c.HSet(context.Background(), prefix+":queues", name, kind).Err(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 
