@@ -87,7 +87,10 @@ func TestQueue_RunNow(t *testing.T) {
 	f := setupStates(t)
 	ctx := context.Background()
 	retry := first(t, f.iq, inspect.StateRetrying)
-	for _, id := range []string{f.delayed, retry.EntryID} {
+	if retry.ID != f.retrying {
+		t.Errorf("retrying copy's stable ID %s, want %s", retry.ID, f.retrying)
+	}
+	for _, id := range []string{f.delayed, retry.ID} {
 		if err := f.iq.RunNow(ctx, id); err != nil {
 			t.Fatalf("RunNow(%s): %v", id, err)
 		}
