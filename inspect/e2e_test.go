@@ -181,3 +181,37 @@ func TestQueue_PauseWhileDraining(t *testing.T) {
 	}
 	redistest.WaitFor(t, 20*time.Second, "the backlog to drain after Resume", func() bool { return done.Load() == n })
 }
+
+// A delayed job is found by the ID Enqueue returned after it was moved into
+// the stream and after it ran.
+func TestQueue_DelayedJobKeepsItsID(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	id := e.enqueue(t, "soon", streamq.ProcessIn(50*time.Millisecond))
+	if j, err := e.iq.Job(ctx, id); err != nil || j.State != inspect.StateDelayed || j.ID != id {
+		t.Fatalf("Job(%s) = %+v, %v", id, j, err)
+	}
+	release := make(chan struct{})
+	h := streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
+		if m.JobID != id {
+			t.Errorf("Message.JobID %q, want %q", m.JobID, id)
+		}
+		<-release
+		return streamq.SetResult(ctx, []byte("sent"))
+	})
+	c, err := streamq.NewConsumer(e.q, h, &streamq.ConsumerConfig{Block: 10 * time.Millisecond, ControlInterval: control})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Background(t, "consumer", 10*time.Second, c.Run)
+	j := waitState(t, e.iq, id, inspect.StateRunning)
+	if j.EntryID == id || j.ID != id {
+		t.Errorf("running copy %+v", j)
+	}
+	close(release)
+	j = waitState(t, e.iq, id, inspect.StateDone)
+	if string(j.Result) != "sent" {
+		t.Errorf("done job %+v", j)
+	}
+}
