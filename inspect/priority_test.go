@@ -37,9 +37,10 @@ func TestQueue_Priority(t *testing.T) {
 		case "block":
 			select {
 			case <-release:
+				return nil
 			case <-ctx.Done():
+				return ctx.Err()
 			}
-			return nil
 		case "retry":
 			return streamq.RetryAfter(time.Hour, errors.New("flaky"))
 		}
