@@ -236,7 +236,7 @@ func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]strin
 		return gone, nil
 	}
 	cutoff := strconv.FormatInt(time.Now().Add(-idle).UnixMilli(), 10)
-	ws, err := c.ZRangeByScore(ctx, q.keys.Workers, &redis.ZRangeBy{Min: "-inf", Max: cutoff}).Result()
+	ws, err := c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: q.keys.Workers, Start: "-inf", Stop: cutoff, ByScore: true}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
 	}
