@@ -3,8 +3,8 @@ package integration
 import (
 	"context"
 	"errors"
-	"maps"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
