@@ -52,6 +52,7 @@ func depRules() map[string][]string {
 	with := func(extra ...string) []string { return append(slices.Clip(coreModules), extra...) }
 	return map[string][]string{
 		"":                     coreModules,
+		"inspect":              coreModules,
 		"middleware":           coreModules,
 		"periodic":             with("github.com/robfig/cron/v3"),
 		"priority":             coreModules,

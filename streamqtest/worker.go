@@ -15,6 +15,7 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -184,7 +185,7 @@ func (w *Worker) Work(ctx context.Context, job *Job) (*Result, error) {
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- core.OfConsumer(c).Engine.Run(runCtx, b) }()
+	go func() { done <- core.OfConsumer(c).Engine.Offline().Run(runCtx, b) }()
 	select {
 	case <-b.settled:
 	case <-ctx.Done():
@@ -315,7 +316,7 @@ func (b *backend) Finish(context.Context, []engine.Finished) error {
 	return nil
 }
 
-func (b *backend) Move(_ context.Context, _ *engine.Delivery, fields []any, delay time.Duration) (bool, error) {
+func (b *backend) Move(_ context.Context, _ *engine.Delivery, fields []any, delay time.Duration, _ rdb.Settle) (bool, error) {
 	att, err := wire.AttemptField(toMap(fields))
 	if err != nil {
 		return false, err // the engine wrote it: cannot happen
@@ -327,13 +328,15 @@ func (b *backend) Move(_ context.Context, _ *engine.Delivery, fields []any, dela
 	return true, nil
 }
 
-func (b *backend) DeadLetter(context.Context, *engine.Delivery, string, string, []any) (string, error) {
+func (b *backend) DeadLetter(context.Context, *engine.Delivery, string, string, rdb.Settle, []any) (string, error) {
 	b.mu.Lock()
 	b.dead = true
 	b.mu.Unlock()
 	b.settle()
 	return "0-1", nil
 }
+
+func (b *backend) DropCancels(context.Context, []string) error { return nil }
 
 func (b *backend) Abandon(string) {
 	b.mu.Lock()
