@@ -63,7 +63,7 @@ func fillMessage(m *Message, r *engine.Run, group string) {
 	j := r.Job
 	*m = Message{
 		ID:        r.ID,
-		JobID:     r.JobID,
+		JobID:     r.ID,
 		Queue:     r.Queue,
 		Group:     group,
 		Payload:   j.Payload,
@@ -71,6 +71,9 @@ func fillMessage(m *Message, r *engine.Run, group string) {
 		Attempt:   r.Attempt,
 		Key:       j.Key,
 		LastError: j.LastError,
+	}
+	if j.JobID != "" {
+		m.JobID = j.JobID
 	}
 	if j.EnqMillis > 0 {
 		m.EnqueuedAt = time.UnixMilli(j.EnqMillis)

@@ -81,10 +81,6 @@ type Delivery struct {
 	Key string
 	// ID is the job's ID as handlers see it.
 	ID string
-	// JobID is the job's stable ID when the backend knows it without
-	// decoding the job ("": the engine reads the jid field of Fields, else
-	// takes ID).
-	JobID string
 	// Fields are the job's wire fields (nil when its data is gone). A
 	// backend that stores them packed sets Packed instead.
 	Fields map[string]any

@@ -56,12 +56,13 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 		want[id] = false
 	}
 	r.pool.Each(func(j *pool.Job[slot[F]]) {
-		if _, ok := want[j.Val.jid]; !ok {
+		jid := stableID(&j.Val.d)
+		if _, ok := want[jid]; !ok {
 			return
 		}
-		want[j.Val.jid] = true
+		want[jid] = true
 		if r.pool.Cancel(j, r.cfg.CancelCause) {
-			r.mon.Log.InfoContext(ctx, "streamq: cancelling a running job on request", "job_id", j.Val.jid)
+			r.mon.Log.InfoContext(ctx, "streamq: cancelling a running job on request", "job_id", jid)
 		}
 	})
 	var unheld []string
@@ -169,10 +170,14 @@ const (
 // not (derived from) the context of a running handler.
 var ErrNotHandler = errors.New("streamq: ctx is not a handler's context: pass the ctx the handler got (or one derived from it)")
 
-// jobRef is how a handler's context leads back to its job.
-type jobRef interface{ ref() (*Config, string) }
+// cfgKey is the context key of a run's *Config, in the contexts of its
+// jobs.
+type cfgKey struct{}
 
-func (s *slot[F]) ref() (*Config, string) { return s.cfg, s.jid }
+// jobRef is how a handler's context leads back to its job.
+type jobRef interface{ jobID() string }
+
+func (s *slot[F]) jobID() string { return stableID(&s.d) }
 
 // current returns the engine's config and the stable ID of the job whose
 // handler runs with ctx.
@@ -181,11 +186,11 @@ func current(ctx context.Context) (*Config, string, bool) {
 	if !ok {
 		return nil, "", false
 	}
-	cfg, id := ref.ref()
-	if cfg == nil || cfg.Client == nil {
+	cfg, ok := ctx.Value(cfgKey{}).(*Config)
+	if !ok || cfg.Client == nil {
 		return nil, "", false
 	}
-	return cfg, id, true
+	return cfg, ref.jobID(), true
 }
 
 // JobID returns the stable ID of the job whose handler runs with ctx.

@@ -65,10 +65,8 @@ type Exec[F any] interface {
 
 // Run is one run of a job, as the handler sees it.
 type Run struct {
-	Queue string
-	ID    string
-	// JobID is the job's stable ID: the ID of its first copy.
-	JobID   string
+	Queue   string
+	ID      string
 	Job     *wire.Job
 	Headers map[string]string // the job's headers and the backend's (Delivery.Headers)
 	// Attempt is this run's number: the starts charged to the job before it,
@@ -178,7 +176,9 @@ func (e *Engine[F]) Offline() Runner {
 // with one that retrying cannot fix.
 func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	r := &run[F]{cfg: e.cfg, exec: e.exec, mon: e.mon, b: b, fins: make(chan finished[F], 2*e.cfg.Concurrency)}
-	r.pool = pool.New(ctx, pool.Config{
+	// Handlers reach the config through their context (SetProgress,
+	// SetResult): one value for the run, nothing per job.
+	r.pool = pool.New(context.WithValue(ctx, cfgKey{}, &r.cfg), pool.Config{
 		Concurrency:     e.cfg.Concurrency,
 		ShutdownTimeout: e.cfg.ShutdownTimeout,
 		ShutdownCause:   e.cfg.ShutdownCause,
@@ -257,8 +257,6 @@ type run[F any] struct {
 // allocation with the job's context (a pool.Job).
 type slot[F any] struct {
 	d   Delivery
-	jid string  // the job's stable ID
-	cfg *Config // for the handler's progress and result
 	wj  wire.Job
 	run Run
 	f   F
@@ -328,7 +326,7 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		r.mon.fetched(time.Now())
 		var started int64
 		for i := range ds {
-			j := r.pool.Register(ds[i].Key, slot[F]{d: ds[i], jid: stableID(&ds[i]), cfg: &r.cfg})
+			j := r.pool.Register(ds[i].Key, slot[F]{d: ds[i]})
 			if r.mustWait(&j.Val.d) {
 				r.wait(ctx, j)
 				continue
@@ -480,7 +478,7 @@ func (r *run[F]) runOf(j *pool.Job[slot[F]]) *Run {
 			h[k] = v
 		}
 	}
-	s.run = Run{Queue: r.cfg.Queue, ID: s.d.ID, JobID: s.jid, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
+	s.run = Run{Queue: r.cfg.Queue, ID: s.d.ID, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
 	return &s.run
 }
 
@@ -495,7 +493,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	wj := &j.Val.wj
 	if err := wire.DecodeInto(wj, r.fields(d)); err != nil {
 		r.pool.Settle(j)
-		j.Val.run = Run{Queue: r.cfg.Queue, ID: d.ID, JobID: j.Val.jid, Job: wj}
+		j.Val.run = Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}
 		r.deadLetter(j, &j.Val.run, ReasonMalformed, err, 0, true)
 		return false
 	}
@@ -593,7 +591,9 @@ func (r *run[F]) fail(j *pool.Job[slot[F]], rn *Run, err error) {
 func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, delay time.Duration, kind EventKind) {
 	d := &j.Val.d
 	next := *rn.Job
-	next.JobID = j.Val.jid
+	jid := stableID(d)
+	next.JobID = jid
+	errs := wire.ErrorsField(r.fields(d))
 	now := time.Now()
 	if charged {
 		next.Attempt = rn.Attempt
@@ -601,7 +601,7 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, 
 			next.FirstFail = now.UnixMilli()
 		}
 		next.LastError = wire.Truncate(errString(cause), wire.MaxErrorLen)
-		next.Errors = wire.AppendFailure(next.Errors, wire.Failure{At: now.UnixMilli(), Attempt: rn.Attempt, Error: next.LastError})
+		errs = wire.AppendFailure(errs, wire.Failure{At: now.UnixMilli(), Attempt: rn.Attempt, Error: next.LastError})
 		next.Crashed = false // it ran to the end
 	} else {
 		next.Attempt = rn.Attempt - 1
@@ -609,7 +609,11 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	moved, err := r.b.Move(ctx, d, next.Args(), delay, rdb.Settle{JobID: j.Val.jid, Failed: charged, Minute: rdb.Minute(now)})
+	args := next.Args()
+	if errs != "" {
+		args = append(args, wire.FieldErrors, errs)
+	}
+	moved, err := r.b.Move(ctx, d, args, delay, rdb.Settle{JobID: jid, Failed: charged, Minute: rdb.Minute(now)})
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", d.ID, "error", err)
@@ -646,16 +650,17 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn *Run, reason string, cause 
 		dl.FirstFail = time.UnixMilli(first)
 	}
 	raw := r.fields(d)
+	jid := stableID(d)
 	if !malformed {
 		// The dead letter carries the job's stable ID and its error history
 		// with this failure.
 		raw = maps.Clone(raw)
-		raw[wire.FieldJobID] = j.Val.jid
-		raw[wire.FieldErrors] = wire.AppendFailure(rn.Job.Errors, wire.Failure{At: now.UnixMilli(), Attempt: attempts, Error: errString(cause)})
+		raw[wire.FieldJobID] = jid
+		raw[wire.FieldErrors] = wire.AppendFailure(wire.ErrorsField(raw), wire.Failure{At: now.UnixMilli(), Attempt: attempts, Error: errString(cause)})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	id, err := r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: j.Val.jid, Failed: true, Minute: rdb.Minute(now)}, wire.DeadLetterArgs(dl, raw, headers))
+	id, err := r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: jid, Failed: true, Minute: rdb.Minute(now)}, wire.DeadLetterArgs(dl, raw, headers))
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot dead-letter job; it stays held and is taken over later", "job_id", d.ID, "reason", reason, "error", err)
@@ -764,13 +769,13 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// stableID returns the stable ID of a delivered job: what the backend says,
-// else the jid field of a retried or requeued copy, else its own ID.
+// stableID returns the stable ID of a delivered job: the jid field of a
+// retried or requeued stream copy, else its own ID (a priority job keeps its
+// ID when it is retried). It only reads d, so the control loop may call it
+// while the job runs: the fields of a stream delivery never change, and
+// those of a packed (priority) one are not looked at.
 func stableID(d *Delivery) string {
-	if d.JobID != "" {
-		return d.JobID
-	}
-	if d.Fields != nil {
+	if d.Packed == "" && d.Fields != nil {
 		if s, ok := wire.Str(d.Fields[wire.FieldJobID]); ok && s != "" {
 			return s
 		}

@@ -192,10 +192,15 @@ type Job struct {
 	// without a verdict: its next attempt counts as one after crashes.
 	Crashed bool
 	// JobID is the jid field: the stable ID of a retried or requeued copy
-	// ("" on a first copy).
+	// ("" on a first copy). The errs field is not decoded (it is only needed
+	// when the job fails: see [ErrorsField]).
 	JobID string
-	// Errors is the errs field as stored (a JSON array, see [Failure]).
-	Errors string
+}
+
+// ErrorsField returns the errs field of an entry ("" when absent).
+func ErrorsField(values map[string]any) string {
+	s, _ := Str(values[FieldErrors])
+	return s
 }
 
 // Args returns the entry as a flat field/value list for XADD. Empty optional
@@ -225,9 +230,6 @@ func (j *Job) Args() []any {
 	}
 	if j.JobID != "" {
 		a = append(a, FieldJobID, j.JobID)
-	}
-	if j.Errors != "" {
-		a = append(a, FieldErrors, j.Errors)
 	}
 	return a
 }
@@ -279,8 +281,6 @@ func DecodeInto(j *Job, values map[string]any) error {
 			j.Crashed = v == "1"
 		case FieldJobID:
 			j.JobID = v
-		case FieldErrors:
-			j.Errors = v
 		}
 	}
 	if !hasVersion {
