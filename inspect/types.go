@@ -1,0 +1,198 @@
+package inspect
+
+import (
+	"fmt"
+	"time"
+)
+
+// Overview is a snapshot of one queue's counts.
+type Overview struct {
+	Name        string
+	Kind        Kind
+	Paused      bool
+	WriteBehind bool
+	// Length is the number of entries in the stream (including
+	// acknowledged history not trimmed yet); for a priority queue the jobs
+	// in its ready, lease and delayed sets.
+	Length int64
+	// Waiting jobs are not yet delivered to a consumer (ready, for a
+	// priority queue); Running ones are delivered and not acknowledged
+	// (leased); Delayed are scheduled for later; Retrying wait for a retry.
+	Waiting, Running, Delayed, Retrying int64
+	// Dead letters, of which Cancelled were cancelled jobs (dl_reason
+	// "cancelled"); Dead counts the others.
+	Dead, Cancelled int64
+	// Consumers of the group (stream queues) or workers seen (priority).
+	Consumers int
+	// OldestWaiting is the age of the oldest waiting job; 0 when nothing
+	// waits.
+	OldestWaiting time.Duration
+	// Estimated is true when Delayed/Retrying or Dead/Cancelled were split
+	// from a sample (the first 1,000 delayed jobs by due time, the newest
+	// 1,000 dead letters) because there are more: the sums are exact, the
+	// split is estimated.
+	Estimated bool
+}
+
+// Point is one minute of throughput.
+type Point struct {
+	At                time.Time // start of the minute
+	Processed, Failed int64
+}
+
+// MaxThroughputMinutes is the most minutes Throughput returns: the counters
+// are kept for two hours.
+const MaxThroughputMinutes = 120
+
+// State is the state of a job.
+type State string
+
+// States of a job.
+const (
+	StateWaiting   State = "waiting"   // in the queue, not yet delivered
+	StateRunning   State = "running"   // delivered to a consumer (leased, for a priority queue)
+	StateDelayed   State = "delayed"   // scheduled for later (ProcessIn, ProcessAt)
+	StateRetrying  State = "retrying"  // failed, waiting for its retry
+	StateDead      State = "dead"      // dead-lettered
+	StateCancelled State = "cancelled" // cancelled while it ran; kept as a dead letter
+	StateDone      State = "done"      // finished with a result stored
+)
+
+var states = []State{StateWaiting, StateRunning, StateDelayed, StateRetrying, StateDead, StateCancelled, StateDone}
+
+// ParseState parses a state name ("waiting", "running", ...).
+func ParseState(s string) (State, error) {
+	for _, st := range states {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("inspect: unknown state %q: use one of waiting, running, delayed, retrying, dead, cancelled, done", s)
+}
+
+// Limits of a listing.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+)
+
+// ListOptions selects the jobs of one listing call.
+type ListOptions struct {
+	// State of the jobs to list. Required.
+	State State
+	// Cursor continues from a previous Page.Cursor; "" starts at the
+	// beginning.
+	Cursor string
+	// Limit is the most jobs returned. Defaults to DefaultListLimit (50);
+	// at most MaxListLimit (1000).
+	Limit int
+	// Header keeps jobs whose headers hold every pair.
+	Header map[string]string
+	// Grep keeps jobs whose payload contains this substring.
+	Grep string
+}
+
+// Page is one page of a listing.
+type Page struct {
+	Jobs []Job
+	// Cursor continues the listing; "" when there are no more entries.
+	// A page may hold fewer than Limit jobs (even none) and a cursor: the
+	// call stopped after examining ScanLimit entries.
+	Cursor string
+	// Scanned is the number of entries the call examined, at most the
+	// inspector's ScanLimit.
+	Scanned int
+}
+
+// Failure is one failed attempt of a job.
+type Failure struct {
+	At      time.Time
+	Attempt int
+	Error   string
+}
+
+// Progress is what a handler last reported with streamq.SetProgress.
+type Progress struct {
+	Percent int
+	Message string
+	At      time.Time
+}
+
+// Job is one job as the inspector sees it.
+type Job struct {
+	// ID is the job's stable ID: the ID of its first copy, kept when it is
+	// retried or requeued (the jid field). Use it with Queue.Job and the
+	// control verbs.
+	ID string
+	// EntryID is the ID of the current copy: stream entry, delayed-set
+	// member, dead-letter entry or priority job.
+	EntryID string
+	Queue   string
+	State   State
+	Payload []byte
+	Headers map[string]string
+	// Attempt is the number of attempts charged so far.
+	Attempt int
+	// Priority of a job of a priority queue.
+	Priority   int64
+	EnqueuedAt time.Time
+	DueAt      time.Time // delayed and retrying: when it runs
+	StartedAt  time.Time // running: when the current run started (approximate: from the entry's idle time)
+	DeadAt     time.Time // dead and cancelled: when it was dead-lettered
+	Owner      string    // running: the consumer or worker
+	// RunTime is how long the current run has been going (running jobs;
+	// for a stream job, the idle time of its pending entry, which the
+	// consumer's keep-alive resets, so it is a lower bound).
+	RunTime   time.Duration
+	LastError string
+	Errors    []Failure // the last failures, oldest first
+	Reason    string    // dead and cancelled: dl_reason
+	Progress  *Progress
+	Result    []byte
+	TraceID   string // from the traceparent header
+	// Key is the job's unique key, if it has one.
+	Key string
+}
+
+// Consumer is one stream consumer or priority worker.
+type Consumer struct {
+	Name     string
+	Kind     string // "consumer" or "worker"
+	Pending  int64  // jobs it holds (pending entries, or leases)
+	Idle     time.Duration
+	LastSeen time.Time
+}
+
+// Schedule is one periodic schedule of a queue.
+type Schedule struct {
+	Name, Queue, Spec  string
+	LastTick, NextTick time.Time // zero when unknown
+}
+
+// Level is one priority of a priority queue's ready set.
+type Level struct {
+	Priority int64
+	Count    int64
+}
+
+// WriteBehindStatus is the state of a queue fed by a writebehind.Writer.
+type WriteBehindStatus struct {
+	// Unpersisted changes: waiting or running in the stream.
+	Unpersisted int64
+	// OldestAge is the age of the oldest unpersisted change.
+	OldestAge time.Duration
+	// Retrying batches (delayed) and Dead changes (dead letters).
+	Retrying, Dead int64
+	// LastError is the error of the newest dead letter or retry.
+	LastError string
+}
+
+// DeadFilter selects dead letters (and cancelled jobs). Every set field must
+// match; the zero filter matches every one.
+type DeadFilter struct {
+	Reason string    // dl_reason, e.g. "max_deliveries", "permanent", "cancelled"
+	Error  string    // substring of the error
+	Since  time.Time // dead-lettered at or after
+	Until  time.Time // dead-lettered before
+	IDs    []string  // only these dead-letter entry IDs (or stable job IDs)
+}
