@@ -27,6 +27,10 @@ const (
 	envGroup    = "STREAMQ_GROUP"
 
 	defaultURL = "redis://127.0.0.1:6379"
+
+	// dialerRetries: a person waits for the answer, so a refused
+	// connection is reported at once, not after go-redis's five dials.
+	dialerRetries = 1
 )
 
 // connFlags are the connection flags, with their environment twins.
@@ -89,8 +93,9 @@ func (c *connFlags) resolve() (source string) {
 	}
 }
 
-// options builds the client options from the resolved flags.
-func (c *connFlags) options() (*redis.UniversalOptions, string, error) {
+// newClient builds the client from the resolved flags (without talking to
+// Redis) and says where it points.
+func (c *connFlags) newClient() (redis.UniversalClient, string, error) {
 	set := 0
 	for _, b := range []bool{len(c.cluster) > 0, c.sentinel != "", c.url != ""} {
 		if b {
@@ -101,43 +106,38 @@ func (c *connFlags) options() (*redis.UniversalOptions, string, error) {
 		return nil, "", usageErr(errors.New("use one of --url, --cluster and --sentinel"))
 	}
 	source := c.resolve()
-	var o redis.UniversalOptions
-	var where string
+	var tlsConf *tls.Config
+	if c.tls {
+		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
 	switch {
 	case len(c.cluster) > 0:
-		o.Addrs = c.cluster
-		o.IsClusterMode = true
-		where = "cluster " + strings.Join(c.cluster, ",")
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.cluster, Username: c.user, Password: c.password, TLSConfig: tlsConf, DialerRetries: dialerRetries}),
+			"cluster " + strings.Join(c.cluster, ",") + " (from " + source + ")", nil
 	case c.sentinel != "":
 		master, addrs, ok := strings.Cut(c.sentinel, "@")
 		if !ok || master == "" || addrs == "" {
 			return nil, "", usageErr(fmt.Errorf("--sentinel %q: use master@host:port,host:port", c.sentinel))
 		}
-		o.MasterName = master
-		o.Addrs = strings.Split(addrs, ",")
-		where = "sentinels " + addrs + " (master " + master + ")"
-	default:
-		u, err := redis.ParseURL(c.url)
-		if err != nil {
-			return nil, "", usageErr(fmt.Errorf("%s %q: %v: use redis://host:port, rediss://host:port or unix:///path/redis.sock", source, c.url, err))
-		}
-		o.Addrs = []string{u.Addr}
-		o.Network = u.Network
-		o.DB = u.DB
-		o.Username, o.Password = u.Username, u.Password
-		o.TLSConfig = u.TLSConfig
-		where = u.Addr
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: master, SentinelAddrs: strings.Split(addrs, ","),
+				Username: c.user, Password: c.password, TLSConfig: tlsConf, DialerRetries: dialerRetries}),
+			"master " + master + " of sentinels " + addrs + " (from " + source + ")", nil
 	}
-	if c.tls && o.TLSConfig == nil {
-		o.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	o, err := redis.ParseURL(c.url)
+	if err != nil {
+		return nil, "", usageErr(fmt.Errorf("%s %q: %v: use redis://host:port, rediss://host:port or unix:///path/redis.sock", source, c.url, err))
 	}
+	if tlsConf != nil && o.TLSConfig == nil {
+		o.TLSConfig = tlsConf
+	}
+	o.DialerRetries = dialerRetries
 	if c.user != "" {
 		o.Username = c.user
 	}
 	if c.password != "" {
 		o.Password = c.password
 	}
-	return &o, where + " (from " + source + ")", nil
+	return redis.NewClient(o), o.Addr + " (from " + source + ")", nil
 }
 
 // connect returns the client, creating it and checking that Redis answers
@@ -146,15 +146,9 @@ func (a *app) connect(ctx context.Context) (redis.UniversalClient, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
-	o, where, err := a.conn.options()
+	c, where, err := a.conn.newClient()
 	if err != nil {
 		return nil, err
-	}
-	var c redis.UniversalClient
-	if o.IsClusterMode {
-		c = redis.NewClusterClient(o.Cluster())
-	} else {
-		c = redis.NewUniversalClient(o)
 	}
 	pctx, cancel := context.WithTimeout(ctx, a.timeout)
 	defer cancel()
@@ -176,6 +170,11 @@ or: docker run -p 6379:6379 redis:7), or point streamq at yours with --url redis
 	}
 	return &exitError{code: exitFailure, err: fmt.Errorf("cannot reach Redis at %s: %v\n%s", where, err, hint)}
 }
+
+// quietLogger drops go-redis's own log lines (connect has the error).
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // isTerminal reports whether f is a terminal.
 func isTerminal(f *os.File) bool {

@@ -216,8 +216,8 @@ on a terminal and needs --yes otherwise.`,
 func newRunNowCmd(a *app) *cobra.Command {
 	return newJobVerbCmd(a, verb{
 		use: "run-now", action: "run-now", past: "due now:",
-		short: "Make delayed or retrying jobs due at once",
-		long:  `Move delayed or retrying jobs to the front of their wait: they run as soon as a consumer is free.`,
+		short:   "Make delayed or retrying jobs due at once",
+		long:    `Move delayed or retrying jobs to the front of their wait: they run as soon as a consumer is free.`,
 		example: `  streamq run-now orders 1732500000000-0`,
 		call:    (*inspect.Queue).RunNow,
 	})

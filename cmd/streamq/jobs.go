@@ -257,7 +257,7 @@ func (a *app) showJob(cmd *cobra.Command, queue, id string) error {
 // jobErr explains a job that is not there.
 func jobErr(queue, id string, err error) error {
 	if errors.Is(err, inspect.ErrJobNotFound) {
-		return &exitError{code: exitNotFound, err: fmt.Errorf("job %s not found in queue %s (gone, or finished and its result expired; 'streamq jobs %s --state <state>' lists jobs): %w", id, queue, queue, err)}
+		return &exitError{code: exitNotFound, err: &wrapped{msg: fmt.Sprintf("job %s not found in queue %s (gone, or finished and its result expired; 'streamq jobs %s --state <state>' lists jobs)", id, queue, queue), err: err}}
 	}
 	return err
 }

@@ -25,7 +25,9 @@ REDIS_ADDR when one is set. Output and -json are as in docs/performance.md.`,
   streamq bench -scenarios e2e -concurrency 64 -json results.json`,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !slices.ContainsFunc(args, func(s string) bool { return s == "-addr" || s == "--addr" || strings.HasPrefix(s, "-addr=") || strings.HasPrefix(s, "--addr=") }) {
+			if !slices.ContainsFunc(args, func(s string) bool {
+				return s == "-addr" || s == "--addr" || strings.HasPrefix(s, "-addr=") || strings.HasPrefix(s, "--addr=")
+			}) {
 				if addr := a.envAddr(); addr != "" {
 					args = append([]string{"-addr", addr}, args...)
 				}

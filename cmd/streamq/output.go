@@ -70,8 +70,17 @@ func describe(err error) error {
 		msg += "; did you mean " + strings.Join(nf.Similar, ", ") + "?"
 	}
 	msg += " ('streamq queues' lists every queue)"
-	return &exitError{code: exitNotFound, err: fmt.Errorf("%s: %w", msg, inspect.ErrQueueNotFound)}
+	return &exitError{code: exitNotFound, err: &wrapped{msg: msg, err: err}}
 }
+
+// wrapped is an error with its own message that unwraps to err.
+type wrapped struct {
+	msg string
+	err error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.err }
 
 // printJSON writes v as one indented JSON document.
 func printJSON(w io.Writer, v any) error {

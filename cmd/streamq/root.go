@@ -148,6 +148,7 @@ func (a *app) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 }
 
 func main() {
+	redis.SetLogger(quietLogger{})
 	ctx, stop := signalContext()
 	a := &app{
 		stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, env: os.Getenv,
