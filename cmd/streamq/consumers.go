@@ -78,8 +78,8 @@ JSON: {"queue","removed":[names]}`,
 		Example: `  streamq consumers prune orders --idle 24h`,
 		Args:    exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if idle < time.Minute {
-				return usagef("--idle %s: use at least 1m, longer than any pause of a live consumer", idle)
+			if idle < time.Second {
+				return usagef("--idle %s: use at least 1s, and longer than any pause of a live consumer", idle)
 			}
 			q, err := a.queue(cmd, args[0])
 			if err != nil {
