@@ -47,7 +47,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 	for _, g := range goldens {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
-			golden(t, g.name, f.ok(g.args...))
+			golden(t, g.name, f.with(t).ok(g.args...))
 		})
 	}
 	t.Run("tables", func(t *testing.T) {
@@ -58,16 +58,16 @@ func TestCLI_ReadOnly(t *testing.T) {
 		}{
 			{[]string{"queues"}, []string{"QUEUE", "orders", "stream", "reports", "priority"}},
 			{[]string{"stats", "orders"}, []string{"Queue:", "orders", "waiting 2", "Throughput per minute"}},
-			{[]string{"jobs", "orders", "--state", "dead"}, []string{f.dead, "no such customer"}},
+			{[]string{"jobs", "orders", "--state", "dead"}, []string{"dead", "no such customer", `{\"order\":2,\"do\":\"die\"}`}},
 			{[]string{"jobs", "orders", "--limit", "1"}, []string{f.waiting[0], "more: streamq jobs orders --state waiting --cursor "}},
 			{[]string{"job", "orders", f.waiting[0]}, []string{"tenant: acme", `"order": 4`}},
-			{[]string{"job", "orders", f.waiting[1]}, []string{`plain text \x00 payload`}},
+			{[]string{"job", "orders", f.waiting[1]}, []string{`plain text \xff payload`}},
 			{[]string{"job", "orders", f.retrying}, []string{"retrying", "card declined"}},
 			{[]string{"consumers", "orders"}, []string{"NAME", "worker-1"}},
 			{[]string{"watch", "orders", "--count", "1"}, []string{"orders running waiting=2"}},
 			{[]string{"version"}, []string{"streamq 0.1.0"}},
 		} {
-			out := f.ok(c.args...)
+			out := f.with(t).ok(c.args...)
 			for _, w := range c.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("streamq %s: output lacks %q:\n%s", strings.Join(c.args, " "), w, out)
@@ -110,7 +110,7 @@ func TestCLI_Delete(t *testing.T) {
 		t.Errorf("deleted job %s is still in the stream", f.waiting[0])
 	}
 	if r := f.run("", "job", "orders", f.waiting[0]); r.code != exitNotFound {
-		t.Errorf("job of a deleted job: exit code %d, want %d; stderr: %s", r.code, exitNotFound, r.stderr)
+		t.Errorf("job of a deleted job: exit code %d, want %d; stdout: %s, stderr: %s", r.code, exitNotFound, r.stdout, r.stderr)
 	}
 
 	r := f.run("", "delete", "orders", f.running, "--json")
@@ -183,16 +183,18 @@ func TestCLI_DeadRequeue(t *testing.T) {
 	if n := f.rdb.XLen(ctx, k.Dead).Val(); n != 0 {
 		t.Errorf("after requeue --all, %d dead letters, want 0", n)
 	}
-	var page struct{ Jobs []struct{ ID string } }
+	var page struct {
+		Jobs []struct{ Payload struct{ Data string } }
+	}
 	if err := json.Unmarshal([]byte(f.ok("jobs", "orders", "--json")), &page); err != nil {
 		t.Fatal(err)
 	}
 	found := false
 	for _, j := range page.Jobs {
-		found = found || j.ID == f.dead
+		found = found || strings.Contains(j.Payload.Data, `"order":2`)
 	}
 	if !found {
-		t.Errorf("the requeued job %s is not waiting: %+v", f.dead, page.Jobs)
+		t.Errorf("the requeued job (order 2) is not waiting: %+v", page.Jobs)
 	}
 }
 
