@@ -58,7 +58,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 		}{
 			{[]string{"queues"}, []string{"QUEUE", "orders", "stream", "reports", "priority"}},
 			{[]string{"stats", "orders"}, []string{"Queue:", "orders", "waiting 2", "Throughput per minute"}},
-			{[]string{"jobs", "orders", "--state", "dead"}, []string{"dead", "no such customer", `{\"order\":2,\"do\":\"die\"}`}},
+			{[]string{"jobs", "orders", "--state", "dead"}, []string{"dead", "no such customer", `{"order":2,"do":"die"}`}},
 			{[]string{"jobs", "orders", "--limit", "1"}, []string{f.waiting[0], "more: streamq jobs orders --state waiting --cursor "}},
 			{[]string{"job", "orders", f.waiting[0]}, []string{"tenant: acme", `"order": 4`}},
 			{[]string{"job", "orders", f.waiting[1]}, []string{`plain text \xff payload`}},

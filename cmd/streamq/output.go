@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/streamq/streamq/inspect"
@@ -165,11 +166,25 @@ func short(b []byte, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// escape shows bytes as text: valid UTF-8 with control characters escaped,
-// anything else Go-quoted.
+// escape shows bytes as one line of text: control characters and bytes
+// that are not UTF-8 are escaped Go-style (\n, \x00, \xff), the rest is
+// shown as it is.
 func escape(b []byte) string {
-	q := strconv.Quote(string(b))
-	return q[1 : len(q)-1]
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&sb, `\x%02x`, b[0])
+		case unicode.IsControl(r):
+			q := strconv.QuoteRune(r)
+			sb.WriteString(q[1 : len(q)-1])
+		default:
+			sb.Write(b[:size])
+		}
+		b = b[size:]
+	}
+	return sb.String()
 }
 
 // jsonTime is a time in JSON: RFC 3339 in UTC with milliseconds, omitted when zero.
