@@ -221,9 +221,9 @@ JSON: {"queue","action":"` + verb + `","matched":<jobs selected>,"done":<jobs ` 
 				}
 			}
 			if n > 1 || len(ids) == 0 {
-				what := fmt.Sprintf("%s %d dead letters of queue %s (%s)", verb, n, args[0], df.String())
+				what := fmt.Sprintf("%s %s of queue %s (%s)", verb, deadLetters(n), args[0], df.String())
 				if len(ids) > 0 {
-					what = fmt.Sprintf("%s %d dead letters of queue %s", verb, n, args[0])
+					what = fmt.Sprintf("%s %s of queue %s", verb, deadLetters(n), args[0])
 				}
 				if n == 0 {
 					return a.bulkDone(bulkJSON{Queue: args[0], Action: verb}, past)
@@ -260,6 +260,14 @@ func (a *app) bulkDone(out bulkJSON, past string) error {
 	if a.json {
 		return printJSON(a.stdout, out)
 	}
-	fmt.Fprintf(a.stdout, "%s %d dead letters of %s\n", past, out.Done, out.Queue)
+	fmt.Fprintf(a.stdout, "%s %s of %s\n", past, deadLetters(out.Done), out.Queue)
 	return nil
+}
+
+// deadLetters is "1 dead letter" or "n dead letters".
+func deadLetters(n int) string {
+	if n == 1 {
+		return "1 dead letter"
+	}
+	return fmt.Sprintf("%d dead letters", n)
 }
