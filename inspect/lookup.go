@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,12 @@ import (
 // dead-letter stream and the priority set. A job that finished and left a
 // result is StateDone. Otherwise it returns a [*NotFoundError] (errors.Is
 // [ErrJobNotFound]).
+//
+// The IDs of different structures can be equal (a dead letter written in
+// the same millisecond as a stream entry): id may name a location
+// explicitly, "x:<dead-letter entry ID>", "s:<stream entry ID>",
+// "d:<delayed-set member>" or "p:<priority job ID>". The control verbs
+// accept the same forms.
 func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 	j, err := q.locate(ctx, id)
 	if err != nil {
@@ -61,6 +68,9 @@ func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 // locate finds job id: where the trail says it is, else under id itself.
 // It returns nil when it is in none of the queue's structures.
 func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
+	if kind, rest, ok := strings.Cut(id, ":"); ok && len(kind) == 1 && strings.Contains("sdxp", kind) {
+		return q.at(ctx, kind+":"+rest) // an explicit location
+	}
 	loc, err := q.rdb().HGet(ctx, q.keys.Part(partTrail), id).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
@@ -179,6 +189,7 @@ func (q *Queue) priorityJob(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	setPriority(&j, m)
 	switch where {
 	case StateWaiting:
 		j.State = StateWaiting
@@ -197,18 +208,39 @@ func (q *Queue) priorityJob(ctx context.Context, id string) (*Job, error) {
 	return &j, nil
 }
 
+// readyScores returns the distinct scores of the ready set, lowest first,
+// at most n of them (one ZRANGE BYSCORE each).
+func (q *Queue) readyScores(ctx context.Context, n int) ([]int64, error) {
+	var out []int64
+	from := "-inf"
+	for range n {
+		zs, err := q.rdb().ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: q.pkeys.Ready, Start: from, Stop: "+inf", ByScore: true, Count: 1}).Result()
+		if err != nil || len(zs) == 0 {
+			return out, err
+		}
+		out = append(out, int64(zs[0].Score))
+		from = "(" + strconv.FormatInt(int64(zs[0].Score), 10)
+	}
+	return out, nil
+}
+
 // findMember finds the member of priority job id (of priority p) in the
 // ready set, the delayed set or the lease set. A pushed job's member is
-// "<seq padded to 20 digits>:<score>:<seq>" with score -p (or p, for a
-// queue that runs lower priorities first), found at once; a forwarded job's
+// "<seq padded to 20 digits>:<score>:<seq>", found at once by trying the
+// scores of the ready set (up to 100 levels) and -p and p; a forwarded job's
 // sequence number differs from its ID, so the sets are scanned, each for at
 // most ScanLimit elements. where is "" when it was not found.
 func (q *Queue) findMember(ctx context.Context, id string, p int64) (member string, where State, err error) {
 	c := q.rdb()
 	if digits(id) && len(id) <= 20 {
+		scores, err := q.readyScores(ctx, 100)
+		if err != nil {
+			return "", "", err
+		}
+		scores = append(scores, -p, p)
 		padded := strings.Repeat("0", 20-len(id)) + id
 		var cands []string
-		for _, s := range []int64{-p, p} {
+		for _, s := range scores {
 			cands = append(cands, fmt.Sprintf("%s:%d:%s", padded, s, id))
 		}
 		pipe := c.Pipeline()
