@@ -35,6 +35,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 		{"jobs_grep", []string{"jobs", "orders", "--grep", "plain", "--json"}},
 		{"job_retrying", []string{"job", "orders", f.retrying, "--json"}},
 		{"job_running", []string{"job", "orders", f.running, "--json"}},
+		{"job_done", []string{"job", "orders", f.done, "--json"}},
 		{"job_waiting_binary", []string{"job", "orders", f.waiting[1], "--json"}},
 		{"dead_ls", []string{"dead", "ls", "orders", "--json"}},
 		{"dead_ls_filtered", []string{"dead", "ls", "orders", "--reason", "no-such-reason", "--json"}},
@@ -63,6 +64,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 			{[]string{"job", "orders", f.waiting[0]}, []string{"tenant: acme", `"order": 4`}},
 			{[]string{"job", "orders", f.waiting[1]}, []string{`plain text \xff payload`}},
 			{[]string{"job", "orders", f.retrying}, []string{"retrying", "card declined"}},
+			{[]string{"job", "orders", f.done}, []string{"done", "Progress:    100% all rows", `"rows": 12`}},
 			{[]string{"consumers", "orders"}, []string{"NAME", "worker-1"}},
 			{[]string{"watch", "orders", "--count", "1"}, []string{"orders running waiting=2"}},
 			{[]string{"version"}, []string{"streamq 0.1.0"}},
@@ -151,18 +153,21 @@ func TestCLI_RunNow(t *testing.T) {
 	}
 }
 
-// TestCLI_Cancel records a cancel request for the running job.
+// TestCLI_Cancel cancels the running job: the consumer cancels its handler
+// and dead-letters it as cancelled.
 func TestCLI_Cancel(t *testing.T) {
 	t.Parallel()
 	f := seed(t)
-	ctx := context.Background()
-	f.ok("cancel", "orders", f.running)
-	cancels := f.keys("orders").Part("cancel")
-	if !f.rdb.HExists(ctx, cancels, f.running).Val() && f.rdb.XLen(ctx, f.keys("orders").Dead).Val() < 2 {
-		t.Errorf("cancel left neither a request in %s nor a cancelled dead letter", cancels)
-	}
-	if r := f.run("", "cancel", "orders", f.waiting[0]); r.code != exitFailure {
-		t.Errorf("cancel of a waiting job: exit code %d, want %d; stderr %s", r.code, exitFailure, r.stderr)
+	golden(t, "cancel", f.ok("cancel", "orders", f.running, "--json"))
+	redistest.WaitFor(t, 10*time.Second, "the cancelled job to be dead-lettered as cancelled", func() bool {
+		var j struct{ State string }
+		r := f.run("", "job", "orders", f.running, "--json")
+		return r.code == 0 && json.Unmarshal([]byte(r.stdout), &j) == nil && j.State == "cancelled"
+	})
+	golden(t, "job_cancelled", f.ok("job", "orders", f.running, "--json"))
+	golden(t, "dead_ls_cancelled", f.ok("dead", "ls", "orders", "--cancelled", "--json"))
+	if r := f.run("", "cancel", "orders", f.waiting[0], "--json"); r.code != exitFailure || !strings.Contains(r.stdout, "wrong_state") {
+		t.Errorf("cancel of a waiting job: exit code %d, stdout %s; want %d, wrong_state", r.code, r.stdout, exitFailure)
 	}
 }
 

@@ -124,13 +124,14 @@ func (e *env) keys(queue string) rdb.Keys { return rdb.NewKeys(e.prefix, queue) 
 type fixture struct {
 	*env
 	running, retrying, dead string
+	done                    string // finished with progress and a result
 	waiting                 []string
 	delayed                 string
 	prio                    []string
 }
 
 // seed fills queue "orders" with jobs in every state a consumer can put them
-// in (running, retrying, dead, waiting, delayed) and priority queue "reports"
+// in (running, retrying, dead, done with a result, waiting, delayed) and priority queue "reports"
 // with three jobs. The consumer "worker-1" (concurrency 1) holds the running
 // job until the test ends.
 func seed(t *testing.T) *fixture {
@@ -158,6 +159,7 @@ func seed(t *testing.T) *fixture {
 	}
 	f.retrying = enq(`{"order":1,"do":"fail"}`)
 	f.dead = enq(`{"order":2,"do":"die"}`)
+	f.done = enq(`{"order":7,"do":"report"}`)
 	f.running = enq(`{"order":3,"do":"block"}`)
 
 	started := make(chan struct{})
@@ -168,11 +170,17 @@ func seed(t *testing.T) *fixture {
 			return streamq.RetryAfter(time.Hour, errors.New("card declined"))
 		case bytes.Contains(m.Payload, []byte("die")):
 			return streamq.Permanent(errors.New("no such customer"))
+		case bytes.Contains(m.Payload, []byte("report")):
+			if err := streamq.SetProgress(ctx, 100, "all rows"); err != nil {
+				return err
+			}
+			return streamq.SetResult(ctx, []byte(`{"rows":12}`))
 		case bytes.Contains(m.Payload, []byte("block")):
 			close(started)
 			select {
 			case <-release:
 			case <-ctx.Done():
+				return context.Cause(ctx) // cancelled: streamq.ErrCancelled
 			}
 		}
 		return nil
@@ -223,14 +231,14 @@ func seed(t *testing.T) *fixture {
 	f.rdb.HSet(ctx, f.prefix+":queues", "orders", "stream", "reports", "priority")
 
 	// The retried and dead-lettered copies have entry IDs of their own;
-	// with the runtime of issue 18 the first copy's ID finds them too,
-	// without it only theirs does: take the entry IDs the inspector lists.
+	// the jobs keep the stable ID of their first copy, which the inspector
+	// lists and finds them by.
 	f.retrying = f.onlyID(inspect.StateRetrying)
 	f.dead = f.onlyID(inspect.StateDead)
 	return f
 }
 
-// onlyID returns the entry ID of the one job of "orders" in state s.
+// onlyID returns the stable ID of the one job of "orders" in state s.
 func (f *fixture) onlyID(s inspect.State) string {
 	f.t.Helper()
 	in, err := inspect.New(f.rdb, &inspect.Options{Prefix: f.prefix})
@@ -249,7 +257,7 @@ func (f *fixture) onlyID(s inspect.State) string {
 	if len(page.Jobs) != 1 {
 		f.t.Fatalf("%d %s jobs in the fixture, want 1", len(page.Jobs), s)
 	}
-	return page.Jobs[0].EntryID
+	return page.Jobs[0].ID
 }
 
 // with returns the fixture for subtest t (whose Fatal ends only t).
