@@ -23,6 +23,7 @@ import (
 	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/periodic"
 	"github.com/streamq/streamq/priority"
 )
 
@@ -131,9 +132,10 @@ type fixture struct {
 }
 
 // seed fills queue "orders" with jobs in every state a consumer can put them
-// in (running, retrying, dead, done with a result, waiting, delayed) and priority queue "reports"
-// with three jobs. The consumer "worker-1" (concurrency 1) holds the running
-// job until the test ends.
+// in (running, retrying, dead, done with a result, waiting, delayed) and a
+// periodic schedule, and priority queue "reports" with three jobs. The
+// consumer "worker-1" (concurrency 1) holds the running job until the test
+// ends.
 func seed(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{env: newEnv(t)}
@@ -213,6 +215,19 @@ func seed(t *testing.T) *fixture {
 		enq("plain text \xff payload", streamq.WithHeader("tenant", "globex")),
 	}
 	f.delayed = enq(`{"order":6}`, streamq.ProcessIn(time.Hour))
+
+	// A periodic schedule that does not fire during a test (03:00 on 1 January).
+	sched, err := periodic.New(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sched.Register("new-year-report", "0 3 1 1 *", []byte(`{"report":"year"}`)); err != nil {
+		t.Fatal(err)
+	}
+	redistest.Background(t, "periodic scheduler", 10*time.Second, sched.Run)
+	redistest.WaitFor(t, 10*time.Second, "the scheduler to record its schedule", func() bool {
+		return f.rdb.HLen(ctx, k.Part(rdb.PartSchedules)).Val() == 1
+	})
 
 	pq, err := priority.NewQueue(mustQueue(t, f.rdb, f.prefix, "reports"), nil)
 	if err != nil {
