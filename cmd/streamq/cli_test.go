@@ -386,3 +386,33 @@ func TestCLI_Bench(t *testing.T) {
 		t.Errorf("bench output:\n%s", out)
 	}
 }
+
+// TestCLI_Topologies enqueues and lists through --cluster and --sentinel.
+func TestCLI_Topologies(t *testing.T) {
+	t.Parallel()
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		c := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 3, Replicas: -1})
+		e := newEnv(t)
+		e.viaTopology(t, "--cluster", strings.Join(c.Addrs(), ","))
+	})
+	t.Run("sentinel", func(t *testing.T) {
+		t.Parallel()
+		s := redistest.StartSentinel(t, redistest.SentinelOptions{Replicas: -1, Sentinels: 1, Quorum: 1})
+		e := newEnv(t)
+		e.viaTopology(t, "--sentinel", s.MasterName()+"@"+strings.Join(s.Addrs(), ","))
+	})
+}
+
+// viaTopology enqueues a job with the connection flags and finds it again.
+func (e *env) viaTopology(t *testing.T, flags ...string) {
+	t.Helper()
+	id := strings.TrimSpace(e.ok(append(flags, "enqueue", "orders", `{"via":"topology"}`)...))
+	var page struct{ Jobs []struct{ ID string } }
+	if err := json.Unmarshal([]byte(e.ok(append(flags, "jobs", "orders", "--json")...)), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Jobs) != 1 || page.Jobs[0].ID != id {
+		t.Errorf("jobs through %s: %+v, want the enqueued job %s", flags[0], page.Jobs, id)
+	}
+}
