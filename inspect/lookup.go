@@ -17,8 +17,8 @@ import (
 // Job returns the job with stable ID (or current entry ID) id, in whichever
 // state it is, with its progress and result when the handler recorded them.
 // It follows the trail of a job that was retried, dead-lettered or
-// requeued, then looks for id in the stream, the delayed set, the
-// dead-letter stream and the priority set. A job that finished and left a
+// requeued, then looks for id in the stream, the delayed set and the
+// priority set. A job that finished and left a
 // result is StateDone. Otherwise it returns a [*NotFoundError] (errors.Is
 // [ErrJobNotFound]).
 //
@@ -37,8 +37,8 @@ func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 		stable = j.ID
 	}
 	pipe := q.rdb().Pipeline()
-	prog := pipe.Get(ctx, q.keys.Part("progress:"+stable))
-	res := pipe.Get(ctx, q.keys.Part("result:"+stable))
+	prog := pipe.Get(ctx, q.keys.Progress(stable))
+	res := pipe.Get(ctx, q.keys.Result(stable))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: job %s of %s: %w", id, q.name, err)
 	}
@@ -71,7 +71,7 @@ func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
 	if kind, rest, ok := strings.Cut(id, ":"); ok && len(kind) == 1 && strings.Contains("sdxp", kind) {
 		return q.at(ctx, kind+":"+rest) // an explicit location
 	}
-	loc, err := q.rdb().HGet(ctx, q.keys.Part(partTrail), id).Result()
+	loc, err := q.rdb().HGet(ctx, q.keys.Trail, id).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
@@ -92,12 +92,14 @@ func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
 }
 
 // places are the location kinds where a job of the queue may be found under
-// its own ID.
+// its own ID. Dead letters are not: their entry IDs may equal stream IDs,
+// and a dead job is found by its stable ID through the trail (or by an
+// explicit "x:<entry ID>").
 func (q *Queue) places() []string {
 	if q.kind == KindPriority {
-		return []string{"p:", "x:"}
+		return []string{"p:"}
 	}
-	return []string{"s:", "d:", "x:"}
+	return []string{"s:", "d:"}
 }
 
 // at reads the job at trail location loc ("s:<entry>", "d:<member>",

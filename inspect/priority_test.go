@@ -37,15 +37,16 @@ func TestQueue_Priority(t *testing.T) {
 		case "block":
 			select {
 			case <-release:
+				return nil
 			case <-ctx.Done():
+				return ctx.Err()
 			}
-			return nil
 		case "retry":
 			return streamq.RetryAfter(time.Hour, errors.New("flaky"))
 		}
 		return nil
 	})
-	w, err := priority.NewWorker(pq, h, &priority.WorkerConfig{Name: "w1", Concurrency: 1, Block: 10 * time.Millisecond})
+	w, err := priority.NewWorker(pq, h, &priority.WorkerConfig{Name: "w1", Concurrency: 1, Block: 10 * time.Millisecond, ControlInterval: control})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +92,6 @@ func TestQueue_Priority(t *testing.T) {
 	if err := iq.Delete(ctx, block); !errors.As(err, &se) || se.State != inspect.StateRunning {
 		t.Errorf("Delete(running) = %v", err)
 	}
-	if err := iq.Cancel(ctx, block); err != nil {
-		t.Error(err)
-	}
 	if err := iq.RunNow(ctx, retry); err != nil {
 		t.Error(err)
 	}
@@ -105,5 +103,14 @@ func TestQueue_Priority(t *testing.T) {
 		t.Errorf("overview %+v, %v", o, err)
 	}
 	cs, err := iq.Consumers(ctx)
-	t.Logf("workers %+v, %v", cs, err)
+	if err != nil || len(cs) != 1 || cs[0].Name != "w1" || cs[0].Kind != "worker" || cs[0].Pending != 1 {
+		t.Errorf("workers %+v, %v", cs, err)
+	}
+	// Last, as the worker then takes the waiting jobs.
+	if err := iq.Cancel(ctx, block); err != nil {
+		t.Fatal(err)
+	}
+	if j := waitState(t, iq, block, inspect.StateCancelled); j.ID != block || string(j.Payload) != "block" {
+		t.Errorf("cancelled job %+v", j)
+	}
 }

@@ -28,13 +28,14 @@ func TestInspector_Schedules(t *testing.T) {
 	var got []inspect.Schedule
 	redistest.WaitFor(t, 10*time.Second, "a tick of beat", func() bool {
 		got, err = e.in.Schedules(ctx, "")
-		return err == nil && len(got) == 2 && !got[0].LastTick.IsZero()
+		// The schedulers record the next tick right after the tick.
+		return err == nil && len(got) == 2 && !got[0].LastTick.IsZero() && got[0].NextTick.After(got[0].LastTick)
 	})
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	beat, nightly := got[0], got[1]
-	if beat.Name != "beat" || beat.Queue != e.name || beat.Spec == "" || !beat.NextTick.After(beat.LastTick) {
+	if beat.Name != "beat" || beat.Queue != e.name || beat.Spec != "every 100ms" {
 		t.Errorf("beat %+v", beat)
 	}
 	if nightly.Name != "nightly" || nightly.Spec != "0 2 * * *" || nightly.NextTick.IsZero() || !nightly.LastTick.IsZero() {
