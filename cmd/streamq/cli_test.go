@@ -25,6 +25,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 		{"queues", []string{"queues", "--json"}},
 		{"stats_orders", []string{"stats", "orders", "--minutes", "2", "--json"}},
 		{"stats_reports", []string{"stats", "reports", "--minutes", "2", "--json"}},
+		{"stats_cache", []string{"stats", "cache", "--minutes", "2", "--json"}},
 		{"jobs_waiting", []string{"jobs", "orders", "--state", "waiting", "--json"}},
 		{"jobs_running", []string{"jobs", "orders", "--state", "running", "--json"}},
 		{"jobs_delayed", []string{"jobs", "orders", "--state", "delayed", "--json"}},
@@ -60,6 +61,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 		}{
 			{[]string{"queues"}, []string{"QUEUE", "orders", "stream", "reports", "priority"}},
 			{[]string{"stats", "orders"}, []string{"Queue:", "orders", "waiting 2", "Throughput per minute"}},
+			{[]string{"stats", "cache"}, []string{"stream+writebehind", "Write-behind:    2 unpersisted"}},
 			{[]string{"jobs", "orders", "--state", "dead"}, []string{"dead", "no such customer", `{"order":2,"do":"die"}`}},
 			{[]string{"jobs", "orders", "--limit", "1"}, []string{f.waiting[0], "more: streamq jobs orders --state waiting --cursor "}},
 			{[]string{"job", "orders", f.waiting[0]}, []string{"tenant: acme", `"order": 4`}},

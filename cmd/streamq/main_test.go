@@ -25,6 +25,7 @@ import (
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/periodic"
 	"github.com/streamq/streamq/priority"
+	"github.com/streamq/streamq/writebehind"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata from this run")
@@ -133,9 +134,9 @@ type fixture struct {
 
 // seed fills queue "orders" with jobs in every state a consumer can put them
 // in (running, retrying, dead, done with a result, waiting, delayed) and a
-// periodic schedule, and priority queue "reports" with three jobs. The
-// consumer "worker-1" (concurrency 1) holds the running job until the test
-// ends.
+// periodic schedule, priority queue "reports" with three jobs, and
+// write-behind queue "cache" with two changes. The consumer "worker-1"
+// (concurrency 1) holds the running job until the test ends.
 func seed(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{env: newEnv(t)}
@@ -240,10 +241,22 @@ func seed(t *testing.T) *fixture {
 		}
 		f.prio = append(f.prio, id)
 	}
-	// The runtime registers queues in P:queues (issue 18); register them
-	// here too, so the fixture does not depend on which part of the
-	// runtime wrote first.
-	f.rdb.HSet(ctx, f.prefix+":queues", "orders", "stream", "reports", "priority")
+	// Write-behind queue "cache" with two changes not yet persisted.
+	w, err := writebehind.NewWriter(mustQueue(t, f.rdb, f.prefix, "cache"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"user:1", "user:2"} {
+		if _, err := w.Set(ctx, key, []byte(`{"name":"Ada"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The runtime registers queues in P:queues and write-behind queues in
+	// P:writebehind (issue 18); register them here too, so the fixture does
+	// not depend on which part of the runtime writes them, or when.
+	f.rdb.HSet(ctx, f.prefix+":queues", "orders", "stream", "reports", "priority", "cache", "stream")
+	f.rdb.HSet(ctx, f.prefix+":writebehind", "cache", "1")
 
 	// The retried and dead-lettered copies have entry IDs of their own;
 	// the jobs keep the stable ID of their first copy, which the inspector
