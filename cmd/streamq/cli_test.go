@@ -69,6 +69,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 			{[]string{"job", "orders", f.retrying}, []string{"retrying", "card declined"}},
 			{[]string{"job", "orders", f.done}, []string{"done", "Progress:    100% all rows", `"rows": 12`}},
 			{[]string{"consumers", "orders"}, []string{"NAME", "worker-1"}},
+			{[]string{"jobs", "reports"}, []string{"PRIORITY", `{"report":1}`}},
 			{[]string{"schedules", "orders"}, []string{"new-year-report", "0 3 1 1 *"}},
 			{[]string{"watch", "orders", "--count", "1"}, []string{"orders running waiting=2"}},
 			{[]string{"version"}, []string{"streamq 0.1.0"}},

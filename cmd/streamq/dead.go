@@ -187,9 +187,11 @@ func newDeadBulkCmd(a *app, requeue bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use + " <queue> [id...]",
 		Short: short,
-		Long: short + `. Name the jobs by ID, or select them with filters, or
-take every one with --all. Acting on more than one job asks for confirmation on
-a terminal and needs --yes otherwise; a progress bar shows on a terminal.
+		Long: short + `.
+
+Name the jobs by ID, select them with filters, or take every one with --all.
+Acting on more than one job asks for confirmation on a terminal and needs --yes
+otherwise; a progress bar shows on a terminal.
 
 JSON: {"queue","action":"` + verb + `","matched":<jobs selected>,"done":<jobs ` + past + `>}`,
 		Example: example,

@@ -174,10 +174,19 @@ func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, 
 		return printJSON(a.stdout, out)
 	}
 	now := time.Now()
-	t := newTable(a.stdout, "ID", "STATE", "ATTEMPT", "ENQUEUED", "WHEN", "OWNER", "ERROR", "PAYLOAD")
+	prio := q.Kind() == inspect.KindPriority
+	head := []string{"ID", "STATE", "ATTEMPT", "ENQUEUED", "WHEN", "OWNER", "ERROR", "PAYLOAD"}
+	if prio {
+		head = slices.Insert(head, 2, "PRIORITY")
+	}
+	t := newTable(a.stdout, head...)
 	for i := range jobs {
 		j := &jobs[i]
-		t.row(j.ID, j.State, j.Attempt, since(j.EnqueuedAt, now), when(j, now), dash(j.Owner), dash(shortText(j.LastError, 40)), short(j.Payload, 40))
+		cells := []any{j.ID, j.State, j.Attempt, since(j.EnqueuedAt, now), when(j, now), dash(j.Owner), dash(shortText(j.LastError, 40)), short(j.Payload, 40)}
+		if prio {
+			cells = slices.Insert(cells, 2, any(j.Priority))
+		}
+		t.row(cells...)
 	}
 	if err := t.flush(); err != nil {
 		return err
