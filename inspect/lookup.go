@@ -211,17 +211,30 @@ func (q *Queue) priorityJob(ctx context.Context, id string) (*Job, error) {
 }
 
 // readyScores returns the distinct scores of the ready set, lowest first,
-// at most n of them (one ZRANGE BYSCORE each).
+// at most n of them.
 func (q *Queue) readyScores(ctx context.Context, n int) ([]int64, error) {
-	var out []int64
+	heads, err := q.levelHeads(ctx, n)
+	out := make([]int64, len(heads))
+	for i, z := range heads {
+		out[i] = int64(z.Score)
+	}
+	return out, err
+}
+
+// levelHeads returns the first member of each distinct score of the ready
+// set (the next job to run at that priority, and the oldest: members of
+// equal score sort by their zero-padded sequence number), lowest score
+// first, at most n of them: one ZRANGE BYSCORE each, O(log n).
+func (q *Queue) levelHeads(ctx context.Context, n int) ([]redis.Z, error) {
+	var out []redis.Z
 	from := "-inf"
 	for range n {
 		zs, err := q.rdb().ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: q.pkeys.Ready, Start: from, Stop: "+inf", ByScore: true, Count: 1}).Result()
 		if err != nil || len(zs) == 0 {
 			return out, err
 		}
-		out = append(out, int64(zs[0].Score))
-		from = "(" + strconv.FormatInt(int64(zs[0].Score), 10)
+		out = append(out, zs[0])
+		from = "(" + strconv.FormatFloat(zs[0].Score, 'f', -1, 64)
 	}
 	return out, nil
 }
