@@ -390,8 +390,8 @@ func scrub(key string, v any) any {
 		}
 		return streamIDRe.ReplaceAllString(x, "<id>")
 	case json.Number:
-		if strings.HasSuffix(key, "_ms") && x.String() != "0" {
-			return "<ms>"
+		if strings.HasSuffix(key, "_ms") {
+			return "<ms>" // 0 or not depends on the millisecond the test ran in
 		}
 		if counters[key] {
 			return "<n>" // per-minute counters: flushed in batches, split at minute boundaries
