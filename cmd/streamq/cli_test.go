@@ -302,6 +302,7 @@ func TestCLI_ExitCodes(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"bogus"}, exitUsage, "unknown command"},
+		{[]string{"dead", "lsx", "orders"}, exitUsage, "use ls, show, requeue or purge"},
 		{[]string{"queues", "--bogus"}, exitUsage, "unknown flag"},
 		{[]string{"queues", "extra"}, exitUsage, "takes none"},
 		{[]string{"jobs"}, exitUsage, "<queue>"},

@@ -22,7 +22,13 @@ meaning that long ago: 2h), or job IDs.`,
   streamq dead show orders 1732500000000-0
   streamq dead requeue orders --error "connection refused" --yes
   streamq dead purge orders --until 168h --yes`,
-		Args: noArgs,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown subcommand %q of dead: use ls, show, requeue or purge", args[0])
+			}
+			return cmd.Help()
+		},
 	}
 	cmd.AddCommand(newDeadLsCmd(a), newDeadShowCmd(a), newDeadBulkCmd(a, true), newDeadBulkCmd(a, false))
 	return cmd
