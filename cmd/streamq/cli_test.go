@@ -163,6 +163,11 @@ func TestCLI_RunNow(t *testing.T) {
 func TestCLI_Cancel(t *testing.T) {
 	t.Parallel()
 	f := seed(t)
+	// Before the cancel: once the running job ends, the consumer runs the
+	// waiting ones.
+	if r := f.run("", "cancel", "orders", f.waiting[0], "--json"); r.code != exitFailure || !strings.Contains(r.stdout, "wrong_state") {
+		t.Errorf("cancel of a waiting job: exit code %d, stdout %s; want %d, wrong_state", r.code, r.stdout, exitFailure)
+	}
 	golden(t, "cancel", f.ok("cancel", "orders", f.running, "--json"))
 	redistest.WaitFor(t, 10*time.Second, "the cancelled job to be dead-lettered as cancelled", func() bool {
 		var j struct{ State string }
@@ -171,9 +176,6 @@ func TestCLI_Cancel(t *testing.T) {
 	})
 	golden(t, "job_cancelled", f.ok("job", "orders", f.running, "--json"))
 	golden(t, "dead_ls_cancelled", f.ok("dead", "ls", "orders", "--cancelled", "--json"))
-	if r := f.run("", "cancel", "orders", f.waiting[0], "--json"); r.code != exitFailure || !strings.Contains(r.stdout, "wrong_state") {
-		t.Errorf("cancel of a waiting job: exit code %d, stdout %s; want %d, wrong_state", r.code, r.stdout, exitFailure)
-	}
 }
 
 // TestCLI_DeadRequeue refuses a bulk requeue without --yes, then requeues.
