@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -224,17 +224,15 @@ func (q *Queue) readyScores(ctx context.Context, n int) ([]int64, error) {
 // levelHeads returns the first member of each distinct score of the ready
 // set (the next job to run at that priority, and the oldest: members of
 // equal score sort by their zero-padded sequence number), lowest score
-// first, at most n of them: one ZRANGE BYSCORE each, O(log n).
+// first, at most n of them, in one bounded script call.
 func (q *Queue) levelHeads(ctx context.Context, n int) ([]redis.Z, error) {
-	var out []redis.Z
-	from := "-inf"
-	for range n {
-		zs, err := q.rdb().ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: q.pkeys.Ready, Start: from, Stop: "+inf", ByScore: true, Count: 1}).Result()
-		if err != nil || len(zs) == 0 {
-			return out, err
-		}
-		out = append(out, zs[0])
-		from = "(" + strconv.FormatFloat(zs[0].Score, 'f', -1, 64)
+	members, scores, err := rdb.LevelHeads(ctx, q.rdb(), q.pkeys.Ready, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]redis.Z, len(members))
+	for i, m := range members {
+		out[i] = redis.Z{Member: m, Score: scores[i]}
 	}
 	return out, nil
 }

@@ -266,9 +266,9 @@ func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]strin
 const maxLevels = 1000
 
 // Levels returns the priorities of a priority queue's ready jobs and how
-// many wait at each, first to run first: one ZRANGE BYSCORE per level and
-// a pipeline of ZCOUNT (O(log n) each), at most 1000 levels. A stream queue
-// has none.
+// many wait at each, first to run first: one script that finds the head of
+// each level (a ZRANGE BYSCORE each, O(log n)) and a pipeline of ZCOUNT, at
+// most 1000 levels. A stream queue has none.
 func (q *Queue) Levels(ctx context.Context) ([]Level, error) {
 	if q.kind != KindPriority {
 		return []Level{}, nil
