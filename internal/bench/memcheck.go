@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -85,8 +85,9 @@ func (b *bench) memcheck(ctx context.Context) error {
 		return err
 	}
 	left := time.Until(deadline(ctx))
-	cmd := exec.CommandContext(ctx, exe, "-memcheck-consumer", "-addr", b.o.addr, "-queue", name,
+	args := append(append([]string(nil), b.o.self...), "-memcheck-consumer", "-addr", b.o.addr, "-queue", name,
 		"-memcheck-concurrency", strconv.Itoa(b.o.memcheckConc), "-max-time", left.String())
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = os.Stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second

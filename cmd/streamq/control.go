@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/streamq/streamq/inspect"
+)
+
+// pausedJSON is the JSON shape of pause and resume.
+type pausedJSON struct {
+	Queue  string `json:"queue"`
+	Paused bool   `json:"paused"`
+}
+
+func newPauseCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause <queue>",
+		Short: "Pause a queue: consumers finish running jobs and take no new ones",
+		Long: `Pause a queue. Its consumers and workers see it within their control interval
+(1 s by default), finish the jobs they run and take no new ones until resume.
+Producers go on enqueueing.
+
+JSON: {"queue","paused":true}`,
+		Example: `  streamq pause orders`,
+		Args:    exactArgs(1, "<queue>"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.setPaused(cmd, args[0], true)
+		},
+	}
+}
+
+func newResumeCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume <queue>",
+		Short: "Resume a paused queue",
+		Long: `Resume a paused queue: its consumers take jobs again within their control interval.
+
+JSON: {"queue","paused":false}`,
+		Example: `  streamq resume orders`,
+		Args:    exactArgs(1, "<queue>"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.setPaused(cmd, args[0], false)
+		},
+	}
+}
+
+func (a *app) setPaused(cmd *cobra.Command, name string, paused bool) error {
+	q, err := a.queue(cmd, name)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx(cmd)
+	defer cancel()
+	verb := "resumed"
+	if paused {
+		verb = "paused"
+		err = q.Pause(ctx)
+	} else {
+		err = q.Resume(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return printJSON(a.stdout, pausedJSON{Queue: name, Paused: paused})
+	}
+	fmt.Fprintf(a.stdout, "%s %s\n", verb, name)
+	return nil
+}
+
+// actionJSON is the JSON shape of cancel, delete and run-now.
+type actionJSON struct {
+	Queue  string       `json:"queue"`
+	Action string       `json:"action"`
+	Done   []string     `json:"done"`
+	Failed []failedJSON `json:"failed"`
+}
+
+type failedJSON struct {
+	ID    string `json:"id"`
+	Code  string `json:"code"` // "not_found", "wrong_state" or "error"
+	Error string `json:"error"`
+}
+
+// verb is one of the per-job control actions.
+type verb struct {
+	use, action, past string
+	short, long       string
+	example           string
+	call              func(*inspect.Queue, context.Context, string) error
+	confirmMany       bool
+}
+
+func newJobVerbCmd(a *app, v verb) *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   v.use + " <queue> <id>...",
+		Short: v.short,
+		Long: v.long + `
+
+JSON: {"queue","action":"` + v.action + `","done":[ids],"failed":[{"id","code":"not_found|wrong_state|error","error"}]}
+Exit code 3 when every failed job was not found, 1 for other failures.`,
+		Example: v.example,
+		Args:    rangeArgs(2, -1, "<queue> <id>..."),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			q, err := a.queue(cmd, args[0])
+			if err != nil {
+				return err
+			}
+			ids := args[1:]
+			if v.confirmMany && len(ids) > 1 {
+				if err := a.confirm(fmt.Sprintf("%s %d jobs of queue %s", v.action, len(ids), args[0]), yes); err != nil {
+					return err
+				}
+			}
+			out := actionJSON{Queue: args[0], Action: v.action, Done: []string{}, Failed: []failedJSON{}}
+			bar := a.progress(v.action, len(ids))
+			code := exitOK
+			for i, id := range ids {
+				ctx, cancel := a.ctx(cmd)
+				err := v.call(q, ctx, id)
+				cancel()
+				bar.done(i + 1)
+				if err == nil {
+					out.Done = append(out.Done, id)
+					continue
+				}
+				f := failedJSON{ID: id, Code: "error", Error: err.Error()}
+				var se *inspect.StateError
+				switch {
+				case errors.Is(err, inspect.ErrJobNotFound):
+					f.Code = "not_found"
+					if code == exitOK {
+						code = exitNotFound
+					}
+				case errors.As(err, &se):
+					f.Code = "wrong_state"
+					code = exitFailure
+				default:
+					code = exitFailure
+				}
+				out.Failed = append(out.Failed, f)
+				if ctx := cmd.Context(); ctx.Err() != nil {
+					break
+				}
+			}
+			bar.end()
+			if a.json {
+				if err := printJSON(a.stdout, out); err != nil {
+					return err
+				}
+			} else {
+				for _, id := range out.Done {
+					fmt.Fprintf(a.stdout, "%s %s\n", v.past, id)
+				}
+			}
+			if code != exitOK {
+				var msgs []string
+				for _, f := range out.Failed {
+					msgs = append(msgs, f.Error)
+				}
+				return &exitError{code: code, err: fmt.Errorf("%d of %d not %s: %s", len(out.Failed), len(ids), v.past, joinLines(msgs))}
+			}
+			return nil
+		},
+	}
+	if v.confirmMany {
+		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (needed when stdin is not a terminal)")
+	}
+	return cmd
+}
+
+func joinLines(s []string) string {
+	if len(s) == 1 {
+		return s[0]
+	}
+	out := ""
+	for _, m := range s {
+		out += "\n  " + m
+	}
+	return out
+}
+
+func newCancelCmd(a *app) *cobra.Command {
+	return newJobVerbCmd(a, verb{
+		use: "cancel", action: "cancel", past: "cancel requested for",
+		short: "Cancel running jobs: their handler's context is cancelled, the job is dead-lettered as cancelled",
+		long: `Ask the consumer that runs each job to cancel it: within its control interval the
+handler's context is cancelled with cause streamq.ErrCancelled and the job is
+dead-lettered with reason "cancelled" (not retried). Only running jobs can be
+cancelled; delete a waiting or delayed job instead.`,
+		example: `  streamq cancel orders 1732500000000-0
+  streamq cancel orders 1732500000000-0 1732500000001-0 --json`,
+		call: (*inspect.Queue).Cancel,
+	})
+}
+
+func newDeleteCmd(a *app) *cobra.Command {
+	return newJobVerbCmd(a, verb{
+		use: "delete", action: "delete", past: "deleted",
+		short: "Delete waiting, delayed, retrying, dead or cancelled jobs",
+		long: `Delete jobs that are waiting, delayed, retrying, dead or cancelled. A running job
+cannot be deleted: cancel it. Deleting more than one job asks for confirmation
+on a terminal and needs --yes otherwise.`,
+		example: `  streamq delete orders 1732500000000-0
+  streamq delete orders 1732500000000-0 1732500000001-0 --yes`,
+		call:        (*inspect.Queue).Delete,
+		confirmMany: true,
+	})
+}
+
+func newRunNowCmd(a *app) *cobra.Command {
+	return newJobVerbCmd(a, verb{
+		use: "run-now", action: "run-now", past: "due now:",
+		short:   "Make delayed or retrying jobs due at once",
+		long:    `Move delayed or retrying jobs to the front of their wait: they run as soon as a consumer is free.`,
+		example: `  streamq run-now orders 1732500000000-0`,
+		call:    (*inspect.Queue).RunNow,
+	})
+}

@@ -1,0 +1,41 @@
+// Command streamq operates the job queues of github.com/streamq/streamq on
+// Redis from a terminal: it lists queues and jobs in every state, pauses and
+// resumes queues, cancels, deletes and runs jobs, requeues and purges dead
+// letters, lists consumers and schedules, enqueues jobs and runs the
+// benchmark.
+//
+// Install it with
+//
+//	go install github.com/streamq/streamq/cmd/streamq@latest
+//
+// Subcommands (each has -h with examples):
+//
+//	queues                           every queue: kind, jobs by state, oldest waiting, paused
+//	stats <queue>                    one queue: counters, throughput per minute, priority levels, write-behind
+//	watch [queue]                    refreshing view of depth and rates (plain or JSON lines off a terminal)
+//	jobs <queue> --state S           jobs in one state, a page at a time (--limit --cursor --header --grep)
+//	job <queue> <id>                 one job wherever it is: payload, headers, attempts, errors, progress, result
+//	pause|resume <queue>             stop and restart taking jobs
+//	cancel|delete|run-now <queue> <id>...
+//	dead ls|show|requeue|purge       dead letters, with the filters --reason --error --since --until
+//	consumers <queue>                consumers/workers; consumers prune <queue> --idle D
+//	schedules [queue]                periodic schedules with their last and next tick
+//	enqueue <queue> [payload|-]      one job (--header --in --at --unique --ttl --priority)
+//	bench                            the benchmark of docs/performance.md (also cmd/streamq-bench)
+//	version                          the streamq version
+//
+// Connection: --url or REDIS_URL (redis://, rediss:// with TLS, unix://),
+// --cluster host:port,..., --sentinel master@host:port,..., --user and
+// --password (or STREAMQ_REDIS_USER and STREAMQ_REDIS_PASSWORD), --prefix
+// (STREAMQ_PREFIX) and --group (STREAMQ_GROUP). REDIS_ADDR (host:port) is
+// read when REDIS_URL is not set; the default is redis://127.0.0.1:6379.
+//
+// Output is an aligned table, or with --json one JSON document whose shape
+// each subcommand's -h documents (watch prints JSON lines). Times are RFC
+// 3339 in UTC, durations whole milliseconds in fields ending in _ms.
+//
+// Exit codes: 0 ok; 1 failure (Redis unreachable, a job in the wrong state,
+// an action not confirmed); 2 usage (bad flag, argument or filter, or a
+// destructive action without --yes when stdin is not a terminal); 3 queue or
+// job not found.
+package main

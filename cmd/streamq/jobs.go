@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/streamq/streamq/inspect"
+)
+
+// jobJSON is the JSON shape of a job (jobs, job, dead ls, dead show).
+// Empty fields are omitted, except id, entry_id, queue, state, attempt,
+// headers and errors.
+type jobJSON struct {
+	ID         string            `json:"id"`
+	EntryID    string            `json:"entry_id"`
+	Queue      string            `json:"queue"`
+	State      string            `json:"state"`
+	Payload    *blob             `json:"payload,omitempty"`
+	Headers    map[string]string `json:"headers"`
+	Attempt    int               `json:"attempt"`
+	Priority   int64             `json:"priority,omitempty"`
+	EnqueuedAt *time.Time        `json:"enqueued_at,omitempty"`
+	DueAt      *time.Time        `json:"due_at,omitempty"`
+	StartedAt  *time.Time        `json:"started_at,omitempty"`
+	DeadAt     *time.Time        `json:"dead_at,omitempty"`
+	Owner      string            `json:"owner,omitempty"`
+	RunTimeMS  int64             `json:"run_time_ms,omitempty"`
+	LastError  string            `json:"last_error,omitempty"`
+	Errors     []failureJSON     `json:"errors"`
+	Reason     string            `json:"reason,omitempty"`
+	Progress   *progressJSON     `json:"progress,omitempty"`
+	Result     *blob             `json:"result,omitempty"`
+	TraceID    string            `json:"trace_id,omitempty"`
+}
+
+type failureJSON struct {
+	At      *time.Time `json:"at,omitempty"`
+	Attempt int        `json:"attempt"`
+	Error   string     `json:"error"`
+}
+
+type progressJSON struct {
+	Percent int        `json:"percent"`
+	Message string     `json:"message,omitempty"`
+	At      *time.Time `json:"at,omitempty"`
+}
+
+func newJobJSON(j *inspect.Job) jobJSON {
+	out := jobJSON{
+		ID: j.ID, EntryID: j.EntryID, Queue: j.Queue, State: string(j.State),
+		Payload: newBlob(j.Payload), Headers: j.Headers, Attempt: j.Attempt, Priority: j.Priority,
+		EnqueuedAt: jsonTime(j.EnqueuedAt), DueAt: jsonTime(j.DueAt), StartedAt: jsonTime(j.StartedAt), DeadAt: jsonTime(j.DeadAt),
+		Owner: j.Owner, RunTimeMS: ms(j.RunTime), LastError: j.LastError, Errors: []failureJSON{},
+		Reason: j.Reason, Result: newBlob(j.Result), TraceID: j.TraceID,
+	}
+	if out.Headers == nil {
+		out.Headers = map[string]string{}
+	}
+	for _, f := range j.Errors {
+		out.Errors = append(out.Errors, failureJSON{At: jsonTime(f.At), Attempt: f.Attempt, Error: f.Error})
+	}
+	if p := j.Progress; p != nil {
+		out.Progress = &progressJSON{Percent: p.Percent, Message: p.Message, At: jsonTime(p.At)}
+	}
+	return out
+}
+
+// pageJSON is the JSON shape of a listing (jobs, dead ls).
+type pageJSON struct {
+	Jobs    []jobJSON `json:"jobs"`
+	Cursor  string    `json:"cursor"`
+	Scanned int       `json:"scanned"`
+}
+
+// listFlags are the flags of a job listing.
+type listFlags struct {
+	state   string
+	limit   int
+	cursor  string
+	headers []string
+	grep    string
+}
+
+func (f *listFlags) register(cmd *cobra.Command, withState bool) {
+	fs := cmd.Flags()
+	if withState {
+		fs.StringVar(&f.state, "state", "waiting", "waiting, running, delayed, retrying, dead or cancelled")
+	}
+	fs.IntVar(&f.limit, "limit", 50, "most jobs to list (1..1000)")
+	fs.StringVar(&f.cursor, "cursor", "", "where to go on: the cursor printed by the previous page")
+	fs.StringArrayVar(&f.headers, "header", nil, "only jobs with header key=value (repeatable; all must match)")
+	fs.StringVar(&f.grep, "grep", "", "only jobs whose payload contains this text")
+}
+
+func (f *listFlags) options() (inspect.ListOptions, error) {
+	var o inspect.ListOptions
+	if f.state != "" {
+		s, err := inspect.ParseState(f.state)
+		if err != nil {
+			return o, usagef("--state %q: use waiting, running, delayed, retrying, dead or cancelled", f.state)
+		}
+		o.State = s
+	}
+	if f.limit < 1 || f.limit > 1000 {
+		return o, usagef("--limit %d: use 1..1000", f.limit)
+	}
+	h, err := keyValues("header", f.headers)
+	if err != nil {
+		return o, err
+	}
+	o.Limit, o.Cursor, o.Header, o.Grep = f.limit, f.cursor, h, f.grep
+	return o, nil
+}
+
+func newJobsCmd(a *app) *cobra.Command {
+	var f listFlags
+	cmd := &cobra.Command{
+		Use:   "jobs <queue>",
+		Short: "List a queue's jobs in one state, a page at a time",
+		Long: `List the jobs of a queue in one state, oldest first, a page of --limit at a time;
+the command to get the next page is printed after the table. --header and --grep
+filter; a filtered page examines a bounded number of entries, so it may be short
+while more follow.
+
+JSON: {"jobs":[job...],"cursor":"<next page, empty at the end>","scanned":<entries examined>},
+each job as 'streamq job --json' prints it.`,
+		Example: `  streamq jobs orders
+  streamq jobs orders --state retrying --limit 20
+  streamq jobs orders --state dead --header tenant=acme --grep "timeout"
+  streamq jobs orders --state waiting --cursor 1732500000000-0 --json`,
+		Args: exactArgs(1, "<queue>"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := f.options()
+			if err != nil {
+				return err
+			}
+			return a.listJobs(cmd, args[0], o, "jobs "+args[0]+" --state "+string(o.State), nil)
+		},
+	}
+	f.register(cmd, true)
+	return cmd
+}
+
+// listJobs prints one page; keep, when set, drops jobs of the page.
+func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, again string, keep func(*inspect.Job) bool) error {
+	q, err := a.queue(cmd, queue)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx(cmd)
+	defer cancel()
+	page, err := q.Jobs(ctx, o)
+	if err != nil {
+		return err
+	}
+	jobs := page.Jobs
+	if keep != nil {
+		jobs = slices.DeleteFunc(slices.Clone(jobs), func(j inspect.Job) bool { return !keep(&j) })
+	}
+	if a.json {
+		out := pageJSON{Jobs: []jobJSON{}, Cursor: page.Cursor, Scanned: page.Scanned}
+		for i := range jobs {
+			out.Jobs = append(out.Jobs, newJobJSON(&jobs[i]))
+		}
+		return printJSON(a.stdout, out)
+	}
+	now := time.Now()
+	prio := q.Kind() == inspect.KindPriority
+	head := []string{"ID", "STATE", "ATTEMPT", "ENQUEUED", "WHEN", "OWNER", "ERROR", "PAYLOAD"}
+	if prio {
+		head = slices.Insert(head, 2, "PRIORITY")
+	}
+	t := newTable(a.stdout, head...)
+	for i := range jobs {
+		j := &jobs[i]
+		cells := []any{j.ID, j.State, j.Attempt, since(j.EnqueuedAt, now), when(j, now), dash(j.Owner), dash(shortText(j.LastError, 40)), short(j.Payload, 40)}
+		if prio {
+			cells = slices.Insert(cells, 2, any(j.Priority))
+		}
+		t.row(cells...)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(jobs) == 0 {
+		fmt.Fprintf(a.stdout, "(no %s jobs on this page; %d entries examined)\n", o.State, page.Scanned)
+	}
+	if page.Cursor != "" {
+		fmt.Fprintf(a.stdout, "more: streamq %s --cursor %s\n", again, page.Cursor)
+	}
+	return nil
+}
+
+// when is the time that matters for a job in its state.
+func when(j *inspect.Job, now time.Time) string {
+	switch j.State {
+	case inspect.StateDelayed, inspect.StateRetrying:
+		return "due " + since(j.DueAt, now)
+	case inspect.StateRunning:
+		return "running " + age(j.RunTime)
+	case inspect.StateDead, inspect.StateCancelled:
+		return "dead " + since(j.DeadAt, now)
+	}
+	return "-"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func shortText(s string, n int) string { return short([]byte(s), n) }
+
+func newJobCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "job <queue> <id>",
+		Short: "Show one job in whichever state it is: payload, headers, attempts, errors, progress, result",
+		Long: `Show one job by its ID, wherever it is now (waiting, running, delayed, retrying,
+dead, cancelled, or done with a result). A JSON payload is pretty-printed, any
+other is shown escaped.
+
+JSON: {"id","entry_id","queue","state","payload":{"data","encoding":"text|base64"},
+"headers":{},"attempt","priority","enqueued_at","due_at","started_at","dead_at",
+"owner","run_time_ms","last_error","errors":[{"at","attempt","error"}],"reason",
+"progress":{"percent","message","at"},"result":{"data","encoding"},"trace_id"}
+(times RFC 3339 UTC; empty fields omitted except id, entry_id, queue, state,
+attempt, headers and errors).`,
+		Example: `  streamq job orders 1732500000000-0
+  streamq job orders 1732500000000-0 --json | jq -r .payload.data`,
+		Args: exactArgs(2, "<queue> <id>"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.showJob(cmd, args[0], args[1])
+		},
+	}
+}
+
+func (a *app) showJob(cmd *cobra.Command, queue, id string) error {
+	q, err := a.queue(cmd, queue)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx(cmd)
+	defer cancel()
+	j, err := q.Job(ctx, id)
+	if err != nil {
+		return jobErr(queue, id, err)
+	}
+	if a.json {
+		return printJSON(a.stdout, newJobJSON(j))
+	}
+	writeJob(a.stdout, j, time.Now())
+	return nil
+}
+
+// jobErr explains a job that is not there.
+func jobErr(queue, id string, err error) error {
+	if errors.Is(err, inspect.ErrJobNotFound) {
+		return &exitError{code: exitNotFound, err: &wrapped{msg: fmt.Sprintf("job %s not found in queue %s (gone, or finished and its result expired; 'streamq jobs %s --state <state>' lists jobs)", id, queue, queue), err: err}}
+	}
+	return err
+}
+
+func writeJob(w io.Writer, j *inspect.Job, now time.Time) {
+	line := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k+":", v) }
+	line("ID", j.ID)
+	if j.EntryID != "" && j.EntryID != j.ID {
+		line("Entry", j.EntryID)
+	}
+	line("Queue", j.Queue)
+	line("State", string(j.State))
+	if j.Reason != "" {
+		line("Reason", j.Reason)
+	}
+	line("Attempts", fmt.Sprint(j.Attempt))
+	if j.Priority != 0 {
+		line("Priority", fmt.Sprint(j.Priority))
+	}
+	for _, t := range []struct {
+		k string
+		v time.Time
+	}{{"Enqueued", j.EnqueuedAt}, {"Due", j.DueAt}, {"Started", j.StartedAt}, {"Dead", j.DeadAt}} {
+		if !t.v.IsZero() {
+			line(t.k, clock(t.v)+" ("+since(t.v, now)+")")
+		}
+	}
+	if j.Owner != "" {
+		line("Owner", j.Owner)
+	}
+	if j.RunTime > 0 {
+		line("Running for", age(j.RunTime))
+	}
+	if j.TraceID != "" {
+		line("Trace", j.TraceID)
+	}
+	if p := j.Progress; p != nil {
+		line("Progress", fmt.Sprintf("%d%% %s (%s)", p.Percent, p.Message, since(p.At, now)))
+	}
+	if len(j.Headers) > 0 {
+		fmt.Fprintln(w, "Headers:")
+		for _, k := range slices.Sorted(maps.Keys(j.Headers)) {
+			fmt.Fprintf(w, "  %s: %s\n", escape([]byte(k)), escape([]byte(j.Headers[k])))
+		}
+	}
+	fmt.Fprintf(w, "Payload (%d bytes):\n%s\n", len(j.Payload), indent(pretty(j.Payload)))
+	if j.Result != nil {
+		fmt.Fprintf(w, "Result (%d bytes):\n%s\n", len(j.Result), indent(pretty(j.Result)))
+	}
+	if len(j.Errors) > 0 {
+		fmt.Fprintln(w, "Errors (oldest first):")
+		for _, f := range j.Errors {
+			fmt.Fprintf(w, "  attempt %d, %s: %s\n", f.Attempt, clock(f.At), escape([]byte(f.Error)))
+		}
+	} else if j.LastError != "" {
+		line("Last error", escape([]byte(j.LastError)))
+	}
+}
+
+// pretty indents JSON, and escapes anything else.
+func pretty(b []byte) string {
+	if json.Valid(b) {
+		var buf bytes.Buffer
+		if json.Indent(&buf, b, "", "  ") == nil {
+			return buf.String()
+		}
+	}
+	return escape(b)
+}
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
