@@ -179,12 +179,12 @@ type queueData struct {
 	Page     *inspect.Page
 	Rows     []jobRow
 	// the search
-	ID, Header, Grep string
-	Limit            int
-	Cursor           string
+	ID, Header, Grep  string
+	Limit             int
+	Cursor            string
 	NextURL, FirstURL string
-	Message          string
-	Similar          []string
+	Message           string
+	Similar           []string
 }
 
 // stateTab is one state link with its count.
@@ -378,14 +378,14 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 
 // deadData is the dead-letter page of a queue.
 type deadData struct {
-	State                      inspect.State
+	State                       inspect.State
 	Reason, Error, Since, Until string
-	Count                      int
-	Rows                       []jobRow
-	Scanned                    int
-	Cursor, NextURL, FirstURL  string
-	Hidden                     url.Values // the filter, for the bulk forms
-	Reasons                    []string
+	Count                       int
+	Rows                        []jobRow
+	Scanned                     int
+	Cursor, NextURL, FirstURL   string
+	Hidden                      url.Values // the filter, for the bulk forms
+	Reasons                     []string
 }
 
 // knownReasons are the dead-letter reasons offered in the filter.
