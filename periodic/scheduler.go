@@ -2,6 +2,7 @@ package periodic
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -420,6 +421,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	}()
 
 	sts := s.start(scheds, s.cfg.Now())
+	s.publish(ctx, scheds, sts)
 	for {
 		wake, _, err := s.step(ctx, scheds, sts, s.cfg.Now())
 		if ctx.Err() != nil {
@@ -503,7 +505,26 @@ func (s *Scheduler) advance(ctx context.Context, sc *schedule, st *state, now ti
 	}
 	st.next = sc.t.next(now)
 	st.recheck = now.Add(dormantRecheck)
+	s.publish(ctx, []*schedule{sc}, []state{*st})
 	return nil
+}
+
+// publish records schedules' specs and next ticks in the queue's schedules
+// hash (name -> {"spec": ..., "next": Unix ms}) for the inspector (package
+// inspect): one HSET when Run starts and one per enqueued tick. It is best
+// effort: a failure is logged at debug level and changes nothing else.
+func (s *Scheduler) publish(ctx context.Context, scheds []*schedule, sts []state) {
+	args := make([]any, 0, 2*len(scheds))
+	for i, sc := range scheds {
+		v, _ := json.Marshal(struct {
+			Spec string `json:"spec"`
+			Next int64  `json:"next"`
+		}{sc.desc, wire.Millis(sts[i].next)})
+		args = append(args, sc.name, string(v))
+	}
+	if err := s.p.Queue.RDB.HSet(ctx, s.p.Queue.Keys.Part(rdb.PartSchedules), args...).Err(); err != nil && ctx.Err() == nil {
+		s.log.DebugContext(ctx, "streamq: cannot record periodic schedules for the inspector", "error", err)
+	}
 }
 
 // backOff schedules the next attempt of sc after a failed one and logs the

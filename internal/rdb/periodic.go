@@ -55,7 +55,7 @@ func Tick(ctx context.Context, c redis.Scripter, k Keys, name string, tickMillis
 	keys := []string{
 		k.Stream,
 		k.Part("periodic:" + name + ":" + strconv.FormatInt(tickMillis, 10)),
-		k.Part("periodic-last:" + name),
+		k.Part(PartLastTick + name),
 	}
 	flag := "0"
 	if catchUp {

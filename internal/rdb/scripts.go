@@ -41,6 +41,13 @@ func Scripts() map[string]*redis.Script {
 		"priority_waiting": scriptMarkWaiting,
 		"priority_retry":   scriptRetry,
 		"priority_dead":    scriptPriorityDeadLetter,
+		"delete_waiting":   scriptDeleteWaiting,
+		"delete_delayed":   scriptDeleteDelayed,
+		"purge_dead":       scriptPurgeDead,
+		"run_now":          scriptRunNow,
+		"request_cancel":   scriptRequestCancel,
+		"priority_control": scriptPriorityControl,
+		"census":           scriptCensus,
 	}
 }
 

@@ -1,0 +1,358 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
+)
+
+// pageSize is the most entries one Redis call of a filtered listing reads.
+const pageSize = 200
+
+// item is one examined entry: its position (the cursor after it), and the
+// job when it belongs to the listing.
+type item struct {
+	pos string
+	job *Job
+}
+
+// fetchFunc reads up to n entries after cursor ("" = from the start) and
+// reports whether more may follow.
+type fetchFunc func(ctx context.Context, cursor string, n int) (items []item, more bool, err error)
+
+// Jobs lists the queue's jobs in state o.State, oldest (or, for waiting
+// priority jobs, first to run) first, filtered by o.Header and o.Grep. One
+// call examines at most the inspector's ScanLimit entries (Page.Scanned)
+// and returns up to o.Limit jobs and a cursor to continue from. Listing
+// StateDone returns an empty page: results are kept by job ID only (use
+// [Queue.Job]).
+func (q *Queue) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
+	switch {
+	case o.Limit == 0:
+		o.Limit = DefaultListLimit
+	case o.Limit < 0 || o.Limit > MaxListLimit:
+		return nil, fmt.Errorf("inspect: ListOptions.Limit %d: use 1 to %d, or 0 for the default (%d)", o.Limit, MaxListLimit, DefaultListLimit)
+	}
+	var fetch fetchFunc
+	switch o.State {
+	case StateWaiting, StateRunning, StateDelayed, StateRetrying:
+		if q.kind == KindPriority {
+			fetch = q.priorityFetch(o.State)
+		} else {
+			var err error
+			if fetch, err = q.streamFetch(ctx, o.State); err != nil {
+				return nil, err
+			}
+		}
+	case StateDead, StateCancelled:
+		fetch = q.deadFetch(o.State == StateCancelled)
+	case StateDone:
+		return &Page{}, nil
+	default:
+		_, err := ParseState(string(o.State))
+		return nil, err
+	}
+	return q.list(ctx, &o, fetch)
+}
+
+// list runs fetch until o.Limit jobs matched or ScanLimit entries were
+// examined.
+func (q *Queue) list(ctx context.Context, o *ListOptions, fetch fetchFunc) (*Page, error) {
+	page := &Page{Jobs: []Job{}}
+	cursor := o.Cursor
+	filtered := len(o.Header) > 0 || o.Grep != ""
+	budget := q.in.opts.ScanLimit
+	for page.Scanned < budget {
+		n := min(pageSize, budget-page.Scanned)
+		if !filtered {
+			n = min(n, o.Limit-len(page.Jobs))
+		}
+		items, more, err := fetch(ctx, cursor, n)
+		if err != nil {
+			return nil, fmt.Errorf("inspect: list %s jobs of %s: %w", o.State, q.name, err)
+		}
+		page.Scanned += len(items)
+		for i, it := range items {
+			cursor = it.pos
+			if it.job == nil || !matches(it.job, o) {
+				continue
+			}
+			it.job.Queue = q.name
+			page.Jobs = append(page.Jobs, *it.job)
+			if len(page.Jobs) == o.Limit {
+				if more || i < len(items)-1 {
+					page.Cursor = cursor
+				}
+				return page, nil
+			}
+		}
+		if !more {
+			return page, nil
+		}
+	}
+	page.Cursor = cursor
+	return page, nil
+}
+
+// group returns the state of the inspector's group on the stream: its last
+// delivered ID ("" when the group does not exist) and its lag (-1: unknown).
+func (q *Queue) group(ctx context.Context) (last string, lag, pending, consumers int64, err error) {
+	groups, err := q.rdb().XInfoGroups(ctx, q.keys.Stream).Result()
+	if err != nil {
+		if rdb.IsNoSuchKey(err) || errors.Is(err, redis.Nil) {
+			return "", 0, 0, 0, nil
+		}
+		return "", 0, 0, 0, fmt.Errorf("xinfo groups %s: %w", q.keys.Stream, err)
+	}
+	for _, g := range groups {
+		if g.Name == q.in.opts.Group {
+			return g.LastDeliveredID, g.Lag, g.Pending, g.Consumers, nil
+		}
+	}
+	return "", -1, 0, 0, nil
+}
+
+// streamFetch returns the fetch of a stream queue's state.
+func (q *Queue) streamFetch(ctx context.Context, st State) (fetchFunc, error) {
+	c := q.rdb()
+	switch st {
+	case StateWaiting:
+		last, _, _, _, err := q.group(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
+			after := last
+			if cursor != "" && (after == "" || idLess(after, cursor)) {
+				after = cursor
+			}
+			start := "-"
+			if after != "" {
+				start = "(" + after
+			}
+			es, err := c.XRangeN(ctx, q.keys.Stream, start, "+", int64(n)).Result()
+			if err != nil {
+				return nil, false, err
+			}
+			items := make([]item, len(es))
+			for i, e := range es {
+				j := jobFrom(e.Values, e.ID)
+				j.State = StateWaiting
+				items[i] = item{pos: e.ID, job: &j}
+			}
+			return items, len(es) == n, nil
+		}, nil
+	case StateRunning:
+		return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
+			start := "-"
+			if cursor != "" {
+				start = "(" + cursor
+			}
+			ps, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.keys.Stream, Group: q.in.opts.Group, Start: start, End: "+", Count: int64(n)}).Result()
+			if err != nil {
+				if rdb.IsNoSuchKey(err) || rdb.IsNoGroup(err) {
+					return nil, false, nil
+				}
+				return nil, false, err
+			}
+			pipe := c.Pipeline()
+			cmds := make([]*redis.XMessageSliceCmd, len(ps))
+			for i, p := range ps {
+				cmds[i] = pipe.XRange(ctx, q.keys.Stream, p.ID, p.ID)
+			}
+			if len(ps) > 0 {
+				if _, err := pipe.Exec(ctx); err != nil {
+					return nil, false, err
+				}
+			}
+			items := make([]item, len(ps))
+			for i, p := range ps {
+				items[i].pos = p.ID
+				es := cmds[i].Val()
+				if len(es) == 0 {
+					continue // deleted while pending: nothing to show
+				}
+				j := runningJob(es[0], p)
+				items[i].job = &j
+			}
+			return items, len(ps) == n, nil
+		}, nil
+	default: // delayed, retrying
+		wantRetry := st == StateRetrying
+		return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
+			zs, more, err := zpage(ctx, c, q.keys.Delayed, cursor, n)
+			if err != nil || len(zs) == 0 {
+				return nil, false, err
+			}
+			members := make([]string, len(zs))
+			for i, z := range zs {
+				members[i], _ = z.Member.(string)
+			}
+			data, err := c.HMGet(ctx, q.keys.DelayedJobs, members...).Result()
+			if err != nil {
+				return nil, false, err
+			}
+			items := make([]item, len(zs))
+			for i, z := range zs {
+				items[i].pos = zpos(z)
+				s, ok := wire.Str(data[i])
+				if !ok {
+					continue
+				}
+				j, ok := delayedJob(s, members[i], z.Score)
+				if ok && retrying(&j) == wantRetry {
+					items[i].job = &j
+				}
+			}
+			return items, more, nil
+		}, nil
+	}
+}
+
+// runningJob builds the Job of a pending entry.
+func runningJob(e redis.XMessage, p redis.XPendingExt) Job {
+	j := jobFrom(e.Values, e.ID)
+	j.State = StateRunning
+	j.Owner = p.Consumer
+	j.RunTime = p.Idle
+	j.StartedAt = time.Now().Add(-p.Idle)
+	j.Attempt += int(p.RetryCount)
+	return j
+}
+
+// delayedJob builds the Job of a delayed copy from its packed data.
+func delayedJob(data, member string, score float64) (Job, bool) {
+	m, err := wire.Unpack(data)
+	if err != nil {
+		return Job{}, false
+	}
+	j := jobFrom(m, member)
+	j.State = StateDelayed
+	if retrying(&j) {
+		j.State = StateRetrying
+	}
+	j.DueAt = time.UnixMilli(int64(score))
+	return j, true
+}
+
+// deadFetch lists the dead-letter stream: cancelled jobs or the others.
+func (q *Queue) deadFetch(cancelled bool) fetchFunc {
+	return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
+		start := "-"
+		if cursor != "" {
+			start = "(" + cursor
+		}
+		es, err := q.rdb().XRangeN(ctx, q.keys.Dead, start, "+", int64(n)).Result()
+		if err != nil {
+			return nil, false, err
+		}
+		items := make([]item, len(es))
+		for i, e := range es {
+			items[i].pos = e.ID
+			j := deadJob(e.Values, e.ID)
+			if (j.State == StateCancelled) == cancelled {
+				items[i].job = &j
+			}
+		}
+		return items, len(es) == n, nil
+	}
+}
+
+// priorityFetch returns the fetch of a priority queue's state.
+func (q *Queue) priorityFetch(st State) fetchFunc {
+	c := q.rdb()
+	key := q.pkeys.Ready
+	switch st {
+	case StateRunning:
+		key = q.pkeys.Leases
+	case StateDelayed, StateRetrying:
+		key = q.pkeys.Delayed
+	}
+	return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
+		zs, more, err := zpage(ctx, c, key, cursor, n)
+		if err != nil || len(zs) == 0 {
+			return nil, false, err
+		}
+		ids := make([]string, len(zs))
+		for i, z := range zs {
+			m, _ := z.Member.(string)
+			ids[i] = memberID(m)
+		}
+		data, err := c.HMGet(ctx, q.pkeys.Jobs, ids...).Result()
+		if err != nil {
+			return nil, false, err
+		}
+		items := make([]item, len(zs))
+		for i, z := range zs {
+			items[i].pos = zpos(z)
+			s, ok := wire.Str(data[i])
+			if !ok {
+				continue
+			}
+			fields, err := wire.Unpack(s)
+			if err != nil {
+				continue
+			}
+			j := jobFrom(fields, ids[i])
+			m, _ := z.Member.(string)
+			switch st {
+			case StateWaiting:
+				j.State = StateWaiting
+			case StateRunning:
+				j.State = StateRunning
+				j.Owner = leaseOwner(m)
+			default:
+				j.State = StateDelayed
+				if retrying(&j) {
+					j.State = StateRetrying
+				}
+				if j.State != st {
+					continue
+				}
+				j.DueAt = time.UnixMilli(int64(z.Score))
+			}
+			items[i].job = &j
+		}
+		return items, more, nil
+	}
+}
+
+// zpos is the cursor after sorted-set element z: "<score> <member>".
+func zpos(z redis.Z) string {
+	m, _ := z.Member.(string)
+	return strconv.FormatFloat(z.Score, 'f', -1, 64) + " " + m
+}
+
+// zpage reads up to n elements of sorted set key after cursor (see zpos),
+// in order. The cursor's member is found by rank (O(log n)); when it left
+// the set, the page starts after the elements of lower score.
+func zpage(ctx context.Context, c redis.UniversalClient, key, cursor string, n int) ([]redis.Z, bool, error) {
+	var start int64
+	if cursor != "" {
+		score, member, _ := strings.Cut(cursor, " ")
+		rank, err := c.ZRank(ctx, key, member).Result()
+		switch {
+		case err == nil:
+			start = rank + 1
+		case errors.Is(err, redis.Nil):
+			if start, err = c.ZCount(ctx, key, "-inf", "("+score).Result(); err != nil {
+				return nil, false, err
+			}
+		default:
+			return nil, false, err
+		}
+	}
+	zs, err := c.ZRangeWithScores(ctx, key, start, start+int64(n)-1).Result()
+	if err != nil {
+		return nil, false, err
+	}
+	return zs, len(zs) == n, nil
+}

@@ -1,0 +1,297 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
+)
+
+// censusSample is the most delayed jobs and dead letters Overview examines
+// to split them into scheduled and retrying, dead and cancelled.
+const censusSample = 1000
+
+// Overview reads the queue's counts: a pipeline of counters (XLEN, XINFO
+// GROUPS, ZCARD, ...) and one bounded script that splits the delayed jobs
+// and dead letters (see Overview.Estimated).
+func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
+	c := q.rdb()
+	o := &Overview{Name: q.name, Kind: q.kind}
+	pipe := c.Pipeline()
+	paused := pipe.Exists(ctx, q.keys.Part(partPaused))
+	wb := pipe.HExists(ctx, q.in.wb, q.name)
+	dead := pipe.XLen(ctx, q.keys.Dead)
+	var xlen, delayed, ready, leases, workers *redis.IntCmd
+	if q.kind == KindPriority {
+		ready = pipe.ZCard(ctx, q.pkeys.Ready)
+		leases = pipe.ZCard(ctx, q.pkeys.Leases)
+		delayed = pipe.ZCard(ctx, q.pkeys.Delayed)
+		workers = pipe.ZCard(ctx, q.keys.Part(partWorkers))
+	} else {
+		xlen = pipe.XLen(ctx, q.keys.Stream)
+		delayed = pipe.ZCard(ctx, q.keys.Delayed)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
+	}
+	o.Paused, o.WriteBehind = paused.Val() == 1, wb.Val()
+	retrying, dseen, cancelled, xseen, err := rdb.Census(ctx, c, q.keys, q.kind == KindPriority, censusSample)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
+	}
+	o.Retrying, o.Cancelled = split(delayed.Val(), retrying, dseen), split(dead.Val(), cancelled, xseen)
+	o.Delayed, o.Dead = delayed.Val()-o.Retrying, dead.Val()-o.Cancelled
+	o.Estimated = dseen < delayed.Val() || xseen < dead.Val()
+	if q.kind == KindPriority {
+		o.Waiting, o.Running, o.Consumers = ready.Val(), leases.Val(), int(workers.Val())
+		o.Length = o.Waiting + o.Running + delayed.Val()
+		return o, nil
+	}
+	o.Length = xlen.Val()
+	last, lag, pending, consumers, err := q.group(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
+	}
+	o.Running, o.Consumers = pending, int(consumers)
+	start := "-"
+	if last != "" {
+		start = "(" + last
+	}
+	first, err := c.XRangeN(ctx, q.keys.Stream, start, "+", 1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
+	}
+	if len(first) == 1 {
+		o.OldestWaiting = max(time.Since(idTime(first[0].ID)), 0)
+	}
+	switch {
+	case last == "":
+		o.Waiting = o.Length // no group yet: every entry waits
+	case lag >= 0:
+		o.Waiting = lag
+	case len(first) == 0:
+		o.Waiting = 0
+	default:
+		// Redis cannot tell the lag (an entry at or after the last delivered
+		// one was deleted): count the entries after it, bounded.
+		n, err := c.XRangeN(ctx, q.keys.Stream, start, "+", int64(q.in.opts.ScanLimit)).Result()
+		if err != nil {
+			return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
+		}
+		o.Waiting, o.Estimated = int64(len(n)), o.Estimated || len(n) == q.in.opts.ScanLimit
+	}
+	return o, nil
+}
+
+// split returns the part of total that a sample of seen elements, of which
+// hit were of a kind, suggests: exact when the sample is everything.
+func split(total, hit, seen int64) int64 {
+	if seen >= total || seen == 0 {
+		return hit
+	}
+	return hit * total / seen
+}
+
+// Throughput returns the processed and failed counts of the last minutes
+// (1 to MaxThroughputMinutes), one Point per minute, oldest first, the
+// current minute last. One pipeline of HMGET.
+func (q *Queue) Throughput(ctx context.Context, minutes int) ([]Point, error) {
+	if minutes < 1 || minutes > MaxThroughputMinutes {
+		return nil, fmt.Errorf("inspect: Throughput of %d minutes: use 1 to %d (the counters are kept for two hours)", minutes, MaxThroughputMinutes)
+	}
+	now := time.Now().Unix() / 60
+	pipe := q.rdb().Pipeline()
+	cmds := make([]*redis.SliceCmd, minutes)
+	for i := range cmds {
+		m := now - int64(minutes-1-i)
+		cmds[i] = pipe.HMGet(ctx, q.keys.Part("stats:"+strconv.FormatInt(m, 10)), "processed", "failed")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("inspect: throughput of %s: %w", q.name, err)
+	}
+	out := make([]Point, minutes)
+	for i, cmd := range cmds {
+		m := now - int64(minutes-1-i)
+		out[i].At = time.Unix(m*60, 0)
+		v := cmd.Val()
+		if len(v) == 2 {
+			out[i].Processed = toInt(v[0])
+			out[i].Failed = toInt(v[1])
+		}
+	}
+	return out, nil
+}
+
+func toInt(v any) int64 {
+	s, _ := wire.Str(v)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// Consumers lists the consumers of the group (XINFO CONSUMERS) of a stream
+// queue, or the workers of a priority queue (the workers set, with the
+// leases each holds among the first ScanLimit leases).
+func (q *Queue) Consumers(ctx context.Context) ([]Consumer, error) {
+	c := q.rdb()
+	if q.kind == KindPriority {
+		ws, err := c.ZRangeWithScores(ctx, q.keys.Part(partWorkers), 0, -1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("inspect: workers of %s: %w", q.name, err)
+		}
+		held, err := q.leasesByOwner(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]Consumer, len(ws))
+		for i, w := range ws {
+			name, _ := w.Member.(string)
+			seen := time.UnixMilli(int64(w.Score))
+			out[i] = Consumer{Name: name, Kind: "worker", Pending: held[name], LastSeen: seen, Idle: max(time.Since(seen), 0)}
+		}
+		return out, nil
+	}
+	cs, err := c.XInfoConsumers(ctx, q.keys.Stream, q.in.opts.Group).Result()
+	if err != nil {
+		if rdb.IsNoSuchKey(err) || rdb.IsNoGroup(err) {
+			return []Consumer{}, nil
+		}
+		return nil, fmt.Errorf("inspect: consumers of %s: %w", q.name, err)
+	}
+	out := make([]Consumer, len(cs))
+	for i, x := range cs {
+		out[i] = Consumer{Name: x.Name, Kind: "consumer", Pending: x.Pending, Idle: x.Idle, LastSeen: time.Now().Add(-x.Idle)}
+	}
+	return out, nil
+}
+
+// leasesByOwner counts the leases of each worker among the first ScanLimit.
+func (q *Queue) leasesByOwner(ctx context.Context) (map[string]int64, error) {
+	ls, err := q.rdb().ZRange(ctx, q.pkeys.Leases, 0, int64(q.in.opts.ScanLimit)-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("inspect: leases of %s: %w", q.name, err)
+	}
+	held := map[string]int64{}
+	for _, l := range ls {
+		held[leaseOwner(l)]++
+	}
+	return held, nil
+}
+
+// PruneConsumers deletes the consumers idle for at least idle that hold no
+// job, and returns their names. For a stream queue, the check and the
+// deletion are one script (a consumer that holds a job is never deleted:
+// its jobs would vanish from the pending list); for a priority queue it
+// forgets workers not seen for idle that hold no lease.
+func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]string, error) {
+	if idle <= 0 {
+		return nil, fmt.Errorf("inspect: PruneConsumers idle %s: use a positive duration, longer than the consumers' keep-alive", idle)
+	}
+	c := q.rdb()
+	if q.kind != KindPriority {
+		gone, err := rdb.Prune(ctx, c, q.keys, q.in.opts.Group, idle.Milliseconds(), "")
+		if err != nil && !rdb.IsNoSuchKey(err) && !rdb.IsNoGroup(err) {
+			return nil, fmt.Errorf("inspect: prune consumers of %s: %w", q.name, err)
+		}
+		return gone, nil
+	}
+	cutoff := strconv.FormatInt(time.Now().Add(-idle).UnixMilli(), 10)
+	ws, err := c.ZRangeByScore(ctx, q.keys.Part(partWorkers), &redis.ZRangeBy{Min: "-inf", Max: cutoff}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
+	}
+	held, err := q.leasesByOwner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	for _, w := range ws {
+		if held[w] == 0 {
+			gone = append(gone, w)
+		}
+	}
+	if len(gone) > 0 {
+		args := make([]any, len(gone))
+		for i, g := range gone {
+			args[i] = g
+		}
+		if err := c.ZRem(ctx, q.keys.Part(partWorkers), args...).Err(); err != nil {
+			return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
+		}
+	}
+	return gone, nil
+}
+
+// maxLevels bounds the levels Levels returns.
+const maxLevels = 1000
+
+// Levels returns the priorities of a priority queue's ready jobs and how
+// many wait at each, first to run first: one ZRANGE BYSCORE and one ZCOUNT
+// per level (O(log n) each), at most 1000 levels. A stream queue has none.
+func (q *Queue) Levels(ctx context.Context) ([]Level, error) {
+	if q.kind != KindPriority {
+		return []Level{}, nil
+	}
+	c := q.rdb()
+	out := []Level{}
+	min := "-inf"
+	for range maxLevels {
+		zs, err := c.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: q.pkeys.Ready, Start: min, Stop: "+inf", ByScore: true, Count: 1}).Result()
+		if err != nil {
+			return nil, fmt.Errorf("inspect: levels of %s: %w", q.name, err)
+		}
+		if len(zs) == 0 {
+			break
+		}
+		s := strconv.FormatFloat(zs[0].Score, 'f', -1, 64)
+		n, err := c.ZCount(ctx, q.pkeys.Ready, s, s).Result()
+		if err != nil {
+			return nil, fmt.Errorf("inspect: levels of %s: %w", q.name, err)
+		}
+		p := -int64(zs[0].Score) // the default: higher priorities first, score -p
+		m, _ := zs[0].Member.(string)
+		if data, err := c.HGet(ctx, q.pkeys.Jobs, memberID(m)).Result(); err == nil {
+			if f, err := wire.Unpack(data); err == nil {
+				if j := jobFrom(f, ""); j.Headers[headerPriority] != "" {
+					p = j.Priority
+				}
+			}
+		}
+		out = append(out, Level{Priority: p, Count: n})
+		min = "(" + s
+	}
+	return out, nil
+}
+
+// WriteBehind reads the state of a queue fed by a writebehind.Writer:
+// changes not yet persisted (waiting or running), the age of the oldest,
+// retrying and dead ones, and the newest error.
+func (q *Queue) WriteBehind(ctx context.Context) (*WriteBehindStatus, error) {
+	o, err := q.Overview(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &WriteBehindStatus{Unpersisted: o.Waiting + o.Running, Retrying: o.Retrying + o.Delayed, Dead: o.Dead + o.Cancelled, OldestAge: o.OldestWaiting}
+	c := q.rdb()
+	if o.Running > 0 && q.kind == KindStream {
+		ps, err := c.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: q.keys.Stream, Group: q.in.opts.Group, Start: "-", End: "+", Count: 1}).Result()
+		if err == nil && len(ps) == 1 {
+			s.OldestAge = max(s.OldestAge, time.Since(idTime(ps[0].ID)))
+		}
+	}
+	if last, err := c.XRevRangeN(ctx, q.keys.Dead, "+", "-", 1).Result(); err == nil && len(last) == 1 {
+		s.LastError = deadJob(last[0].Values, last[0].ID).LastError
+	}
+	if s.LastError == "" && o.Retrying > 0 {
+		p, err := q.Jobs(ctx, ListOptions{State: StateRetrying, Limit: 1})
+		if err == nil && len(p.Jobs) == 1 {
+			s.LastError = p.Jobs[0].LastError
+		}
+	}
+	return s, nil
+}

@@ -1,0 +1,320 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts of the inspector's control verbs (package inspect). Each one
+// checks the job's state and acts in the same step, so that it is safe while
+// consumers run: a waiting job is either deleted or delivered, never both.
+// Each keeps the trail hash (stable job ID -> current location) in step and
+// does bounded work: one job, or at most MaxControlBatch dead letters.
+
+// MaxControlBatch is the most dead letters one purge call handles.
+const MaxControlBatch = 100
+
+// Replies of the control scripts besides "ok".
+const (
+	ReplyGone    = "gone"    // the job is not (or no longer) where it was looked for
+	ReplyRunning = "running" // the job is delivered to a consumer (leased)
+	ReplyDone    = "done"    // the entry is acknowledged history
+	ReplyWaiting = "waiting" // the job waits in the stream or ready set
+)
+
+// inspectLib holds helpers of the control scripts.
+const inspectLib = `
+-- last_delivered returns the last delivered ID of group on stream, or nil
+-- when the group does not exist.
+local function last_delivered(stream, group)
+  if redis.call('EXISTS', stream) == 0 then return nil end
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local name, last
+    for k = 1, #g, 2 do
+      if g[k] == 'name' then name = g[k + 1] elseif g[k] == 'last-delivered-id' then last = g[k + 1] end
+    end
+    if name == group then return last end
+  end
+  return nil
+end
+
+-- entry_state returns 'gone', 'running', 'done' or 'waiting' for entry id
+-- of stream in group, and its fields.
+local function entry_state(stream, group, id)
+  local e = redis.call('XRANGE', stream, id, id)
+  if #e == 0 then return 'gone' end
+  local last = last_delivered(stream, group)
+  if last and not id_lt(last, id) then
+    if #redis.call('XPENDING', stream, group, id, id, 1) > 0 then return 'running', e[1][2] end
+    return 'done', e[1][2]
+  end
+  return 'waiting', e[1][2]
+end
+
+local function field(f, name)
+  for k = 1, #f - 1, 2 do
+    if f[k] == name then return f[k + 1] end
+  end
+  return nil
+end
+
+-- untrail forgets the location of job jid if it is still loc.
+local function untrail(trail, jid, loc)
+  if jid ~= '' and redis.call('HGET', trail, jid) == loc then redis.call('HDEL', trail, jid) end
+end
+`
+
+// scriptDeleteWaiting deletes a waiting job from the stream: one not yet
+// delivered to the group. A delivered one (running, or acknowledged) is
+// left alone and its state returned, so a job is either deleted or run.
+//
+// KEYS[1] stream, KEYS[2] trail hash, KEYS[3] (optional) the job's
+// unique-key lock
+// ARGV[1] group, ARGV[2] entry ID, ARGV[3] stable job ID
+// Returns "ok", or "gone", "running" or "done" when nothing changed.
+var scriptDeleteWaiting = redis.NewScript(streamLib + inspectLib + `
+local state, f = entry_state(KEYS[1], ARGV[1], ARGV[2])
+if state ~= 'waiting' then return state end
+redis.call('XDEL', KEYS[1], ARGV[2])
+if KEYS[3] then unlock(KEYS[3], field(f, 'kt') or '') end
+untrail(KEYS[2], ARGV[3], 's:' .. ARGV[2])
+return 'ok'
+`)
+
+// DeleteWaiting runs scriptDeleteWaiting; lock is the job's unique-key lock
+// ("": none).
+func DeleteWaiting(ctx context.Context, c redis.Scripter, k Keys, group, id, jid, lock string) (string, error) {
+	keys := []string{k.Stream, k.Part("trail")}
+	if lock != "" {
+		keys = append(keys, lock)
+	}
+	return scriptDeleteWaiting.Run(ctx, c, keys, group, id, jid).Text()
+}
+
+// scriptDeleteDelayed deletes a job from the delayed set (scheduled or
+// waiting for a retry) and releases its unique-key lock.
+//
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] trail hash,
+// KEYS[4] (optional) the job's unique-key lock
+// ARGV[1] delayed-set ID, ARGV[2] stable job ID, ARGV[3] lock token
+// Returns "ok", or "gone" when the job is not in the delayed set.
+var scriptDeleteDelayed = redis.NewScript(streamLib + inspectLib + `
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 'gone' end
+redis.call('HDEL', KEYS[2], ARGV[1])
+if KEYS[4] then unlock(KEYS[4], ARGV[3]) end
+untrail(KEYS[3], ARGV[2], 'd:' .. ARGV[1])
+return 'ok'
+`)
+
+// DeleteDelayed runs scriptDeleteDelayed.
+func DeleteDelayed(ctx context.Context, c redis.Scripter, k Keys, id, jid, lock, token string) (string, error) {
+	keys := []string{k.Delayed, k.DelayedJobs, k.Part("trail")}
+	if lock != "" {
+		keys = append(keys, lock)
+	}
+	return scriptDeleteDelayed.Run(ctx, c, keys, id, jid, token).Text()
+}
+
+// scriptPurgeDead deletes dead letters (and cancelled jobs) for good.
+//
+// KEYS[1] dead-letter stream, KEYS[2] trail hash
+// ARGV: up to MaxControlBatch dead-letter entry IDs
+// Returns the number deleted.
+var scriptPurgeDead = redis.NewScript(streamLib + inspectLib + `
+local n = 0
+for i = 1, math.min(#ARGV, ` + fmt.Sprint(MaxControlBatch) + `) do
+  local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if #e > 0 then
+    local jid = field(e[1][2], 'jid') or field(e[1][2], 'dl_id') or ''
+    n = n + redis.call('XDEL', KEYS[1], ARGV[i])
+    untrail(KEYS[2], jid, 'x:' .. ARGV[i])
+  end
+end
+return n
+`)
+
+// PurgeDead runs scriptPurgeDead for up to MaxControlBatch ids.
+func PurgeDead(ctx context.Context, c redis.Scripter, k Keys, ids []string) (int, error) {
+	if len(ids) > MaxControlBatch {
+		return 0, fmt.Errorf("purge of %d dead letters: at most %d per call", len(ids), MaxControlBatch)
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return scriptPurgeDead.Run(ctx, c, []string{k.Dead, k.Part("trail")}, args...).Int()
+}
+
+// scriptRunNow moves a delayed job (scheduled or waiting for a retry) into
+// the stream at once, marked with its stable ID, and points the trail at
+// the new entry. The entry is written before the job leaves the delayed set.
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
+// KEYS[4] trail hash
+// ARGV[1] delayed-set ID, ARGV[2] stable job ID
+// Returns the new entry ID, or "gone" when the job is not in the delayed set.
+var scriptRunNow = redis.NewScript(streamLib + inspectLib + `
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 'gone' end
+local data = redis.call('HGET', KEYS[3], ARGV[1])
+if not data then return 'gone' end
+local f = cmsgpack.unpack(data)
+if not field(f, 'jid') then
+  f[#f + 1] = 'jid'
+  f[#f + 1] = ARGV[2]
+end
+local id = redis.call('XADD', KEYS[1], '*', unpack(f))
+redis.call('HSET', KEYS[4], ARGV[2], 's:' .. id)
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+return id
+`)
+
+// RunNow runs scriptRunNow and returns the new entry ID, or "" when the job
+// is not in the delayed set.
+func RunNow(ctx context.Context, c redis.Scripter, k Keys, id, jid string) (string, error) {
+	s, err := scriptRunNow.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Part("trail")}, id, jid).Text()
+	if s == ReplyGone {
+		return "", err
+	}
+	return s, err
+}
+
+// scriptRequestCancel records a cancel request for a running stream job:
+// one pending in the group. The consumer that holds it acts on the request.
+//
+// KEYS[1] stream, KEYS[2] cancel hash
+// ARGV[1] group, ARGV[2] entry ID, ARGV[3] stable job ID, ARGV[4] now
+// (Unix ms)
+// Returns "ok", or the job's state ("gone", "waiting", "done") when it is
+// not running.
+var scriptRequestCancel = redis.NewScript(streamLib + inspectLib + `
+local state = entry_state(KEYS[1], ARGV[1], ARGV[2])
+if state ~= 'running' then return state end
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
+return 'ok'
+`)
+
+// RequestCancel runs scriptRequestCancel.
+func RequestCancel(ctx context.Context, c redis.Scripter, k Keys, group, id, jid string, nowMillis int64) (string, error) {
+	return scriptRequestCancel.Run(ctx, c, []string{k.Stream, k.Part("cancel")}, group, id, jid, nowMillis).Text()
+}
+
+// scriptPriorityControl deletes, runs now or cancels a job of a priority
+// set, found by its member in the ready or delayed set.
+//
+// KEYS[1] ready set, KEYS[2] delayed set, KEYS[3] job hash, KEYS[4]
+// delivery counters, KEYS[5] notify stream, KEYS[6] trail hash, KEYS[7]
+// cancel hash
+// ARGV[1] action ("delete", "run", "cancel"), ARGV[2] the job's member
+// ("" when it is not in the ready or delayed set), ARGV[3] job ID, ARGV[4]
+// stable job ID, ARGV[5] now (Unix ms)
+// Returns "ok", or the job's state when the action does not apply:
+// "waiting" (in the ready set), "delayed" (in the delayed set), "running"
+// (its data exists, in neither set: leased), "gone".
+var scriptPriorityControl = redis.NewScript(priorityLib + inspectLib + `
+local action, m, id = ARGV[1], ARGV[2], ARGV[3]
+local where = 'gone'
+if m ~= '' and redis.call('ZSCORE', KEYS[1], m) then where = 'waiting'
+elseif m ~= '' and redis.call('ZSCORE', KEYS[2], m) then where = 'delayed'
+elseif redis.call('HEXISTS', KEYS[3], id) == 1 then where = 'running' end
+if action == 'delete' and (where == 'waiting' or where == 'delayed') then
+  if where == 'waiting' then redis.call('ZREM', KEYS[1], m) else redis.call('ZREM', KEYS[2], m) end
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  untrail(KEYS[6], ARGV[4], 'p:' .. id)
+  return 'ok'
+end
+if action == 'run' and where == 'delayed' then
+  redis.call('ZADD', KEYS[1], member_score(m), m)
+  redis.call('ZREM', KEYS[2], m)
+  notify(KEYS[5])
+  return 'ok'
+end
+if action == 'cancel' and where == 'running' then
+  redis.call('HSET', KEYS[7], ARGV[4], ARGV[5])
+  return 'ok'
+end
+return where
+`)
+
+// PriorityControl runs scriptPriorityControl.
+func PriorityControl(ctx context.Context, c redis.Scripter, k Keys, action, member, id, jid string, nowMillis int64) (string, error) {
+	pk := k.Priority()
+	return scriptPriorityControl.Run(ctx, c, []string{pk.Ready, pk.Delayed, pk.Jobs, pk.Deliveries, pk.Notify, k.Part("trail"), k.Part("cancel")},
+		action, member, id, jid, nowMillis).Text()
+}
+
+// scriptCensus splits the delayed set into scheduled and retrying jobs and
+// the dead letters into cancelled and others, from bounded samples: the
+// first ARGV[2] delayed jobs by due time and the newest ARGV[2] dead letters.
+// A retrying job carries an attempt or err field in its data.
+//
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] dead-letter
+// stream
+// ARGV[1] "stream" or "priority" (the delayed members of a priority set are
+// "<seq>:<score>:<id>", its job hash is keyed by id), ARGV[2] sample size
+// Returns {retrying, delayed examined, cancelled, dead letters examined}.
+var scriptCensus = redis.NewScript(priorityLib + `
+local n = tonumber(ARGV[2])
+local retrying, cancelled = 0, 0
+local members = redis.call('ZRANGE', KEYS[1], 0, n - 1)
+for _, m in ipairs(members) do
+  local id = m
+  if ARGV[1] == 'priority' then id = member_id(m) or m end
+  local data = redis.call('HGET', KEYS[2], id)
+  if data then
+    local ok, f = pcall(cmsgpack.unpack, data)
+    if ok and type(f) == 'table' then
+      for k = 1, #f - 1, 2 do
+        if (f[k] == 'attempt' and tonumber(f[k + 1]) and tonumber(f[k + 1]) > 0) or f[k] == 'err' then
+          retrying = retrying + 1
+          break
+        end
+      end
+    end
+  end
+end
+local dead = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', n)
+for _, e in ipairs(dead) do
+  local f = e[2]
+  for k = 1, #f - 1, 2 do
+    if f[k] == 'dl_reason' then
+      if f[k + 1] == 'cancelled' then cancelled = cancelled + 1 end
+      break
+    end
+  end
+end
+return {retrying, #members, cancelled, #dead}
+`)
+
+// Census runs scriptCensus.
+func Census(ctx context.Context, c redis.Scripter, k Keys, priority bool, sample int) (retrying, delayedSeen, cancelled, deadSeen int64, err error) {
+	keys := []string{k.Delayed, k.DelayedJobs, k.Dead}
+	kind := "stream"
+	if priority {
+		pk := k.Priority()
+		keys = []string{pk.Delayed, pk.Jobs, k.Dead}
+		kind = "priority"
+	}
+	res, err := scriptCensus.Run(ctx, c, keys, kind, sample).Int64Slice()
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if len(res) != 4 {
+		return 0, 0, 0, 0, errors.New("unexpected census reply")
+	}
+	return res[0], res[1], res[2], res[3], nil
+}
+
+// Parts of the periodic scheduler's keys that the inspector reads.
+const (
+	// PartSchedules is a hash schedule name -> {"spec": ..., "next": Unix
+	// ms}, written by the schedulers of the queue.
+	PartSchedules = "periodic-schedules"
+	// PartLastTick + name is a schedule's last enqueued tick (Unix ms),
+	// written by scriptTick.
+	PartLastTick = "periodic-last:"
+)
