@@ -20,6 +20,12 @@ import (
 // dead-letter stream and the priority set. A job that finished and left a
 // result is StateDone. Otherwise it returns a [*NotFoundError] (errors.Is
 // [ErrJobNotFound]).
+//
+// The IDs of different structures can be equal (a dead letter written in
+// the same millisecond as a stream entry): id may name a location
+// explicitly, "x:<dead-letter entry ID>", "s:<stream entry ID>",
+// "d:<delayed-set member>" or "p:<priority job ID>". The control verbs
+// accept the same forms.
 func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 	j, err := q.locate(ctx, id)
 	if err != nil {
@@ -61,6 +67,9 @@ func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 // locate finds job id: where the trail says it is, else under id itself.
 // It returns nil when it is in none of the queue's structures.
 func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
+	if kind, rest, ok := strings.Cut(id, ":"); ok && len(kind) == 1 && strings.Contains("sdxp", kind) {
+		return q.at(ctx, kind+":"+rest) // an explicit location
+	}
 	loc, err := q.rdb().HGet(ctx, q.keys.Part(partTrail), id).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
