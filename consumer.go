@@ -24,7 +24,13 @@ const (
 	DefaultSchedulerInterval = 50 * time.Millisecond
 	DefaultPruneIdle         = time.Hour
 	DefaultMaxFetchBytes     = 32 << 20 // 32 MiB
+	DefaultControlInterval   = time.Second
+	DefaultResultRetention   = 24 * time.Hour
+	DefaultMaxResultBytes    = 64 << 10 // 64 KiB
 )
+
+// MinControlInterval is the shortest ConsumerConfig.ControlInterval.
+const MinControlInterval = 100 * time.Millisecond
 
 const (
 	// schedulerBatch is the most due jobs one scheduler call moves.
@@ -120,6 +126,23 @@ type ConsumerConfig struct {
 	// (scheduled jobs and retries) into the stream. Defaults to
 	// DefaultSchedulerInterval; -1 disables this consumer's scheduler.
 	SchedulerInterval time.Duration
+
+	// ControlInterval is how often the consumer reads the queue's pause
+	// flag and the cancel requests of running jobs (one pipelined round
+	// trip: EXISTS and HKEYS). A paused queue stops taking new jobs within
+	// about two intervals (running jobs finish and keep their claims), and
+	// resumes likewise; a cancelled job's context is cancelled with cause
+	// [ErrCancelled] within about one. Reads then block for at most this
+	// long. At least MinControlInterval. Defaults to DefaultControlInterval.
+	ControlInterval time.Duration
+
+	// ResultRetention is how long a job's progress ([SetProgress]) and
+	// result ([SetResult]) are kept. Defaults to DefaultResultRetention.
+	ResultRetention time.Duration
+
+	// MaxResultBytes bounds a result passed to [SetResult]. Defaults to
+	// DefaultMaxResultBytes; -1 disables the bound.
+	MaxResultBytes int64
 
 	// Middleware wraps the handler; the first is the outermost. Defaults to none.
 	Middleware []Middleware
@@ -257,7 +280,14 @@ func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
 		ShutdownCause: ErrShutdown,
 		LostCause:     ErrClaimLost,
 		TimeoutCause:  ErrJobTimeout,
+		CancelCause:   ErrCancelled,
 		Logger:        log.With("queue", q.name, "consumer", c.Name),
+
+		Client:          q.rdb,
+		Keys:            q.keys,
+		ControlInterval: c.ControlInterval,
+		ResultRetention: c.ResultRetention,
+		MaxResultBytes:  c.MaxResultBytes,
 	})
 	return &Consumer{q: q, cfg: c, eng: eng, mon: eng.Monitor()}, nil
 }
@@ -281,6 +311,8 @@ func (c *ConsumerConfig) setDefaults() error {
 		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, false},
 		{"MinIdle", &c.MinIdle, DefaultMinIdle, false},
 		{"SchedulerInterval", &c.SchedulerInterval, DefaultSchedulerInterval, true},
+		{"ControlInterval", &c.ControlInterval, DefaultControlInterval, false},
+		{"ResultRetention", &c.ResultRetention, DefaultResultRetention, false},
 	} {
 		switch {
 		case *d.v == 0:
@@ -293,6 +325,18 @@ func (c *ConsumerConfig) setDefaults() error {
 			}
 			return configErr("ConsumerConfig."+d.field, "%s is negative: %s (%s)", *d.v, hint, d.def)
 		}
+	}
+	if c.ControlInterval < MinControlInterval {
+		return configErr("ConsumerConfig.ControlInterval", "%s is too short: use at least %s (default %s)", c.ControlInterval, MinControlInterval, DefaultControlInterval)
+	}
+	if c.ResultRetention < time.Millisecond {
+		return configErr("ConsumerConfig.ResultRetention", "%s is below 1ms: use a longer retention, or 0 for %s", c.ResultRetention, DefaultResultRetention)
+	}
+	switch {
+	case c.MaxResultBytes == 0:
+		c.MaxResultBytes = DefaultMaxResultBytes
+	case c.MaxResultBytes < -1:
+		return configErr("ConsumerConfig.MaxResultBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxResultBytes, DefaultMaxResultBytes)
 	}
 	if c.Block < time.Millisecond {
 		return configErr("ConsumerConfig.Block", "%s is below 1ms, which Redis reads as 'block forever': use at least 1ms", c.Block)

@@ -23,6 +23,8 @@ const (
 	ReasonPermanent = engine.ReasonPermanent
 	// ReasonMalformed: the stream entry does not follow the wire format.
 	ReasonMalformed = engine.ReasonMalformed
+	// ReasonCancelled: an operator cancelled the running job ([ErrCancelled]).
+	ReasonCancelled = engine.ReasonCancelled
 )
 
 // DeadLetter is one entry of a queue's dead-letter stream.
@@ -30,7 +32,7 @@ type DeadLetter struct {
 	ID            string            // entry ID in the dead-letter stream
 	Queue         string            // queue the job came from
 	OriginalID    string            // the job's stream entry ID when it was dead-lettered
-	Reason        string            // ReasonMaxDeliveries, ReasonPermanent or ReasonMalformed
+	Reason        string            // ReasonMaxDeliveries, ReasonPermanent, ReasonMalformed or ReasonCancelled
 	Error         string            // the last error
 	Attempts      int               // attempts made: handler starts charged to the job
 	FirstFailedAt time.Time         // first failure

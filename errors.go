@@ -57,6 +57,12 @@ var (
 	// the job over (this consumer could not keep its claim alive in time).
 	ErrClaimLost = errors.New("streamq: job was claimed by another consumer")
 
+	// ErrCancelled is the cause of a handler's context when an operator
+	// cancelled the running job (inspect's Queue.Cancel). A job whose handler
+	// then returns an error is dead-lettered with [ReasonCancelled], never
+	// retried; one whose handler returns nil anyway is done.
+	ErrCancelled = errors.New("streamq: job cancelled")
+
 	// ErrRunning is returned by Run ([Consumer.Run], and the Run of a priority
 	// worker or a periodic scheduler) when it is already running.
 	ErrRunning = errors.New("streamq: already running")

@@ -18,10 +18,14 @@ const WireVersion = wire.Version
 
 // Message is one job as delivered to a [Handler].
 type Message struct {
-	// ID is the job's ID: its stream entry ID (a priority worker's job ID
-	// for jobs of a priority set). A retried job is written again and gets
-	// a new ID.
+	// ID is the ID of this copy of the job: its stream entry ID (a priority
+	// worker's job ID for jobs of a priority set). A retried job is written
+	// again and gets a new ID.
 	ID string
+	// JobID is the job's stable ID: the ID of its first copy, the same in
+	// every retry, requeue and dead letter of the job. Progress, results and
+	// cancel requests are keyed by it.
+	JobID string
 	// Queue is the queue name.
 	Queue string
 	// Group is the consumer group that delivered the job ("" when it was not
@@ -59,6 +63,7 @@ func fillMessage(m *Message, r *engine.Run, group string) {
 	j := r.Job
 	*m = Message{
 		ID:        r.ID,
+		JobID:     r.JobID,
 		Queue:     r.Queue,
 		Group:     group,
 		Payload:   j.Payload,

@@ -264,6 +264,7 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 			return ids, err
 		}
 	}
+	core.OfProducer(p).Register(ctx, rdb.KindStream)
 	return ids, nil
 }
 
@@ -299,6 +300,7 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 	if !ok {
 		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.uniqueKey, id)
 	}
+	core.OfProducer(p).Register(ctx, rdb.KindStream)
 	return []string{id}, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -193,13 +195,24 @@ func (q *Queue) Setup(ctx context.Context) error {
 	if err == nil {
 		for _, g := range groups {
 			if g.Name == q.group {
-				return nil
+				return q.register(ctx)
 			}
 		}
 	}
 	err = q.rdb.XGroupCreateMkStream(ctx, q.keys.Stream, q.group, "0").Err()
 	if err != nil && !rdb.IsBusyGroup(err) {
 		return fmt.Errorf("streamq: create group %s on %s: %w", q.group, q.keys.Stream, err)
+	}
+	return q.register(ctx)
+}
+
+// register records the queue in the registry of its key prefix, which
+// tools read to find queues without scanning keys. At maxmemory the write
+// is refused; that is no reason to fail (a later Setup registers it).
+func (q *Queue) register(ctx context.Context) error {
+	err := rdb.Register(ctx, q.rdb, q.cfg.KeyPrefix, q.name, rdb.KindStream)
+	if err != nil && !rdb.IsOOM(err) {
+		return fmt.Errorf("streamq: register queue %s: %w", q.name, err)
 	}
 	return nil
 }
@@ -225,9 +238,14 @@ type QueueStats struct {
 	Delayed     int64 // jobs waiting in the delayed set (scheduled or retrying)
 	DeadLetters int64 // entries in the dead-letter stream
 	Consumers   int64 // consumers known to the group
+	// OldestWaiting is the age of the oldest job not yet delivered to the
+	// group (from its entry ID, the time it entered the stream), 0 when
+	// none waits.
+	OldestWaiting time.Duration
 }
 
-// Stats reads the queue's counters in one round trip.
+// Stats reads the queue's counters in one round trip, and a second one
+// (one XRANGE of one entry) when jobs wait, for OldestWaiting.
 func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	var s QueueStats
 	pipe := q.rdb.Pipeline()
@@ -243,11 +261,28 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	s.Delayed = delayed.Val()
 	s.DeadLetters = dead.Val()
 	s.Lag = -1
+	last := ""
 	for _, g := range groups.Val() {
 		if g.Name == q.group {
 			s.Pending = g.Pending
 			s.Lag = g.Lag
 			s.Consumers = g.Consumers
+			last = g.LastDeliveredID
+		}
+	}
+	if s.Lag != 0 && s.Length > 0 {
+		from := "-"
+		if last != "" && last != "0-0" {
+			from = "(" + last
+		}
+		es, err := q.rdb.XRangeN(ctx, q.keys.Stream, from, "+", 1).Result()
+		if err != nil {
+			return s, fmt.Errorf("streamq: stats %s: %w", q.name, err)
+		}
+		if len(es) == 1 {
+			if ms, err := strconv.ParseInt(strings.SplitN(es[0].ID, "-", 2)[0], 10, 64); err == nil {
+				s.OldestWaiting = max(time.Since(time.UnixMilli(ms)), 0)
+			}
 		}
 	}
 	return s, nil

@@ -73,7 +73,7 @@ func (b *streamBackend) Start(ctx context.Context) error {
 		b.started = true
 		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.mon.Log)
 	}
-	if err := b.q.Setup(ctx); err != nil {
+	if err := b.q.Setup(ctx); err != nil { // also registers the queue
 		rdb.Heal(ctx, b.q.rdb, err)
 		return err
 	}
@@ -328,33 +328,43 @@ func (b *streamBackend) Touch(ctx context.Context, keys []string) ([]string, err
 // Finish acknowledges finished jobs and releases their unique-key locks.
 func (b *streamBackend) Finish(ctx context.Context, done []engine.Finished) error {
 	ids := make([]string, len(done))
-	var locks, tokens []string
+	var jids, locks, tokens []string
 	for i, f := range done {
 		ids[i] = f.Key
+		if f.Moved != "" {
+			jids = append(jids, f.Moved)
+		}
 		if f.Lock != "" {
 			locks = append(locks, b.q.keys.Unique(f.Lock))
 			tokens = append(tokens, f.Token)
 		}
 	}
-	return rdb.Ack(ctx, b.q.rdb, b.q.keys, b.q.group, ids, locks, tokens)
+	return rdb.Ack(ctx, b.q.rdb, b.q.keys, b.q.group, rdb.Minute(time.Now()), ids, jids, locks, tokens)
 }
 
 // Move writes the job again: into the delayed set when delay > 0, else at
 // the end of the stream.
-func (b *streamBackend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration) (bool, error) {
+func (b *streamBackend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration, st rdb.Settle) (bool, error) {
 	var due int64
 	if delay > 0 {
 		due = dueMillis(time.Now().Add(delay))
 	}
-	return rdb.Move(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, due, newToken(), fields)
+	return rdb.Move(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, due, newToken(), st, fields)
 }
 
 // DeadLetter moves the entry to the dead-letter stream.
-func (b *streamBackend) DeadLetter(ctx context.Context, d *engine.Delivery, lock, token string, fields []any) (string, error) {
+func (b *streamBackend) DeadLetter(ctx context.Context, d *engine.Delivery, lock, token string, st rdb.Settle, fields []any) (string, error) {
 	if lock != "" {
 		lock = b.q.keys.Unique(lock)
 	}
-	return rdb.DeadLetter(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, b.q.cfg.DeadLetterMaxLen, lock, token, fields)
+	return rdb.DeadLetter(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, b.q.cfg.DeadLetterMaxLen, lock, token, st, fields)
+}
+
+// DropCancels removes cancel requests of jobs no longer pending in the
+// group.
+func (b *streamBackend) DropCancels(ctx context.Context, ids []string) error {
+	_, err := rdb.DropCancels(ctx, b.q.rdb, b.q.keys, b.q.group, ids)
+	return err
 }
 
 // Loops are the scheduler of delayed jobs and the pruning of departed

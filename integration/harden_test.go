@@ -44,7 +44,7 @@ func TestScripts_FailedMoveChangesNothing(t *testing.T) {
 		}
 		defer client.Del(ctx, k.Delayed)
 		next := wire.Job{Payload: []byte("job"), Attempt: 1}
-		if _, err := rdb.Move(ctx, client, k, q.Group(), "c", ids[0], time.Now().Add(time.Hour).UnixMilli(), "d-x", next.Args()); err == nil {
+		if _, err := rdb.Move(ctx, client, k, q.Group(), "c", ids[0], time.Now().Add(time.Hour).UnixMilli(), "d-x", rdb.Settle{JobID: ids[0]}, next.Args()); err == nil {
 			t.Fatal("Move into a delayed set of the wrong type succeeded")
 		}
 		if e, err := client.XRange(ctx, k.Stream, ids[0], ids[0]).Result(); err != nil || len(e) != 1 {
@@ -75,7 +75,7 @@ func TestScripts_FailedMoveChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		retried := wire.Pack((&wire.Job{Payload: []byte("p"), Attempt: 3}).Args())
-		if _, err := rdb.Retry(ctx, client, pk, lease, 1000, retried); err == nil {
+		if _, err := rdb.Retry(ctx, client, pk, lease, 1000, retried, rdb.Settle{}); err == nil {
 			t.Fatal("Retry into a delayed set of the wrong type succeeded")
 		}
 		if got, err := client.HGet(ctx, pk.Jobs, ids[0]).Result(); err != nil || got != string(data) {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,6 +66,8 @@ type Queue struct {
 	core *core.Queue
 	cfg  QueueConfig
 	keys rdb.PriorityKeys
+	// registered is set once a push recorded the queue in the registry.
+	registered *atomic.Bool
 }
 
 // NewQueue returns the priority set of q. cfg may be nil. It copies cfg,
@@ -89,7 +92,7 @@ func NewQueue(q *streamq.Queue, cfg *QueueConfig) (*Queue, error) {
 		}
 	}
 	cq := core.Of(q)
-	return &Queue{q: q, core: cq, cfg: c, keys: cq.Keys.Priority()}, nil
+	return &Queue{q: q, core: cq, cfg: c, keys: cq.Keys.Priority(), registered: new(atomic.Bool)}, nil
 }
 
 // Queue returns the stream queue the priority set belongs to.
@@ -156,7 +159,19 @@ func (pq *Queue) PushBatch(ctx context.Context, jobs []Job) (ids []string, err e
 		}
 		copy(ids[start:], res)
 	}
+	pq.register(ctx)
 	return ids, nil
+}
+
+// register records the queue in the registry of its key prefix, once per
+// Queue (an error is left for the next push to retry).
+func (pq *Queue) register(ctx context.Context) {
+	if pq.registered.Load() {
+		return
+	}
+	if rdb.Register(ctx, pq.core.RDB, pq.core.Prefix, pq.core.Name, rdb.KindPriority) == nil {
+		pq.registered.Store(true)
+	}
 }
 
 // fields returns the wire fields of a pushed job, after the hooks ran, or

@@ -269,7 +269,7 @@ func TestFinish_Cases(t *testing.T) {
 	ctx := context.Background()
 	finish := func(pq *Queue, j engine.Delivery) []int64 {
 		t.Helper()
-		done, left, err := rdb.Finish(ctx, pq.core.RDB, pq.keys, []string{j.Key}, []string{j.ID})
+		done, left, err := rdb.Finish(ctx, pq.core.RDB, pq.keys, 0, []string{j.Key}, []string{j.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,10 +328,10 @@ func TestFinish_Cases(t *testing.T) {
 		if len(lost) != 1 || lost[0] != old[0].Key {
 			t.Errorf("keep-alive reported %v lost, want only the stale lease", lost)
 		}
-		if moved, _ := rdb.Retry(ctx, pq.core.RDB, pq.keys, old[0].Key, 0, wire.Pack([]any{"v", "1", "payload", "changed"})); moved {
+		if moved, _ := rdb.Retry(ctx, pq.core.RDB, pq.keys, old[0].Key, 0, wire.Pack([]any{"v", "1", "payload", "changed"}), rdb.Settle{}); moved {
 			t.Error("a stale lease retried the job")
 		}
-		if id, err := rdb.PriorityDeadLetter(ctx, pq.core.RDB, pq.core.Keys, pq.keys, old[0].Key, 0, []any{"dl_reason", "x"}); id != "" || err != nil {
+		if id, err := rdb.PriorityDeadLetter(ctx, pq.core.RDB, pq.core.Keys, pq.keys, old[0].Key, 0, rdb.Settle{}, []any{"dl_reason", "x"}); id != "" || err != nil {
 			t.Errorf("stale dead letter: %q %v, want nothing done", id, err)
 		}
 		if got := finish(pq, cur[0]); got[0] != 1 || !empty(pq) {

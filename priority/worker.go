@@ -116,6 +116,22 @@ type WorkerConfig struct {
 	// Defaults to nil: strict priority.
 	Bands []Band
 
+	// ControlInterval is how often the worker reads the queue's pause flag
+	// and cancel requests and records that it is alive (one pipelined round
+	// trip), as [streamq.ConsumerConfig.ControlInterval]. At least
+	// [streamq.MinControlInterval]. Defaults to
+	// [streamq.DefaultControlInterval].
+	ControlInterval time.Duration
+
+	// ResultRetention is how long progress and results of jobs
+	// ([streamq.SetProgress], [streamq.SetResult]) are kept. Defaults to
+	// [streamq.DefaultResultRetention].
+	ResultRetention time.Duration
+
+	// MaxResultBytes bounds a result. Defaults to
+	// [streamq.DefaultMaxResultBytes]; -1 disables the bound.
+	MaxResultBytes int64
+
 	// Middleware wraps the handler; the first is the outermost. Defaults to
 	// none.
 	Middleware []streamq.Middleware
@@ -197,7 +213,15 @@ func NewWorker(pq *Queue, h streamq.Handler, cfg *WorkerConfig) (*Worker, error)
 		ShutdownCause:   streamq.ErrShutdown,
 		LostCause:       streamq.ErrClaimLost,
 		TimeoutCause:    streamq.ErrJobTimeout,
+		CancelCause:     streamq.ErrCancelled,
 		Logger:          log.With("queue", pq.core.Name, "worker", c.Name),
+
+		Client:          pq.core.RDB,
+		Keys:            pq.core.Keys,
+		ControlInterval: c.ControlInterval,
+		ResultRetention: c.ResultRetention,
+		MaxResultBytes:  c.MaxResultBytes,
+		Heartbeat:       heartbeat(pq.core.Keys.Workers, c.Name),
 	})
 	return &Worker{pq: pq, cfg: c, bands: bands, eng: eng, mon: eng.Monitor()}, nil
 }
@@ -225,6 +249,8 @@ func (c *WorkerConfig) setDefaults() error {
 		{"JobTimeout", &c.JobTimeout, DefaultJobTimeout, true},
 		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, false},
 		{"ReapInterval", &c.ReapInterval, DefaultReapInterval, true},
+		{"ControlInterval", &c.ControlInterval, streamq.DefaultControlInterval, false},
+		{"ResultRetention", &c.ResultRetention, streamq.DefaultResultRetention, false},
 	} {
 		switch {
 		case *d.v == 0:
@@ -249,6 +275,18 @@ func (c *WorkerConfig) setDefaults() error {
 		c.MaxFetchBytes = streamq.DefaultMaxFetchBytes
 	case c.MaxFetchBytes < -1:
 		return configErr("MaxFetchBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxFetchBytes, streamq.DefaultMaxFetchBytes)
+	}
+	if c.ControlInterval < streamq.MinControlInterval {
+		return configErr("ControlInterval", "%s is too short: use at least %s (default %s)", c.ControlInterval, streamq.MinControlInterval, streamq.DefaultControlInterval)
+	}
+	if c.ResultRetention < time.Millisecond {
+		return configErr("ResultRetention", "%s is below 1ms: use a longer retention, or 0 for %s", c.ResultRetention, streamq.DefaultResultRetention)
+	}
+	switch {
+	case c.MaxResultBytes == 0:
+		c.MaxResultBytes = streamq.DefaultMaxResultBytes
+	case c.MaxResultBytes < -1:
+		return configErr("MaxResultBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxResultBytes, streamq.DefaultMaxResultBytes)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
@@ -378,7 +416,26 @@ type backend struct {
 // Start warns when Redis may evict keys (see core.Queue.WarnEvictionPolicy).
 func (b *backend) Start(ctx context.Context) error {
 	b.pq.core.WarnEvictionPolicy(ctx, b.w.mon.Log)
+	err := rdb.Register(ctx, b.pq.core.RDB, b.pq.core.Prefix, b.pq.core.Name, rdb.KindPriority)
+	if err != nil && !rdb.IsOOM(err) {
+		return fmt.Errorf("priority: register queue %s: %w", b.pq.core.Name, err)
+	}
 	return nil
+}
+
+// workerForget is how long a worker that stopped sending heartbeats stays
+// in the queue's workers set.
+const workerForget = 24 * time.Hour
+
+// heartbeat returns the control loop's addition: the worker's last-seen
+// time in the workers set, and the removal of workers silent for a day.
+func heartbeat(key, name string) func(redis.Pipeliner) {
+	return func(pipe redis.Pipeliner) {
+		ctx := context.Background()
+		now := time.Now()
+		pipe.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMilli()), Member: name})
+		pipe.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(now.Add(-workerForget).UnixMilli(), 10))
+	}
 }
 
 // Fetch leases up to n jobs and waits for a wake-up when there are none.
@@ -515,7 +572,7 @@ func (b *backend) Finish(ctx context.Context, done []engine.Finished) error {
 	for i, f := range done {
 		leases[i], ids[i] = f.Key, f.ID
 	}
-	_, left, err := rdb.Finish(ctx, b.pq.core.RDB, b.pq.keys, leases, ids)
+	_, left, err := rdb.Finish(ctx, b.pq.core.RDB, b.pq.keys, rdb.Minute(time.Now()), leases, ids)
 	if err == nil && left > 0 {
 		b.w.mon.Log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
 	}
@@ -524,14 +581,20 @@ func (b *backend) Finish(ctx context.Context, done []engine.Finished) error {
 
 // Move puts the job back with new fields: into the delayed set, or straight
 // into the ready set without delay; either way with its priority and place.
-func (b *backend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration) (bool, error) {
+func (b *backend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration, st rdb.Settle) (bool, error) {
 	ms := int64((delay + time.Millisecond - 1) / time.Millisecond)
-	return rdb.Retry(ctx, b.pq.core.RDB, b.pq.keys, d.Key, ms, wire.Pack(fields))
+	return rdb.Retry(ctx, b.pq.core.RDB, b.pq.keys, d.Key, ms, wire.Pack(fields), st)
 }
 
 // DeadLetter moves the job to the queue's dead-letter stream.
-func (b *backend) DeadLetter(ctx context.Context, d *engine.Delivery, _, _ string, fields []any) (string, error) {
-	return rdb.PriorityDeadLetter(ctx, b.pq.core.RDB, b.pq.core.Keys, b.pq.keys, d.Key, b.pq.core.DeadLetterMaxLen, fields)
+func (b *backend) DeadLetter(ctx context.Context, d *engine.Delivery, _, _ string, st rdb.Settle, fields []any) (string, error) {
+	return rdb.PriorityDeadLetter(ctx, b.pq.core.RDB, b.pq.core.Keys, b.pq.keys, d.Key, b.pq.core.DeadLetterMaxLen, st, fields)
+}
+
+// DropCancels removes cancel requests of jobs whose data is gone.
+func (b *backend) DropCancels(ctx context.Context, ids []string) error {
+	_, err := rdb.PriorityDropCancels(ctx, b.pq.core.RDB, b.pq.keys, ids)
+	return err
 }
 
 // Abandon does nothing: the lease expires and the reaper returns the job.

@@ -13,6 +13,7 @@ package core
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -83,6 +84,22 @@ type Producer struct {
 	// Hooks are the producer's enqueue hooks, run on the headers of every
 	// job written for it (also by periodic schedules and write-behind).
 	Hooks []func(ctx context.Context, headers map[string]string)
+
+	registered atomic.Bool
+}
+
+// Register records the producer's queue in the registry of its key prefix
+// as kind (rdb.KindStream, rdb.KindPriority), once: after the first call
+// that succeeds it costs one atomic load. Producers call it after a
+// successful enqueue; an error is left for the next call to retry.
+func (p *Producer) Register(ctx context.Context, kind string) {
+	if p.registered.Load() {
+		return
+	}
+	q := p.Queue
+	if rdb.Register(ctx, q.RDB, q.Prefix, q.Name, kind) == nil {
+		p.registered.Store(true)
+	}
 }
 
 // RunHooks returns the headers of a job after the hooks ran: a copy of h

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"time"
+
+	"github.com/streamq/streamq/internal/rdb"
 )
 
 // A Backend is where an [Engine] gets jobs and settles them: a Redis stream
@@ -43,13 +45,21 @@ type Backend interface {
 
 	// Move settles an attempt by writing the job again as a new copy with
 	// fields, due after delay (0: at once), whose count of starts begins at
-	// zero. It reports false when d is no longer held (nothing changed).
-	Move(ctx context.Context, d *Delivery, fields []any, delay time.Duration) (moved bool, err error)
+	// zero, recording where it went in the trail under st.JobID and, when
+	// st.Failed, a failure in the throughput counters. It reports false
+	// when d is no longer held (nothing changed).
+	Move(ctx context.Context, d *Delivery, fields []any, delay time.Duration, st rdb.Settle) (moved bool, err error)
 
 	// DeadLetter moves d to the dead-letter stream with fields, releasing
-	// its unique-key lock (lock, token) if it has one. It returns the dead
-	// letter's ID, or "" when d is no longer held (nothing changed).
-	DeadLetter(ctx context.Context, d *Delivery, lock, token string, fields []any) (string, error)
+	// its unique-key lock (lock, token) if it has one, recording it in the
+	// trail and the failures, and removing its cancel request. It returns
+	// the dead letter's ID, or "" when d is no longer held (nothing changed).
+	DeadLetter(ctx context.Context, d *Delivery, lock, token string, st rdb.Settle, fields []any) (string, error)
+
+	// DropCancels removes the cancel requests of the jobs with stable IDs
+	// ids that no worker holds any more (they finished or were settled
+	// otherwise). The engine calls it for requests of jobs it does not hold.
+	DropCancels(ctx context.Context, ids []string) error
 
 	// Abandon tells the backend that the engine gave up on a held job
 	// without settling it (Redis failed): it stays claimed until another
@@ -71,6 +81,10 @@ type Delivery struct {
 	Key string
 	// ID is the job's ID as handlers see it.
 	ID string
+	// JobID is the job's stable ID when the backend knows it without
+	// decoding the job ("": the engine reads the jid field of Fields, else
+	// takes ID).
+	JobID string
 	// Fields are the job's wire fields (nil when its data is gone). A
 	// backend that stores them packed sets Packed instead.
 	Fields map[string]any
@@ -94,6 +108,9 @@ type Delivery struct {
 type Finished struct {
 	Key, ID     string
 	Lock, Token string // unique-key lock to release, if any
+	// Moved is the job's stable ID if this copy was written by a move
+	// (retry, requeue: its trail entry is to be removed), else "".
+	Moved string
 }
 
 // Loop is a backend's periodic task. Do reports more when it stopped at its

@@ -16,9 +16,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq/internal/pool"
@@ -32,6 +35,7 @@ const (
 	ReasonMaxDeliveries = "max_deliveries"
 	ReasonPermanent     = "permanent"
 	ReasonMalformed     = "malformed"
+	ReasonCancelled     = "cancelled"
 )
 
 const (
@@ -60,8 +64,10 @@ type Exec[F any] interface {
 
 // Run is one run of a job, as the handler sees it.
 type Run struct {
-	Queue   string
-	ID      string
+	Queue string
+	ID    string
+	// JobID is the job's stable ID: the ID of its first copy.
+	JobID   string
 	Job     *wire.Job
 	Headers map[string]string // the job's headers and the backend's (Delivery.Headers)
 	// Attempt is this run's number: the starts charged to the job before it,
@@ -102,6 +108,23 @@ type Config struct {
 	FinishBatch              int
 
 	ShutdownCause, LostCause, TimeoutCause error
+	// CancelCause cancels a held job whose cancellation was requested; the
+	// job is then dead-lettered with ReasonCancelled.
+	CancelCause error
+
+	// Client and Keys are the queue's Redis client and keys, for the control
+	// loop (pause and cancel requests) and the handlers' progress and results.
+	Client redis.UniversalClient
+	Keys   rdb.Keys
+	// ControlInterval is how often the control loop reads the pause flag and
+	// the cancel requests (0: never; tests of the engine alone).
+	ControlInterval time.Duration
+	// Heartbeat, if set, adds commands to the control loop's pipeline.
+	Heartbeat func(pipe redis.Pipeliner)
+	// ResultRetention is how long progress and results are kept;
+	// MaxResultBytes bounds a result.
+	ResultRetention time.Duration
+	MaxResultBytes  int64
 
 	Logger  *slog.Logger
 	OnEvent func(ctx context.Context, e Event) // may be nil
@@ -151,6 +174,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	}, r.process)
 	e.mon.running.Store(true)
 	e.mon.stopping.Store(false)
+	e.mon.paused.Store(false)
 	held := r.pool.Len
 	e.mon.held.Store(&held)
 	defer e.mon.running.Store(false)
@@ -168,6 +192,9 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	wakeDone := make(chan struct{})
 	stopWake := context.AfterFunc(gctx, func() { defer close(wakeDone); b.Wake() })
 	g.Go(func() error { return r.fetchLoop(gctx) })
+	if e.cfg.ControlInterval > 0 && e.cfg.Client != nil {
+		g.Go(func() error { r.control(gctx); return nil })
+	}
 	for _, l := range b.Loops() {
 		g.Go(func() error { return r.loop(gctx, l) })
 	}
@@ -201,12 +228,17 @@ type run[F any] struct {
 	// alone holds jobs that must run alone, in arrival order. Owned by the
 	// fetch loop (and by Run once the fetch loop returned).
 	alone []*pool.Job[slot[F]]
+
+	// resume is closed when a paused queue is resumed; nil while it runs.
+	resume atomic.Pointer[chan struct{}]
 }
 
 // slot is everything the engine and its front keep for one job, in one
 // allocation with the job's context (a pool.Job).
 type slot[F any] struct {
 	d   Delivery
+	jid string  // the job's stable ID
+	cfg *Config // for the handler's progress and result
 	wj  wire.Job
 	run Run
 	f   F
@@ -217,6 +249,7 @@ type slot[F any] struct {
 type finished[F any] struct {
 	job         *pool.Job[slot[F]]
 	lock, token string
+	moved       string // the stable ID of a moved copy
 }
 
 // fetchLoop fetches jobs, never more than there are free handler slots, and
@@ -230,6 +263,10 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 	}
 	var bo pool.Backoff
 	full := false // the last fetch returned as many jobs as it asked for
+	wait := r.cfg.Block
+	if r.cfg.ControlInterval > 0 {
+		wait = min(wait, r.cfg.ControlInterval) // a pause stops reads within two intervals
+	}
 	conc := int64(r.cfg.Concurrency)
 	for {
 		if len(r.alone) > 0 {
@@ -243,11 +280,14 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		// trip and CPU on both sides, and with fast handlers the slots free
 		// up within the wait. Slow handlers are not held up for longer than
 		// fetchGather.
+		if !r.waitResumed(ctx) {
+			return nil
+		}
 		n, err := r.pool.Slots(ctx, conc, full, conc, fetchGather)
 		if err != nil {
 			return nil // ctx cancelled
 		}
-		ds, err := r.b.Fetch(ctx, int(n), r.cfg.Block, r.pool.Owns)
+		ds, err := r.b.Fetch(ctx, int(n), wait, r.pool.Owns)
 		if err != nil {
 			r.pool.Release(n)
 			full = false
@@ -268,7 +308,7 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		r.mon.fetched(time.Now())
 		var started int64
 		for i := range ds {
-			j := r.pool.Register(ds[i].Key, slot[F]{d: ds[i]})
+			j := r.pool.Register(ds[i].Key, slot[F]{d: ds[i], jid: stableID(&ds[i]), cfg: &r.cfg})
 			if r.mustWait(&j.Val.d) {
 				r.wait(ctx, j)
 				continue
@@ -420,7 +460,7 @@ func (r *run[F]) runOf(j *pool.Job[slot[F]]) *Run {
 			h[k] = v
 		}
 	}
-	s.run = Run{Queue: r.cfg.Queue, ID: s.d.ID, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
+	s.run = Run{Queue: r.cfg.Queue, ID: s.d.ID, JobID: s.jid, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
 	return &s.run
 }
 
@@ -435,7 +475,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	wj := &j.Val.wj
 	if err := wire.DecodeInto(wj, r.fields(d)); err != nil {
 		r.pool.Settle(j)
-		j.Val.run = Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}
+		j.Val.run = Run{Queue: r.cfg.Queue, ID: d.ID, JobID: j.Val.jid, Job: wj}
 		r.deadLetter(j, &j.Val.run, ReasonMalformed, err, 0, true)
 		return false
 	}
@@ -459,7 +499,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	r.pool.Settle(j)
 	if err == nil {
 		r.mon.processed.Add(1)
-		r.fins <- finished[F]{job: j, lock: wj.Key, token: wj.KeyToken}
+		r.fins <- finished[F]{job: j, lock: wj.Key, token: wj.KeyToken, moved: wj.JobID}
 		return true
 	}
 	cause := context.Cause(ctx)
@@ -474,6 +514,10 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 		// so it cannot run twice.
 		r.mon.failed.Add(1)
 		r.move(j, rn, err, false, 0, EventRetried)
+	case r.cfg.CancelCause != nil && errors.Is(cause, r.cfg.CancelCause):
+		// An operator cancelled it: never retried, kept as a dead letter.
+		r.mon.failed.Add(1)
+		r.deadLetter(j, rn, ReasonCancelled, fmt.Errorf("%w: %w", r.cfg.CancelCause, err), rn.Attempt, false)
 	default:
 		r.fail(j, rn, err)
 	}
@@ -529,12 +573,15 @@ func (r *run[F]) fail(j *pool.Job[slot[F]], rn *Run, err error) {
 func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, delay time.Duration, kind EventKind) {
 	d := &j.Val.d
 	next := *rn.Job
+	next.JobID = j.Val.jid
+	now := time.Now()
 	if charged {
 		next.Attempt = rn.Attempt
 		if next.FirstFail == 0 {
-			next.FirstFail = time.Now().UnixMilli()
+			next.FirstFail = now.UnixMilli()
 		}
 		next.LastError = wire.Truncate(errString(cause), wire.MaxErrorLen)
+		next.Errors = wire.AppendFailure(next.Errors, wire.Failure{At: now.UnixMilli(), Attempt: rn.Attempt, Error: next.LastError})
 		next.Crashed = false // it ran to the end
 	} else {
 		next.Attempt = rn.Attempt - 1
@@ -542,7 +589,7 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	moved, err := r.b.Move(ctx, d, next.Args(), delay)
+	moved, err := r.b.Move(ctx, d, next.Args(), delay, rdb.Settle{JobID: j.Val.jid, Failed: charged, Minute: rdb.Minute(now)})
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", d.ID, "error", err)
@@ -578,9 +625,17 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn *Run, reason string, cause 
 	if first > 0 {
 		dl.FirstFail = time.UnixMilli(first)
 	}
+	raw := r.fields(d)
+	if !malformed {
+		// The dead letter carries the job's stable ID and its error history
+		// with this failure.
+		raw = maps.Clone(raw)
+		raw[wire.FieldJobID] = j.Val.jid
+		raw[wire.FieldErrors] = wire.AppendFailure(rn.Job.Errors, wire.Failure{At: now.UnixMilli(), Attempt: attempts, Error: errString(cause)})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	id, err := r.b.DeadLetter(ctx, d, lock, token, wire.DeadLetterArgs(dl, r.fields(d), headers))
+	id, err := r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: j.Val.jid, Failed: true, Minute: rdb.Minute(now)}, wire.DeadLetterArgs(dl, raw, headers))
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot dead-letter job; it stays held and is taken over later", "job_id", d.ID, "reason", reason, "error", err)
@@ -603,7 +658,7 @@ func (r *run[F]) flush(batch []finished[F]) {
 	done := make([]Finished, len(batch))
 	jobs := make([]*pool.Job[slot[F]], len(batch))
 	for i, f := range batch {
-		done[i] = Finished{Key: f.job.Key, ID: f.job.Val.d.ID, Lock: f.lock, Token: f.token}
+		done[i] = Finished{Key: f.job.Key, ID: f.job.Val.d.ID, Lock: f.lock, Token: f.token, Moved: f.moved}
 		jobs[i] = f.job
 	}
 	var bo pool.Backoff
@@ -686,4 +741,18 @@ func errString(err error) string {
 		return "<nil>"
 	}
 	return err.Error()
+}
+
+// stableID returns the stable ID of a delivered job: what the backend says,
+// else the jid field of a retried or requeued copy, else its own ID.
+func stableID(d *Delivery) string {
+	if d.JobID != "" {
+		return d.JobID
+	}
+	if d.Fields != nil {
+		if s, ok := wire.Str(d.Fields[wire.FieldJobID]); ok && s != "" {
+			return s
+		}
+	}
+	return d.ID
 }

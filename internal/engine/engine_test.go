@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -126,7 +127,7 @@ func (f *fakeBackend) Finish(_ context.Context, done []Finished) error {
 	return nil
 }
 
-func (f *fakeBackend) Move(_ context.Context, d *Delivery, fields []any, delay time.Duration) (bool, error) {
+func (f *fakeBackend) Move(_ context.Context, d *Delivery, fields []any, delay time.Duration, _ rdb.Settle) (bool, error) {
 	f.mu.Lock()
 	f.moves = append(f.moves, move{d.Key, toMap(fields), delay})
 	f.mu.Unlock()
@@ -134,7 +135,9 @@ func (f *fakeBackend) Move(_ context.Context, d *Delivery, fields []any, delay t
 	return true, nil
 }
 
-func (f *fakeBackend) DeadLetter(_ context.Context, d *Delivery, _, _ string, fields []any) (string, error) {
+func (f *fakeBackend) DropCancels(context.Context, []string) error { return nil }
+
+func (f *fakeBackend) DeadLetter(_ context.Context, d *Delivery, _, _ string, _ rdb.Settle, fields []any) (string, error) {
 	f.mu.Lock()
 	f.dead = append(f.dead, dead{d.Key, toMap(fields)})
 	f.mu.Unlock()

@@ -50,6 +50,7 @@ type Health struct {
 	Jobs         int
 	Waiting      int
 	Concurrency  int
+	Paused       bool
 }
 
 // Monitor holds the counters, the health, the logger and the event hook of
@@ -62,12 +63,12 @@ type Monitor struct {
 	processed, failed, retried, postponed, dead atomic.Int64
 	reclaimed, deleted, claimsLost              atomic.Int64
 
-	running, fetching, stopping atomic.Bool
-	lastFetch, lastErrAt        atomic.Int64 // Unix ns
-	lastErr                     atomic.Pointer[string]
-	held                        atomic.Pointer[func() int]
-	waiting                     atomic.Int64
-	concurrency                 int
+	running, fetching, stopping, paused atomic.Bool
+	lastFetch, lastErrAt                atomic.Int64 // Unix ns
+	lastErr                             atomic.Pointer[string]
+	held                                atomic.Pointer[func() int]
+	waiting                             atomic.Int64
+	concurrency                         int
 }
 
 // NewMonitor returns a monitor of queue that logs to log and calls onEvent
@@ -120,6 +121,7 @@ func (m *Monitor) Health() Health {
 		ShuttingDown: m.stopping.Load(),
 		Waiting:      int(m.waiting.Load()),
 		Concurrency:  m.concurrency,
+		Paused:       m.paused.Load(),
 	}
 	if ns := m.lastFetch.Load(); ns != 0 {
 		h.LastFetch = time.Unix(0, ns)

@@ -141,10 +141,19 @@ func (j *Job[T]) Cause() error {
 	return j.cause
 }
 
-// Value returns the value of the run's context for key. Until the job is
-// cancelled or its context was made, the detached parent answers, which
-// also tells context.Cause that the job is not cancelled.
+// ValKey is the context key under which a job's context answers with a
+// pointer to its Val (a *T), so that code handed the context can reach the
+// job.
+type ValKey struct{}
+
+// Value returns the value of the run's context for key: &j.Val for
+// [ValKey]. Until the job is cancelled or its context was made, the
+// detached parent answers other keys, which also tells context.Cause that
+// the job is not cancelled.
 func (j *Job[T]) Value(key any) any {
+	if _, ok := key.(ValKey); ok {
+		return &j.Val
+	}
 	if c := j.inner.Load(); c != nil {
 		return (*c).Value(key)
 	}
@@ -446,6 +455,26 @@ func (p *Pool[T]) wakeLocked() {
 		close(p.shrunk)
 		p.shrunk = nil
 	}
+}
+
+// Each calls fn for every registered job, with the pool locked: fn must be
+// quick and must not call back into the pool, except [Pool.Cancel].
+func (p *Pool[T]) Each(fn func(*Job[T])) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, j := range p.jobs {
+		fn(j)
+	}
+}
+
+// Cancel cancels the context of a job whose handler has not returned yet
+// with cause. It reports whether it did.
+func (p *Pool[T]) Cancel(j *Job[T], cause error) bool {
+	if j.settling.Load() || j.done.Load() {
+		return false
+	}
+	j.cancelWith(cause)
+	return true
 }
 
 // Lost reports whether the job's claim was lost (its context was cancelled

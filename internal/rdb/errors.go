@@ -72,3 +72,6 @@ func EvictionPolicy(ctx context.Context, c redis.UniversalClient) (string, error
 	}
 	return "", nil
 }
+
+// IsOOM reports a write refused because Redis is at maxmemory.
+func IsOOM(err error) bool { return redis.HasErrorPrefix(err, "OOM") }

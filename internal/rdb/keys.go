@@ -10,6 +10,8 @@
 // the work of one call is bounded (no script blocks Redis for long).
 package rdb
 
+import "strconv"
+
 // Keys builds the Redis keys of one queue, "<prefix>:{<name>}:<part>".
 type Keys struct {
 	base string // "<prefix>:{<name>}:"
@@ -18,6 +20,53 @@ type Keys struct {
 	Dead        string // the dead-letter stream
 	Delayed     string // delayed jobs (scheduled and retrying), scored by due time (Unix ms)
 	DelayedJobs string // the fields of delayed jobs, by delayed-set ID
+
+	// Inspection and control (see the README, "Progress, results and
+	// cancellation").
+	Paused  string // STRING "1" while the queue is paused
+	Cancel  string // HASH stable job ID -> cancel request time (Unix ms)
+	Trail   string // HASH stable job ID -> where a moved job lives now (see Trail*)
+	Workers string // ZSET priority worker name -> last seen (Unix ms)
+}
+
+// Prefixes of the locations in the trail hash: a stream entry, a delayed
+// job, a dead letter, a priority job.
+const (
+	TrailStream   = "s:"
+	TrailDelayed  = "d:"
+	TrailDead     = "x:"
+	TrailPriority = "p:"
+)
+
+// Queue kinds in the registry hash (see [Registry]).
+const (
+	KindStream   = "stream"
+	KindPriority = "priority"
+)
+
+// StatsTTL is how long a throughput counter key is kept (seconds; statsLib
+// writes the same number).
+const StatsTTL = 2 * 60 * 60
+
+// Registry returns the key of the registry of the queues of prefix: a hash
+// queue name -> kind. It has no hash tag: it is written with single
+// commands, never in a script with a queue's keys.
+func Registry(prefix string) string { return prefix + ":queues" }
+
+// WriteBehindRegistry returns the key of the hash of the queues fed by a
+// write-behind Writer (name -> "1").
+func WriteBehindRegistry(prefix string) string { return prefix + ":writebehind" }
+
+// Result returns the key of the result of job id.
+func (k Keys) Result(id string) string { return k.base + "result:" + id }
+
+// Progress returns the key of the progress of job id.
+func (k Keys) Progress(id string) string { return k.base + "progress:" + id }
+
+// Stats returns the key of the throughput counters of one minute (Unix
+// seconds / 60): a hash with the fields "processed" and "failed".
+func (k Keys) Stats(minute int64) string {
+	return k.base + "stats:" + strconv.FormatInt(minute, 10)
 }
 
 // NewKeys returns the keys of queue name under prefix.
@@ -27,6 +76,10 @@ func NewKeys(prefix, name string) Keys {
 	k.Dead = k.Part("dead")
 	k.Delayed = k.Part("delayed")
 	k.DelayedJobs = k.Part("delayed:jobs")
+	k.Paused = k.Part("paused")
+	k.Cancel = k.Part("cancel")
+	k.Trail = k.Part("trail")
+	k.Workers = k.Part("workers")
 	return k
 }
 
@@ -54,8 +107,14 @@ type PriorityKeys struct {
 	Deliveries string // charged starts of each job's current copy that ended in crashes
 	Seq        string // sequence counter (FIFO order and job IDs)
 	Notify     string // wake-up stream for idle workers
+	Trail      string // the queue's trail hash (see Keys.Trail)
+	Cancel     string // the queue's cancel requests (see Keys.Cancel)
+	keys       Keys
 	base       string
 }
+
+// Stats returns the key of the queue's throughput counters of minute.
+func (k PriorityKeys) Stats(minute int64) string { return k.keys.Stats(minute) }
 
 // Priority returns the keys of the queue's priority set.
 func (k Keys) Priority() PriorityKeys {
@@ -68,6 +127,9 @@ func (k Keys) Priority() PriorityKeys {
 		Deliveries: k.Part("priority:deliveries"),
 		Seq:        k.Part("priority:seq"),
 		Notify:     k.Part("priority:notify"),
+		Trail:      k.Trail,
+		Cancel:     k.Cancel,
+		keys:       k,
 		base:       k.base,
 	}
 }

@@ -387,18 +387,22 @@ func Pop(ctx context.Context, c redis.Scripter, k PriorityKeys, run string, leas
 // scriptFinish removes finished jobs (see finish in priorityLib).
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
-// hash, KEYS[5] delivery counters, KEYS[6] waiting leases
+// hash, KEYS[5] delivery counters, KEYS[6] waiting leases, KEYS[7] the
+// minute's throughput counters
 // ARGV: the lease members of n finished jobs, then their n job IDs.
-// Returns {finished, left to others}.
-var scriptFinish = redis.NewScript(priorityLib + `
+// Returns {finished, left to others}; the finished ones are counted as
+// processed.
+var scriptFinish = redis.NewScript(priorityLib + statsLib + `
 local n = #ARGV / 2
-return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1, n)
+local r = finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1, n)
+count(KEYS[7], 'processed', r[1])
+return r
 `)
 
 // Finish runs scriptFinish for the jobs with lease members leases and IDs
 // ids, and returns how many were finished and how many left to other
 // workers.
-func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, leases, ids []string) (finished, left int64, err error) {
+func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, minute int64, leases, ids []string) (finished, left int64, err error) {
 	args := make([]any, 0, 2*len(leases))
 	for _, lm := range leases {
 		args = append(args, lm)
@@ -406,7 +410,7 @@ func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, leases, ids [
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	res, err := scriptFinish.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting}, args...).Int64Slice()
+	res, err := scriptFinish.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting, k.Stats(minute)}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -536,10 +540,11 @@ func MarkWaiting(ctx context.Context, c redis.Scripter, k PriorityKeys, lease st
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
 // hash, KEYS[5] delivery counters, KEYS[6] notify stream, KEYS[7] waiting
-// leases, KEYS[8] memo hash
+// leases, KEYS[8] the minute's throughput counters, KEYS[9] memo hash
 // ARGV[1] lease member, ARGV[2] delay (ms), ARGV[3] the job's new data
 // (packed wire fields whose attempt field carries the count of this copy,
-// so the delivery counter restarts); then the memo token and TTL.
+// so the delivery counter restarts), ARGV[4] "1" to count a failure; then
+// the memo token and TTL.
 // Returns 1 when moved; 0 when the lease is no longer held and the job does
 // not wait in the ready set either (another worker holds it, or it was
 // settled), in which case nothing changed. A re-sent call returns what the
@@ -548,7 +553,7 @@ func MarkWaiting(ctx context.Context, c redis.Scripter, k PriorityKeys, lease st
 // is written to its new place and its new data stored before anything is
 // deleted, so a write that fails (a foreign key of the wrong type) leaves
 // the job as it was.
-var scriptRetry = redis.NewScript(idempotent(priorityLib, `
+var scriptRetry = redis.NewScript(idempotent(priorityLib+statsLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -572,12 +577,13 @@ else
 end
 if from == 'lease' then redis.call('ZREM', KEYS[1], lm) end
 unwait(KEYS[7], {lm})
+if ARGV[4] == '1' then count(KEYS[8], 'failed', 1) end
 return 1
 `))
 
 // Retry runs scriptRetry.
-func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, delayMillis int64, data []byte) (bool, error) {
-	cmd, _ := runWrite(ctx, c, scriptRetry, k.NewMemo(), Replicas{}, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting}, []any{lease, delayMillis, data})
+func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, delayMillis int64, data []byte, st Settle) (bool, error) {
+	cmd, _ := runWrite(ctx, c, scriptRetry, k.NewMemo(), Replicas{}, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting, k.Stats(st.Minute)}, []any{lease, delayMillis, data, st.failed()})
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -587,13 +593,16 @@ func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, 
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] job hash, KEYS[4] delivery
 // counters, KEYS[5] dead-letter stream, KEYS[6] waiting leases, KEYS[7]
-// memo hash
-// ARGV[1] lease member, ARGV[2] dead-letter cap (0: none), ARGV[3..]
-// field/value arguments of the dead letter; then the memo token and TTL.
+// trail hash, KEYS[8] the minute's throughput counters, KEYS[9] cancel
+// requests, KEYS[10] memo hash
+// ARGV[1] lease member, ARGV[2] dead-letter cap (0: none), ARGV[3] the
+// job's stable ID, ARGV[4..] field/value arguments of the dead letter; then
+// the memo token and TTL. The trail records the dead letter, the failure is
+// counted and the job's cancel request removed.
 // Returns the dead letter's entry ID, or false when the lease is no longer
 // held and the job does not wait in the ready set either, in which case
 // nothing changed. A re-sent call returns what the first returned.
-var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib, `
+var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib+statsLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -603,10 +612,13 @@ if not held and not redis.call('ZSCORE', KEYS[2], m) then return false end
 local dl
 local cap = tonumber(ARGV[2])
 if cap > 0 then
-  dl = redis.call('XADD', KEYS[5], 'MAXLEN', '~', cap, '*', unpack(ARGV, 3))
+  dl = redis.call('XADD', KEYS[5], 'MAXLEN', '~', cap, '*', unpack(ARGV, 4))
 else
-  dl = redis.call('XADD', KEYS[5], '*', unpack(ARGV, 3))
+  dl = redis.call('XADD', KEYS[5], '*', unpack(ARGV, 4))
 end
+redis.call('HSET', KEYS[7], ARGV[3], 'x:' .. dl)
+count(KEYS[8], 'failed', 1)
+redis.call('HDEL', KEYS[9], ARGV[3])
 if held then redis.call('ZREM', KEYS[1], lm) else redis.call('ZREM', KEYS[2], m) end
 unwait(KEYS[6], {lm})
 redis.call('HDEL', KEYS[3], id)
@@ -616,9 +628,9 @@ return dl
 
 // PriorityDeadLetter runs scriptPriorityDeadLetter; it returns "" when the
 // lease is no longer held.
-func PriorityDeadLetter(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, lease string, dlCap int64, fields []any) (string, error) {
-	args := append([]any{lease, dlCap}, fields...)
-	cmd, _ := runWrite(ctx, c, scriptPriorityDeadLetter, pk.NewMemo(), Replicas{}, []string{pk.Leases, pk.Ready, pk.Jobs, pk.Deliveries, k.Dead, pk.Waiting}, args)
+func PriorityDeadLetter(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, lease string, dlCap int64, st Settle, fields []any) (string, error) {
+	args := append([]any{lease, dlCap, st.JobID}, fields...)
+	cmd, _ := runWrite(ctx, c, scriptPriorityDeadLetter, pk.NewMemo(), Replicas{}, []string{pk.Leases, pk.Ready, pk.Jobs, pk.Deliveries, k.Dead, pk.Waiting, k.Trail, k.Stats(st.Minute), k.Cancel}, args)
 	id, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil

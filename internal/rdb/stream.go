@@ -162,7 +162,8 @@ func Schedule(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replica
 // and aborts the call without dead-lettering anything.
 //
 // KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
-// KEYS[4] dead-letter stream
+// KEYS[4] dead-letter stream, KEYS[5] trail hash (a moved job's new place
+// is recorded under its jid field, if it has one)
 // ARGV[1] now (Unix ms); ARGV[2] maximum number of jobs to move; ARGV[3]
 // queue name; ARGV[4] dead-letter cap (0: none); ARGV[5] dead-letter reason
 // Returns {number of due jobs handled (moved, dead-lettered or without
@@ -192,7 +193,10 @@ for _, tok in ipairs(due) do
   if data then
     local f, why = check(pcall(cmsgpack.unpack, data))
     if f then
-      redis.call('XADD', KEYS[1], '*', unpack(f))
+      local sid = redis.call('XADD', KEYS[1], '*', unpack(f))
+      for i = 1, #f - 1, 2 do
+        if f[i] == 'jid' then redis.call('HSET', KEYS[5], f[i + 1], 's:' .. sid) break end
+      end
     else
       local dl = {'dl_queue', ARGV[3], 'dl_id', tok, 'dl_reason', ARGV[5],
         'dl_error', 'the delayed job cannot be moved into the stream: its data is ' .. why,
@@ -218,7 +222,7 @@ return {#due, dead}
 func Promote(ctx context.Context, c redis.Scripter, k Keys, queue string, nowMillis int64, limit int, dlCap int64, reason string) (int, []string, error) {
 	var res []any
 	err := Redo(ctx, c, func() (err error) {
-		res, err = scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead}, nowMillis, limit, queue, dlCap, reason).Slice()
+		res, err = scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead, k.Trail}, nowMillis, limit, queue, dlCap, reason).Slice()
 		return err
 	})
 	if err != nil {
@@ -240,72 +244,101 @@ func Promote(ctx context.Context, c redis.Scripter, k Keys, queue string, nowMil
 // scriptMove settles an attempt by writing the job again as a new copy:
 // into the delayed set when it is due later (a retry, a postponement), or
 // straight back into the stream (a hand-back, a retry without delay). The
-// new copy is written before the old entry is acknowledged and deleted.
+// new copy is written before the old entry is acknowledged and deleted; the
+// trail records where the job lives now, and a failed attempt is counted in
+// the minute's throughput counters.
 //
 // KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
-// KEYS[4] memo hash
+// KEYS[4] trail hash, KEYS[5] the minute's counters; KEYS[6] memo hash
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (Unix
-// ms; 0: into the stream now), ARGV[5] delayed-set ID, ARGV[6..] field/value
+// ms; 0: into the stream now), ARGV[5] delayed-set ID, ARGV[6] the job's
+// stable ID, ARGV[7] "1" to count a failure, ARGV[8..] field/value
 // arguments of the new copy; then the memo token and TTL.
 // Returns 1 when moved; 0 when the entry is no longer pending for this
 // consumer (another consumer took it over), in which case nothing changed.
 // A re-sent call returns what the first returned (the pending check alone
 // keeps it from moving anything again, but would say 0).
-var scriptMove = redis.NewScript(idempotent(streamLib, `
+var scriptMove = redis.NewScript(idempotent(streamLib+statsLib, `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+local at
 if tonumber(ARGV[4]) > 0 then
-  redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 6)}))
+  redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 8)}))
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  at = 'd:' .. ARGV[5]
 else
-  redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
+  at = 's:' .. redis.call('XADD', KEYS[1], '*', unpack(ARGV, 8))
 end
+redis.call('HSET', KEYS[4], ARGV[6], at)
+if ARGV[7] == '1' then count(KEYS[5], 'failed', 1) end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 return 1
 `))
 
+// Settle is what a settlement records besides moving the job: its stable
+// ID (for the trail), whether the attempt counts as a failure in the
+// throughput counters, and the minute it happens in.
+type Settle struct {
+	JobID  string
+	Failed bool
+	Minute int64 // Unix seconds / 60
+}
+
+func (s Settle) failed() string {
+	if s.Failed {
+		return "1"
+	}
+	return "0"
+}
+
 // Move runs scriptMove. dueMillis 0 puts the copy straight into the stream.
-func Move(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dueMillis int64, token string, fields []any) (bool, error) {
-	args := append([]any{group, consumer, id, dueMillis, token}, fields...)
-	cmd, _ := runWrite(ctx, c, scriptMove, k.NewMemo(), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs}, args)
+func Move(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dueMillis int64, token string, st Settle, fields []any) (bool, error) {
+	args := append([]any{group, consumer, id, dueMillis, token, st.JobID, st.failed()}, fields...)
+	cmd, _ := runWrite(ctx, c, scriptMove, k.NewMemo(), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(st.Minute)}, args)
 	n, err := cmd.Int()
 	return n == 1, err
 }
 
-// scriptDeadLetter moves a job from the stream to the dead-letter stream and
-// releases its unique-key lock.
+// scriptDeadLetter moves a job from the stream to the dead-letter stream,
+// records it in the trail and the minute's failures, removes its cancel
+// request, and releases its unique-key lock.
 //
-// KEYS[1] stream, KEYS[2] dead-letter stream, KEYS[3] (optional) the job's
-// unique-key lock; last, the memo hash
+// KEYS[1] stream, KEYS[2] dead-letter stream, KEYS[3] trail hash, KEYS[4]
+// the minute's counters, KEYS[5] cancel requests, KEYS[6] (optional) the
+// job's unique-key lock; last, the memo hash
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] dead-letter cap
-// (0: none), ARGV[5] the job's lock token ("" without a lock), ARGV[6..]
-// field/value arguments of the dead letter; then the memo token and TTL.
+// (0: none), ARGV[5] the job's lock token ("" without a lock), ARGV[6] the
+// job's stable ID, ARGV[7..] field/value arguments of the dead letter; then
+// the memo token and TTL.
 // Returns the dead letter's entry ID, or false when the entry is no longer
 // pending for this consumer, in which case nothing changed. A re-sent call
 // returns what the first returned.
-var scriptDeadLetter = redis.NewScript(idempotent(streamLib, `
+var scriptDeadLetter = redis.NewScript(idempotent(streamLib+statsLib, `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
 local id
 local cap = tonumber(ARGV[4])
 if cap > 0 then
-  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 6))
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 7))
 else
-  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 6))
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 7))
 end
+redis.call('HSET', KEYS[3], ARGV[6], 'x:' .. id)
+count(KEYS[4], 'failed', 1)
+redis.call('HDEL', KEYS[5], ARGV[6])
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
-if KEYS[3] then unlock(KEYS[3], ARGV[5]) end
+if KEYS[6] then unlock(KEYS[6], ARGV[5]) end
 return id
 `))
 
 // DeadLetter runs scriptDeadLetter. lock is the job's unique-key lock ("":
 // none). It returns "" when the entry is no longer pending for consumer.
-func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dlCap int64, lock, token string, fields []any) (string, error) {
-	keys := []string{k.Stream, k.Dead}
+func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dlCap int64, lock, token string, st Settle, fields []any) (string, error) {
+	keys := []string{k.Stream, k.Dead, k.Trail, k.Stats(st.Minute), k.Cancel}
 	if lock != "" {
 		keys = append(keys, lock)
 	}
-	args := append([]any{group, consumer, id, dlCap, token}, fields...)
+	args := append([]any{group, consumer, id, dlCap, token, st.JobID}, fields...)
 	cmd, _ := runWrite(ctx, c, scriptDeadLetter, k.NewMemo(), Replicas{}, keys, args)
 	dl, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
@@ -315,11 +348,14 @@ func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, 
 }
 
 // scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
-// counters, failure times, last error and the crashed mark dropped; headers
-// and payload kept). The new entry is written before the dead letter is
-// deleted.
+// counters, failure times, last error and the crashed mark dropped; headers,
+// payload, stable ID and error history kept). A dead letter without a jid
+// field gets its dl_id as one (the ID of the copy that was dead-lettered).
+// The new entry is written and recorded in the trail before the dead letter
+// is deleted.
 //
-// KEYS[1] dead-letter stream, KEYS[2] stream, KEYS[3] memo hash
+// KEYS[1] dead-letter stream, KEYS[2] stream, KEYS[3] trail hash, KEYS[4]
+// memo hash
 // ARGV: dead-letter entry IDs; then the memo token and TTL.
 // Returns an array with the new stream entry ID per argument, or false for a
 // dead letter that does not exist. A re-sent call returns what the first
@@ -333,15 +369,23 @@ for i = 1, #ARGV do
   else
     local f = e[1][2]
     local fields = {}
+    local jid, dlid
     for k = 1, #f, 2 do
       local name = f[k]
+      if name == 'jid' then jid = f[k + 1] elseif name == 'dl_id' then dlid = f[k + 1] end
       if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' then
         fields[#fields + 1] = name
         fields[#fields + 1] = f[k + 1]
       end
     end
     if #fields == 0 then fields = {'v', ''} end
+    if not jid and dlid and dlid ~= '' then
+      jid = dlid
+      fields[#fields + 1] = 'jid'
+      fields[#fields + 1] = jid
+    end
     out[i] = redis.call('XADD', KEYS[2], '*', unpack(fields))
+    if jid then redis.call('HSET', KEYS[3], jid, 's:' .. out[i]) end
     redis.call('XDEL', KEYS[1], ARGV[i])
   end
 end
@@ -355,7 +399,7 @@ func Requeue(ctx context.Context, c redis.Scripter, k Keys, ids []string) ([]str
 	for i, id := range ids {
 		args[i] = id
 	}
-	cmd, _ := runWrite(ctx, c, scriptRequeue, k.NewMemo(), Replicas{}, []string{k.Dead, k.Stream}, args)
+	cmd, _ := runWrite(ctx, c, scriptRequeue, k.NewMemo(), Replicas{}, []string{k.Dead, k.Stream, k.Trail}, args)
 	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
@@ -687,30 +731,39 @@ func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, m
 	return ok == 1, id, werr
 }
 
-// scriptAck acknowledges finished jobs and releases their unique-key locks.
+// scriptAck acknowledges finished jobs, counts them in the minute's
+// throughput counters, forgets the trail of those that were moved (retried
+// or requeued copies), and releases their unique-key locks.
 //
-// KEYS[1] stream, KEYS[2..] unique-key locks of some of the jobs
-// ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3..2+n] entry IDs,
-// then one lock token per lock key, in the same order.
+// KEYS[1] stream, KEYS[2] the minute's counters, KEYS[3] trail hash,
+// KEYS[4..] unique-key locks of some of the jobs
+// ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3] number of stable
+// IDs m; then n entry IDs, m stable IDs of moved jobs, and one lock token
+// per lock key, in the same order.
 // Returns the number of entries acknowledged.
-var scriptAck = redis.NewScript(streamLib + `
-local n = tonumber(ARGV[2])
-local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 3, 2 + n))
-for i = 2, #KEYS do unlock(KEYS[i], ARGV[1 + n + i]) end
+var scriptAck = redis.NewScript(streamLib + statsLib + `
+local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
+count(KEYS[2], 'processed', acked)
+if m > 0 then redis.call('HDEL', KEYS[3], unpack(ARGV, 4 + n, 3 + n + m)) end
+for i = 4, #KEYS do unlock(KEYS[i], ARGV[n + m + i]) end
 return acked
 `)
 
-// Ack acknowledges ids in one XACK, or, when some of the jobs hold
-// unique-key locks (locks[i] and tokens[i]), in one script that also
-// releases the locks.
-func Ack(ctx context.Context, c redis.UniversalClient, k Keys, group string, ids, locks, tokens []string) error {
-	if len(locks) == 0 {
-		return c.XAck(ctx, k.Stream, group, ids...).Err()
-	}
-	keys := append([]string{k.Stream}, locks...)
-	args := make([]any, 0, 2+len(ids)+len(tokens))
-	args = append(args, group, len(ids))
+// Ack acknowledges ids in one script, which also counts them as processed
+// in minute's counters, forgets the trail of the moved jobs among them
+// (their stable IDs jids), and releases the unique-key locks some of them
+// hold (locks[i] and tokens[i]).
+func Ack(ctx context.Context, c redis.Scripter, k Keys, group string, minute int64, ids, jids, locks, tokens []string) error {
+	keys := make([]string, 0, 3+len(locks))
+	keys = append(keys, k.Stream, k.Stats(minute), k.Trail)
+	keys = append(keys, locks...)
+	args := make([]any, 0, 3+len(ids)+len(jids)+len(tokens))
+	args = append(args, group, len(ids), len(jids))
 	for _, id := range ids {
+		args = append(args, id)
+	}
+	for _, id := range jids {
 		args = append(args, id)
 	}
 	for _, t := range tokens {

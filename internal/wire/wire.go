@@ -38,7 +38,68 @@ const (
 	FieldFirstFail = "ff"      // first failure time, Unix milliseconds; set on retries
 	FieldLastError = "err"     // last error text; set on retries
 	FieldCrashed   = "crashed" // "1": the latest runs were cut short by crashes (see Job.Crashed)
+	// FieldJobID is the job's stable ID: the entry ID (or priority job ID)
+	// of its first copy. Absent on a first copy, whose stable ID is its own
+	// ID; retried and requeued copies carry it.
+	FieldJobID = "jid"
+	// FieldErrors is the job's error history: a JSON array of its last
+	// [MaxErrors] failures, newest last (see [Failure]).
+	FieldErrors = "errs"
 )
+
+// Error history bounds: the failures kept with a job and the bytes of the
+// error text of each.
+const (
+	MaxErrors       = 5
+	MaxHistoryError = 512
+)
+
+// Failure is one entry of a job's error history (the errs field).
+type Failure struct {
+	At      int64  `json:"at"` // Unix milliseconds
+	Attempt int    `json:"attempt"`
+	Error   string `json:"error"`
+}
+
+// AppendFailure returns the errs field history with f added: the last
+// [MaxErrors] failures, each error cut to [MaxHistoryError] bytes. A history
+// that does not parse is replaced.
+func AppendFailure(history string, f Failure) string {
+	var list []Failure
+	if history != "" {
+		_ = json.Unmarshal([]byte(history), &list)
+	}
+	f.Error = cut(f.Error, MaxHistoryError)
+	list = append(list, f)
+	if len(list) > MaxErrors {
+		list = list[len(list)-MaxErrors:]
+	}
+	b, _ := json.Marshal(list)
+	return string(b)
+}
+
+// ParseFailures decodes an errs field; nil when it is empty or malformed.
+func ParseFailures(history string) []Failure {
+	if history == "" {
+		return nil
+	}
+	var list []Failure
+	if json.Unmarshal([]byte(history), &list) != nil {
+		return nil
+	}
+	return list
+}
+
+// cut shortens s to at most n bytes without splitting a UTF-8 sequence.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // Field names of a dead letter. A dead letter holds these fields followed
 // by the job's own fields unchanged (so a malformed entry is kept as it was).
@@ -130,6 +191,11 @@ type Job struct {
 	// worker died, hung or lost Redis) and that was then handed back
 	// without a verdict: its next attempt counts as one after crashes.
 	Crashed bool
+	// JobID is the jid field: the stable ID of a retried or requeued copy
+	// ("" on a first copy).
+	JobID string
+	// Errors is the errs field as stored (a JSON array, see [Failure]).
+	Errors string
 }
 
 // Args returns the entry as a flat field/value list for XADD. Empty optional
@@ -156,6 +222,12 @@ func (j *Job) Args() []any {
 	}
 	if j.Crashed {
 		a = append(a, FieldCrashed, "1")
+	}
+	if j.JobID != "" {
+		a = append(a, FieldJobID, j.JobID)
+	}
+	if j.Errors != "" {
+		a = append(a, FieldErrors, j.Errors)
 	}
 	return a
 }
@@ -205,6 +277,10 @@ func DecodeInto(j *Job, values map[string]any) error {
 			j.LastError = v
 		case FieldCrashed:
 			j.Crashed = v == "1"
+		case FieldJobID:
+			j.JobID = v
+		case FieldErrors:
+			j.Errors = v
 		}
 	}
 	if !hasVersion {
@@ -319,6 +395,7 @@ type DeadLetter struct {
 var jobFields = map[string]bool{
 	FieldVersion: true, FieldPayload: true, FieldHeaders: true, FieldEnqueued: true, FieldAttempt: true,
 	FieldKey: true, FieldKeyToken: true, FieldFirstFail: true, FieldLastError: true, FieldCrashed: true,
+	FieldJobID: true, FieldErrors: true,
 }
 
 // DeadLetterArgs returns the fields of a dead letter as a flat field/value

@@ -1,0 +1,143 @@
+package rdb
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// statsLib holds the helper that counts settlements in a minute's
+// throughput counters (see [Keys.Stats]).
+const statsLib = `
+-- count adds n to field of the counters key; the key's first write of the
+-- minute sets its expiry.
+local function count(key, field, n)
+  if n > 0 and redis.call('HINCRBY', key, field, n) == n then
+    redis.call('EXPIRE', key, 7200)
+  end
+end
+`
+
+// Minute returns the counter minute of t (Unix seconds / 60).
+func Minute(t time.Time) int64 { return t.Unix() / 60 }
+
+// Register records queue name of kind in the registry of prefix (one HSET,
+// no hash tag: see [Registry]).
+func Register(ctx context.Context, c redis.Cmdable, prefix, name, kind string) error {
+	return c.HSet(ctx, Registry(prefix), name, kind).Err()
+}
+
+// RegisterWriteBehind records that a write-behind Writer feeds queue name.
+func RegisterWriteBehind(ctx context.Context, c redis.Cmdable, prefix, name string) error {
+	return c.HSet(ctx, WriteBehindRegistry(prefix), name, "1").Err()
+}
+
+// Control reads, in one pipeline, whether the queue is paused and the
+// stable IDs of the jobs whose cancellation was requested. extra, if not
+// nil, adds commands to the same pipeline (a worker's heartbeat).
+func Control(ctx context.Context, c redis.Cmdable, k Keys, extra func(redis.Pipeliner)) (paused bool, cancel []string, err error) {
+	pipe := c.Pipeline()
+	ex := pipe.Exists(ctx, k.Paused)
+	ids := pipe.HKeys(ctx, k.Cancel)
+	if extra != nil {
+		extra(pipe)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, nil, err
+	}
+	return ex.Val() > 0, ids.Val(), nil
+}
+
+// scriptDropCancels removes cancel requests of stream jobs that are no
+// longer pending in the group (they finished, were retried, dead-lettered,
+// or never ran): nobody will act on them. A job's entry is the one its trail
+// names (s:<entry ID>), else its stable ID; a trail naming any other place
+// (delayed, dead) means the job is not running.
+//
+// KEYS[1] stream, KEYS[2] cancel requests, KEYS[3] trail hash
+// ARGV[1] group, ARGV[2..] stable job IDs
+// Returns the number of requests removed.
+var scriptDropCancels = redis.NewScript(`
+local gone = {}
+for i = 2, #ARGV do
+  local id = ARGV[i]
+  local at = redis.call('HGET', KEYS[3], id)
+  local entry = id
+  if at then
+    if string.sub(at, 1, 2) == 's:' then entry = string.sub(at, 3) else entry = nil end
+  end
+  local pending = false
+  if entry and string.match(entry, '^%d+%-%d+$') then
+    pending = #redis.call('XPENDING', KEYS[1], ARGV[1], entry, entry, 1) > 0
+  end
+  if not pending then gone[#gone + 1] = id end
+end
+if #gone > 0 then redis.call('HDEL', KEYS[2], unpack(gone)) end
+return #gone
+`)
+
+// DropCancels runs scriptDropCancels for ids.
+func DropCancels(ctx context.Context, c redis.Cmdable, k Keys, group string, ids []string) (int, error) {
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, group)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	n, err := scriptDropCancels.Run(ctx, c, []string{k.Stream, k.Cancel, k.Trail}, args...).Int()
+	if IsNoGroup(err) || IsNoSuchKey(err) {
+		// No group or no stream: no job of it is pending.
+		return 0, c.HDel(ctx, k.Cancel, ids...).Err()
+	}
+	return n, err
+}
+
+// scriptPriorityDropCancels removes cancel requests of priority jobs whose
+// data is gone (they finished or were dead-lettered).
+//
+// KEYS[1] job hash, KEYS[2] cancel requests
+// ARGV: job IDs
+// Returns the number of requests removed.
+var scriptPriorityDropCancels = redis.NewScript(`
+local gone = {}
+for i = 1, #ARGV do
+  if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then gone[#gone + 1] = ARGV[i] end
+end
+if #gone > 0 then redis.call('HDEL', KEYS[2], unpack(gone)) end
+return #gone
+`)
+
+// PriorityDropCancels runs scriptPriorityDropCancels for ids.
+func PriorityDropCancels(ctx context.Context, c redis.Scripter, pk PriorityKeys, ids []string) (int, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	return scriptPriorityDropCancels.Run(ctx, c, []string{pk.Jobs, pk.Cancel}, args...).Int()
+}
+
+// DropCancel removes the cancel request of job id (after the engine acted
+// on it without a script that does).
+func DropCancel(ctx context.Context, c redis.Cmdable, k Keys, id string) error {
+	return c.HDel(ctx, k.Cancel, id).Err()
+}
+
+// Progress is the stored form of a job's progress.
+type Progress struct {
+	Percent int    `json:"pct"`
+	Message string `json:"msg"`
+	At      int64  `json:"at"` // Unix milliseconds
+}
+
+// SetProgress stores the progress of job id for retention.
+func SetProgress(ctx context.Context, c redis.Cmdable, k Keys, id string, p Progress, retention time.Duration) error {
+	b, _ := json.Marshal(p)
+	return c.Set(ctx, k.Progress(id), b, retention).Err()
+}
+
+// SetResult stores the result of job id for retention.
+func SetResult(ctx context.Context, c redis.Cmdable, k Keys, id string, result []byte, retention time.Duration) error {
+	return c.Set(ctx, k.Result(id), result, retention).Err()
+}
