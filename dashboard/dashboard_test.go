@@ -89,8 +89,8 @@ func TestPages(t *testing.T) {
 		t.Errorf("partial overview is a whole page:\n%s", p.Body)
 	}
 
-	c.mustGet("/queues/idle", "waiting", `"kind":"wait"`, escapeID(f.waiting[0]))
-	c.mustGet("/queues/idle?state=delayed", `"kind":"later"`)
+	c.mustGet("/queues/idle", "waiting", `&#34;kind&#34;:&#34;wait&#34;`, escapeID(f.waiting[0]))
+	c.mustGet("/queues/idle?state=delayed", `&#34;kind&#34;:&#34;later&#34;`)
 	c.mustGet("/queues/work?state=running", escapeID(f.running))
 	c.mustGet("/queues/work?state=retrying", escapeID(f.retrying), "upstream said 503")
 	c.mustGet("/queues/work?state=dead", escapeID(f.dead))
@@ -211,22 +211,22 @@ func TestActions(t *testing.T) {
 		t.Errorf("cancel of a retrying job: status %d, want 409 saying why:\n%s", r.Status, r.Body)
 	}
 
-	// Run a retrying job now: it runs and fails again (retrying, attempt 2).
+	// Run a retrying job now: it runs and fails again (a second error).
 	if r := c.post("/queues/work/jobs/"+escapeID(f.retrying)+"/run", nil); r.Status != http.StatusSeeOther {
 		t.Fatalf("run now: status %d:\n%s", r.Status, r.Body)
 	}
 	redistest.WaitFor(t, waitTimeout, "the retried job to run again", func() bool {
 		j, err := work.Job(ctx, f.retrying)
-		return err == nil && j.State == inspect.StateRetrying && j.Attempt >= 2
+		return err == nil && j.State == inspect.StateRetrying && len(j.Errors) >= 2
 	})
 
-	// Requeue the dead letter: it runs and is dead again (attempt 2).
+	// Requeue the dead letter: it runs and is dead again (a second error).
 	if r := c.post("/queues/work/jobs/"+escapeID(f.dead)+"/requeue", nil); r.Status != http.StatusSeeOther {
 		t.Fatalf("requeue: status %d:\n%s", r.Status, r.Body)
 	}
 	redistest.WaitFor(t, waitTimeout, "the requeued dead letter to run again", func() bool {
 		j, err := work.Job(ctx, f.dead)
-		return err == nil && j.State == inspect.StateDead && j.Attempt >= 2
+		return err == nil && j.State == inspect.StateDead && len(j.Errors) >= 2
 	})
 
 	// Delete a delayed job of idle.

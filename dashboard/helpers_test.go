@@ -52,6 +52,8 @@ type fixture struct {
 	producer *streamq.Producer
 	// healed makes "dead" jobs succeed from now on (a fixed bug).
 	healed atomic.Bool
+	// consumer runs the jobs of "work" (nil without consume).
+	consumer *streamq.Consumer
 }
 
 // payloads of the fixture's jobs; the consumer's handler acts on "kind".
@@ -128,7 +130,7 @@ func newFixture(t testing.TB, consume bool) *fixture {
 	f.retrying = enqueue(pw, payload{Kind: "retry"})
 	f.running = enqueue(pw, payload{Kind: "block"})
 	if consume {
-		f.consume(t, f.work, "c1")
+		f.consumer = f.consume(t, f.work, "c1")
 	}
 	return f
 }
@@ -136,7 +138,7 @@ func newFixture(t testing.TB, consume bool) *fixture {
 // consume runs a consumer of q in the background of t with the fixture's
 // handler: "block" blocks until the consumer stops, "retry" fails for an
 // hour, "dead" fails for good, the rest succeed.
-func (f *fixture) consume(t testing.TB, q *streamq.Queue, name string) *redistest.Runner {
+func (f *fixture) consume(t testing.TB, q *streamq.Queue, name string) *streamq.Consumer {
 	t.Helper()
 	h := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
 		var pl payload
@@ -153,17 +155,22 @@ func (f *fixture) consume(t testing.TB, q *streamq.Queue, name string) *redistes
 			return streamq.RetryAfter(time.Hour, errors.New("upstream said 503"))
 		case "dead":
 			if f.healed.Load() {
-				return nil
+				if err := streamq.SetProgress(ctx, 100, "customer id fixed"); err != nil {
+					return err
+				}
+				return streamq.SetResult(ctx, []byte(`{"charged":true,"amount":4200}`))
 			}
 			return streamq.Permanent(errors.New("invalid customer id 42"))
 		}
 		return nil
 	})
-	c, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Name: name, Concurrency: 4, Block: 100 * time.Millisecond, ShutdownTimeout: 100 * time.Millisecond})
+	c, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Name: name, Concurrency: 4, Block: 100 * time.Millisecond,
+		ShutdownTimeout: 100 * time.Millisecond, ControlInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redistest.Background(t, "consumer "+name, 10*time.Second, c.Run)
+	redistest.Background(t, "consumer "+name, 10*time.Second, c.Run)
+	return c
 }
 
 // waitState waits until the job id of queue is in state want.

@@ -458,7 +458,8 @@ func (s *server) dead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.IDs = nil
-	d := &deadData{State: inspect.StateDead, Reason: f.Reason, Error: f.Error, Since: form.Get("since"), Until: form.Get("until"), Reasons: knownReasons}
+	d := &deadData{State: inspect.StateDead, Reason: f.Reason, Error: f.Error, Since: form.Get("since"), Until: form.Get("until"),
+		Reasons: knownReasons, Cursor: form.Get("cursor")}
 	if form.Get("state") == string(inspect.StateCancelled) {
 		d.State = inspect.StateCancelled
 	}
