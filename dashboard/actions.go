@@ -125,6 +125,8 @@ func (s *server) jobAction(ctx context.Context, _ http.ResponseWriter, r *http.R
 type confirmData struct {
 	Action, Queue string
 	Count         int
+	Partial       bool // Count is a lower bound: only Examined entries were examined
+	Examined      int
 	Filter        inspect.DeadFilter
 	Fields        [][2]string // hidden fields to post again
 	CancelURL     string
@@ -143,11 +145,15 @@ func (s *server) bulkAction(ctx context.Context, w http.ResponseWriter, r *http.
 	}
 	deadPage := pathOf(s.opts.BasePath, "queues", q.Name(), "dead")
 	if r.PostFormValue("confirm") != "yes" {
-		n, err := q.CountDead(ctx, f)
+		ov, err := q.Overview(ctx)
 		if err != nil {
 			return "", "", err
 		}
-		d := &confirmData{Action: a, Queue: q.Name(), Count: n, Filter: f, CancelURL: deadPage}
+		n, partial, err := countDead(ctx, q, ov, f)
+		if err != nil {
+			return "", "", err
+		}
+		d := &confirmData{Action: a, Queue: q.Name(), Count: n, Partial: partial, Examined: inspect.DefaultScanLimit, Filter: f, CancelURL: deadPage}
 		for _, k := range []string{"reason", "error", "since", "until"} {
 			if v := r.PostFormValue(k); v != "" {
 				d.Fields = append(d.Fields, [2]string{k, v})

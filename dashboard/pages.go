@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 )
 
@@ -381,6 +382,7 @@ type deadData struct {
 	State                       inspect.State
 	Reason, Error, Since, Until string
 	Count                       int
+	Partial                     bool // Count is a lower bound
 	Rows                        []jobRow
 	Scanned                     int
 	Cursor, NextURL, FirstURL   string
@@ -389,7 +391,7 @@ type deadData struct {
 }
 
 // knownReasons are the dead-letter reasons offered in the filter.
-var knownReasons = []string{"max_deliveries", "permanent", "malformed", "cancelled"}
+var knownReasons = []string{streamq.ReasonMaxDeliveries, streamq.ReasonPermanent, streamq.ReasonMalformed, streamq.ReasonCancelled}
 
 // deadFilter reads the filter of the dead-letter page or a bulk action.
 func deadFilter(form url.Values) (inspect.DeadFilter, error) {
@@ -410,6 +412,19 @@ func deadFilter(form url.Values) (inspect.DeadFilter, error) {
 		return f, badRequest("select at most " + strconv.Itoa(maxLimit) + " jobs at once, or use a filter")
 	}
 	return f, nil
+}
+
+// countDead counts the dead letters f selects. Without a filter it is the
+// length of the dead-letter stream; with one, CountDead examines at most
+// inspect.DefaultScanLimit entries, so on a longer stream the count is a
+// lower bound (partial), while a bulk action walks them all.
+func countDead(ctx context.Context, q *inspect.Queue, ov *inspect.Overview, f inspect.DeadFilter) (n int, partial bool, err error) {
+	total := ov.Dead + ov.Cancelled
+	if f.Reason == "" && f.Error == "" && f.Since.IsZero() && f.Until.IsZero() && len(f.IDs) == 0 {
+		return int(total), false, nil
+	}
+	n, err = q.CountDead(ctx, f)
+	return n, err == nil && len(f.IDs) == 0 && total > inspect.DefaultScanLimit, err
 }
 
 // parseTime reads a time typed in a datetime-local field (UTC) or RFC 3339.
@@ -476,7 +491,7 @@ func (s *server) dead(w http.ResponseWriter, r *http.Request) {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
-		d.Count, err = q.CountDead(gctx, f)
+		d.Count, d.Partial, err = countDead(gctx, q, ov, f)
 		return err
 	})
 	var jobs []inspect.Job
