@@ -44,8 +44,8 @@ type fixture struct {
 	work   *streamq.Queue
 	idle   *streamq.Queue
 	// stable job IDs by role
-	running, retrying, dead, delayed string
-	waiting                          []string
+	running, retrying, dead string
+	waiting                 []string
 	// started receives the ID of each blocking job once its handler runs.
 	started chan string
 	// producer enqueues into "work".
