@@ -203,9 +203,10 @@ func TestActions(t *testing.T) {
 	if r := c.post("/queues/work/jobs/"+escapeID(f.running)+"/cancel", nil); r.Status != http.StatusSeeOther {
 		t.Fatalf("cancel: status %d:\n%s", r.Status, r.Body)
 	}
-	if ok, _ := f.rdb.HExists(ctx, f.prefix+":{work}:cancel", f.running).Result(); !ok {
-		t.Error("cancel did not record a cancel request")
-	}
+	// The consumer cancels the handler: the job is kept as cancelled.
+	f.waitState(t, "work", f.running, inspect.StateCancelled)
+	c.mustGet("/queues/work/dead?state=cancelled", escapeID(f.running), "cancelled")
+	c.mustGet("/queues/work/jobs/"+escapeID(f.running), `id="requeue"`, "cancelled")
 	// Cancelling a job that is not running is a 409 with the reason.
 	if r := c.post("/queues/work/jobs/"+escapeID(f.retrying)+"/cancel", nil); r.Status != http.StatusConflict || !strings.Contains(r.Body, "retrying") {
 		t.Errorf("cancel of a retrying job: status %d, want 409 saying why:\n%s", r.Status, r.Body)
