@@ -392,6 +392,11 @@ func TestAuth(t *testing.T) {
 		if r := c.get("/ops/"); r.Status != http.StatusUnauthorized || !strings.Contains(r.Body, `name="token"`) {
 			t.Fatalf("no token: status %d, want 401 with the sign-in form", r.Status)
 		}
+		// Its style sheet loads without credentials; nothing else does.
+		c.mustGet("/ops/static/app.css")
+		if r := c.get("/ops/queues/work"); r.Status != http.StatusUnauthorized || strings.Contains(r.Body, "Dead letters") {
+			t.Errorf("a queue page without the token: status %d", r.Status)
+		}
 	})
 	t.Run("bearer", func(t *testing.T) {
 		t.Parallel()
@@ -417,6 +422,9 @@ func TestAuth(t *testing.T) {
 			t.Errorf("token cookie %q is not HttpOnly and SameSite=Strict", sc)
 		}
 		c.mustGet("/", "work")
+		if strings.Contains(r.Header.Get("Set-Cookie"), token) {
+			t.Error("the sign-in cookie holds the token itself")
+		}
 	})
 	t.Run("middleware", func(t *testing.T) {
 		t.Parallel()

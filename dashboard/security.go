@@ -16,7 +16,7 @@ const (
 	csrfCookie = "streamq_dashboard_csrf"
 	// csrfField is the form field that carries the token.
 	csrfField = "csrf"
-	// tokenCookie keeps the bearer token of a browser that signed in.
+	// tokenCookie marks a browser that signed in with the bearer token.
 	tokenCookie = "streamq_dashboard_token"
 	// flashCookie carries the message of an action to the page it redirects to.
 	flashCookie = "streamq_dashboard_flash"
@@ -48,11 +48,12 @@ func securityHeaders(next http.Handler) http.Handler {
 func (s *server) authenticate(next http.Handler) http.Handler {
 	a := s.opts.Auth
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.authorized(r) {
+		// The script and style sheet are public (the sign-in form uses them).
+		if s.isPath(r, "/static/", true) || s.authorized(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if a.Token != "" && strings.HasSuffix(r.URL.Path, "/login") && r.Method == http.MethodPost {
+		if a.Token != "" && r.Method == http.MethodPost && s.isPath(r, "/login", false) {
 			s.login(w, r)
 			return
 		}
@@ -61,12 +62,23 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 		} else {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="streamq dashboard"`)
 		}
-		if a.Token != "" && r.Method == http.MethodGet && !strings.HasPrefix(r.URL.Path, s.opts.BasePath+"/static/") {
+		if a.Token != "" && r.Method == http.MethodGet {
 			s.render(w, r, http.StatusUnauthorized, "login", &view{Title: "Sign in"})
 			return
 		}
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 	})
+}
+
+// isPath reports whether r is for path p of the dashboard (or, with prefix,
+// under it), with or without BasePath (behind http.StripPrefix).
+func (s *server) isPath(r *http.Request, p string, prefix bool) bool {
+	for _, full := range []string{s.opts.BasePath + p, p} {
+		if r.URL.Path == full || (prefix && strings.HasPrefix(r.URL.Path, full)) {
+			return true
+		}
+	}
+	return false
 }
 
 // authorized reports whether r carries valid credentials.
@@ -86,7 +98,7 @@ func (s *server) authorized(r *http.Request) bool {
 		if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equalSecret(t, a.Token) {
 			return true
 		}
-		if c, err := r.Cookie(tokenCookie); err == nil && equalSecret(c.Value, a.Token) {
+		if c, err := r.Cookie(tokenCookie); err == nil && equalSecret(c.Value, s.session()) {
 			return true
 		}
 	}
@@ -110,11 +122,16 @@ func (s *server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
-		Name: tokenCookie, Value: s.opts.Auth.Token, Path: s.cookiePath(),
+		Name: tokenCookie, Value: s.session(), Path: s.cookiePath(),
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode,
 	})
 	http.Redirect(w, r, s.opts.BasePath+"/", http.StatusSeeOther)
 }
+
+// session is the value of the sign-in cookie: derived from the token under
+// the key drawn at New, so the cookie never holds the token itself and a
+// restart signs browsers out.
+func (s *server) session() string { return s.sign("session\x00" + s.opts.Auth.Token) }
 
 // cookiePath is the path of the dashboard's cookies.
 func (s *server) cookiePath() string { return s.opts.BasePath + "/" }
