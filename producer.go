@@ -237,12 +237,16 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 				return ids, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
 			}
-			fa := jf.Args()
 			if delayed {
+				// The delayed-set ID is the job's stable ID: the copy
+				// promoted into the stream carries it, so the job can be
+				// found by the ID Enqueue returned (see package inspect).
 				tok := newToken()
+				jf.JobID = tok
 				ids[start+i] = tok
 				args = append(args, tok)
 			}
+			fa := jf.Args()
 			args = append(args, len(fa))
 			args = append(args, fa...)
 		}
@@ -283,7 +287,11 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 	if delayed {
 		due = dueMillis(o.at)
 	}
-	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.KeyToken, due, newToken()}, jf.Args()...)
+	tok := newToken()
+	if delayed {
+		jf.JobID = tok // the stable ID, as for other delayed jobs
+	}
+	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.KeyToken, due, tok}, jf.Args()...)
 	ok, id, err := rdb.EnqueueUnique(ctx, p.q.rdb, p.q.keys, p.q.keys.Unique(o.uniqueKey), p.q.keys.NewMemo(), p.replicas(), args)
 	if err != nil {
 		switch {

@@ -17,7 +17,7 @@ import (
 // new jobs within their ControlInterval (about a second); running jobs
 // finish, and enqueueing keeps working. One SET.
 func (q *Queue) Pause(ctx context.Context) error {
-	if err := q.rdb().Set(ctx, q.keys.Part(partPaused), "1", 0).Err(); err != nil {
+	if err := q.rdb().Set(ctx, q.keys.Paused, "1", 0).Err(); err != nil {
 		return fmt.Errorf("inspect: pause %s: %w", q.name, err)
 	}
 	return nil
@@ -25,7 +25,7 @@ func (q *Queue) Pause(ctx context.Context) error {
 
 // Resume undoes [Queue.Pause]. One DEL.
 func (q *Queue) Resume(ctx context.Context) error {
-	if err := q.rdb().Del(ctx, q.keys.Part(partPaused)).Err(); err != nil {
+	if err := q.rdb().Del(ctx, q.keys.Paused).Err(); err != nil {
 		return fmt.Errorf("inspect: resume %s: %w", q.name, err)
 	}
 	return nil
@@ -288,7 +288,7 @@ func (q *Queue) eachDeadID(ctx context.Context, f *DeadFilter, batch func(ids []
 		pipe := c.Pipeline()
 		trails := make([]*redis.StringCmd, len(chunk))
 		for i, id := range chunk {
-			trails[i] = pipe.HGet(ctx, q.keys.Part(partTrail), id)
+			trails[i] = pipe.HGet(ctx, q.keys.Trail, id)
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("inspect: dead letters of %s: %w", q.name, err)

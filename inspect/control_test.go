@@ -87,7 +87,10 @@ func TestQueue_RunNow(t *testing.T) {
 	f := setupStates(t)
 	ctx := context.Background()
 	retry := first(t, f.iq, inspect.StateRetrying)
-	for _, id := range []string{f.delayed, retry.EntryID} {
+	if retry.ID != f.retrying {
+		t.Errorf("retrying copy's stable ID %s, want %s", retry.ID, f.retrying)
+	}
+	for _, id := range []string{f.delayed, retry.ID} {
 		if err := f.iq.RunNow(ctx, id); err != nil {
 			t.Fatalf("RunNow(%s): %v", id, err)
 		}
@@ -215,5 +218,38 @@ func TestQueue_Consumers(t *testing.T) {
 	}
 	if slices.Contains(gone, "ghost") || len(gone) != len(cs)-1 {
 		t.Errorf("pruned %v of %+v: want every consumer but ghost, which holds a job", gone, cs)
+	}
+}
+
+func TestQueue_CountDeadBounded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, &inspect.Options{ScanLimit: 40})
+	for range 100 {
+		e.addDead(t, "a", "permanent", "boom")
+	}
+	n, err := e.iq.CountDead(context.Background(), inspect.DeadFilter{})
+	if err != nil || n != 40 {
+		t.Errorf("CountDead = %d, %v; want 40 (ScanLimit)", n, err)
+	}
+	// Requeue and purge walk every letter, in batches.
+	n, err = e.iq.PurgeDead(context.Background(), inspect.DeadFilter{}, nil)
+	if err != nil || n != 100 {
+		t.Errorf("PurgeDead = %d, %v; want 100", n, err)
+	}
+}
+
+func TestQueue_WriteBehindAndLevels(t *testing.T) {
+	t.Parallel()
+	f := setupStates(t)
+	ctx := context.Background()
+	s, err := f.iq.WriteBehind(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Unpersisted != 4 || s.Dead != 2 || s.Retrying != 2 || s.OldestAge <= 0 || s.LastError == "" {
+		t.Errorf("write-behind status %+v", s)
+	}
+	if lv, err := f.iq.Levels(ctx); err != nil || len(lv) != 0 {
+		t.Errorf("levels of a stream queue: %v, %v", lv, err)
 	}
 }

@@ -114,7 +114,7 @@ func (e *env) addDead(t *testing.T, payload, reason, errText string) string {
 type fixture struct {
 	*env
 	done, dead, retrying, running, delayed, cancelled string
-	waiting                                          []string
+	waiting                                           []string
 }
 
 // setupStates builds a queue with jobs in every state, with a real

@@ -60,7 +60,7 @@ func New(client redis.UniversalClient, opts *Options) (*Inspector, error) {
 	case o.ScanLimit < 1:
 		return nil, &streamq.ConfigError{Field: "Options.ScanLimit", Reason: fmt.Sprintf("%d is negative: use a positive number of entries, or 0 for the default (%d)", o.ScanLimit, DefaultScanLimit)}
 	}
-	return &Inspector{rdb: client, opts: o, queue: o.Prefix + ":queues", wb: o.Prefix + ":writebehind"}, nil
+	return &Inspector{rdb: client, opts: o, queue: rdb.Registry(o.Prefix), wb: rdb.WriteBehindRegistry(o.Prefix)}, nil
 }
 
 // Kind is the kind of a queue.
@@ -99,7 +99,7 @@ func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 	pipe = in.rdb.Pipeline()
 	for i, n := range names {
 		out[i] = QueueInfo{Name: n, Kind: Kind(reg.Val()[n]), WriteBehind: wb.Val()[n] != ""}
-		paused[i] = pipe.Exists(ctx, rdb.NewKeys(in.opts.Prefix, n).Part(partPaused))
+		paused[i] = pipe.Exists(ctx, rdb.NewKeys(in.opts.Prefix, n).Paused)
 	}
 	if len(names) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil {
@@ -154,11 +154,3 @@ func (q *Queue) Name() string { return q.name }
 func (q *Queue) Kind() Kind { return q.kind }
 
 func (q *Queue) rdb() redis.UniversalClient { return q.in.rdb }
-
-// Key parts of the inspection keys (see the contract in the README).
-const (
-	partPaused  = "paused"
-	partCancel  = "cancel"
-	partTrail   = "trail"
-	partWorkers = "workers"
-)

@@ -177,6 +177,23 @@ func memberID(m string) string {
 	return parts[2]
 }
 
+// setPriority sets the priority of a job of a priority set from its member
+// "<seq>:<score>:<id>" when its data carries no priority header: the score
+// is -priority (a queue with QueueConfig.LowerFirst stores +priority, and
+// shows here with the sign reversed).
+func setPriority(j *Job, member string) {
+	if _, ok := j.Headers[headerPriority]; ok {
+		return
+	}
+	parts := strings.SplitN(member, ":", 3)
+	if len(parts) != 3 {
+		return
+	}
+	if s, err := strconv.ParseInt(parts[1], 10, 64); err == nil {
+		j.Priority = -s
+	}
+}
+
 // leaseOwner returns the worker of a lease member "<member>|<worker>:<run>.<pop>:<n>".
 func leaseOwner(lm string) string {
 	i := strings.LastIndexByte(lm, '|')

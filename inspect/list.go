@@ -303,6 +303,7 @@ func (q *Queue) priorityFetch(st State) fetchFunc {
 			}
 			j := jobFrom(fields, ids[i])
 			m, _ := z.Member.(string)
+			setPriority(&j, m)
 			switch st {
 			case StateWaiting:
 				j.State = StateWaiting

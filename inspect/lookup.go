@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,8 +17,8 @@ import (
 // Job returns the job with stable ID (or current entry ID) id, in whichever
 // state it is, with its progress and result when the handler recorded them.
 // It follows the trail of a job that was retried, dead-lettered or
-// requeued, then looks for id in the stream, the delayed set, the
-// dead-letter stream and the priority set. A job that finished and left a
+// requeued, then looks for id in the stream, the delayed set and the
+// priority set. A job that finished and left a
 // result is StateDone. Otherwise it returns a [*NotFoundError] (errors.Is
 // [ErrJobNotFound]).
 //
@@ -36,8 +37,8 @@ func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 		stable = j.ID
 	}
 	pipe := q.rdb().Pipeline()
-	prog := pipe.Get(ctx, q.keys.Part("progress:"+stable))
-	res := pipe.Get(ctx, q.keys.Part("result:"+stable))
+	prog := pipe.Get(ctx, q.keys.Progress(stable))
+	res := pipe.Get(ctx, q.keys.Result(stable))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: job %s of %s: %w", id, q.name, err)
 	}
@@ -70,7 +71,7 @@ func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
 	if kind, rest, ok := strings.Cut(id, ":"); ok && len(kind) == 1 && strings.Contains("sdxp", kind) {
 		return q.at(ctx, kind+":"+rest) // an explicit location
 	}
-	loc, err := q.rdb().HGet(ctx, q.keys.Part(partTrail), id).Result()
+	loc, err := q.rdb().HGet(ctx, q.keys.Trail, id).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
@@ -91,12 +92,14 @@ func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
 }
 
 // places are the location kinds where a job of the queue may be found under
-// its own ID.
+// its own ID. Dead letters are not: their entry IDs may equal stream IDs,
+// and a dead job is found by its stable ID through the trail (or by an
+// explicit "x:<entry ID>").
 func (q *Queue) places() []string {
 	if q.kind == KindPriority {
-		return []string{"p:", "x:"}
+		return []string{"p:"}
 	}
-	return []string{"s:", "d:", "x:"}
+	return []string{"s:", "d:"}
 }
 
 // at reads the job at trail location loc ("s:<entry>", "d:<member>",
@@ -188,6 +191,7 @@ func (q *Queue) priorityJob(ctx context.Context, id string) (*Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	setPriority(&j, m)
 	switch where {
 	case StateWaiting:
 		j.State = StateWaiting
@@ -206,18 +210,39 @@ func (q *Queue) priorityJob(ctx context.Context, id string) (*Job, error) {
 	return &j, nil
 }
 
+// readyScores returns the distinct scores of the ready set, lowest first,
+// at most n of them (one ZRANGE BYSCORE each).
+func (q *Queue) readyScores(ctx context.Context, n int) ([]int64, error) {
+	var out []int64
+	from := "-inf"
+	for range n {
+		zs, err := q.rdb().ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: q.pkeys.Ready, Start: from, Stop: "+inf", ByScore: true, Count: 1}).Result()
+		if err != nil || len(zs) == 0 {
+			return out, err
+		}
+		out = append(out, int64(zs[0].Score))
+		from = "(" + strconv.FormatInt(int64(zs[0].Score), 10)
+	}
+	return out, nil
+}
+
 // findMember finds the member of priority job id (of priority p) in the
 // ready set, the delayed set or the lease set. A pushed job's member is
-// "<seq padded to 20 digits>:<score>:<seq>" with score -p (or p, for a
-// queue that runs lower priorities first), found at once; a forwarded job's
+// "<seq padded to 20 digits>:<score>:<seq>", found at once by trying the
+// scores of the ready set (up to 100 levels) and -p and p; a forwarded job's
 // sequence number differs from its ID, so the sets are scanned, each for at
 // most ScanLimit elements. where is "" when it was not found.
 func (q *Queue) findMember(ctx context.Context, id string, p int64) (member string, where State, err error) {
 	c := q.rdb()
 	if digits(id) && len(id) <= 20 {
+		scores, err := q.readyScores(ctx, 100)
+		if err != nil {
+			return "", "", err
+		}
+		scores = append(scores, -p, p)
 		padded := strings.Repeat("0", 20-len(id)) + id
 		var cands []string
-		for _, s := range []int64{-p, p} {
+		for _, s := range scores {
 			cands = append(cands, fmt.Sprintf("%s:%d:%s", padded, s, id))
 		}
 		pipe := c.Pipeline()

@@ -24,7 +24,7 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	c := q.rdb()
 	o := &Overview{Name: q.name, Kind: q.kind}
 	pipe := c.Pipeline()
-	paused := pipe.Exists(ctx, q.keys.Part(partPaused))
+	paused := pipe.Exists(ctx, q.keys.Paused)
 	wb := pipe.HExists(ctx, q.in.wb, q.name)
 	dead := pipe.XLen(ctx, q.keys.Dead)
 	var xlen, delayed, ready, leases, workers *redis.IntCmd
@@ -32,7 +32,7 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 		ready = pipe.ZCard(ctx, q.pkeys.Ready)
 		leases = pipe.ZCard(ctx, q.pkeys.Leases)
 		delayed = pipe.ZCard(ctx, q.pkeys.Delayed)
-		workers = pipe.ZCard(ctx, q.keys.Part(partWorkers))
+		workers = pipe.ZCard(ctx, q.keys.Workers)
 	} else {
 		xlen = pipe.XLen(ctx, q.keys.Stream)
 		delayed = pipe.ZCard(ctx, q.keys.Delayed)
@@ -110,7 +110,7 @@ func (q *Queue) Throughput(ctx context.Context, minutes int) ([]Point, error) {
 	cmds := make([]*redis.SliceCmd, minutes)
 	for i := range cmds {
 		m := now - int64(minutes-1-i)
-		cmds[i] = pipe.HMGet(ctx, q.keys.Part("stats:"+strconv.FormatInt(m, 10)), "processed", "failed")
+		cmds[i] = pipe.HMGet(ctx, q.keys.Stats(m), "processed", "failed")
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: throughput of %s: %w", q.name, err)
@@ -140,7 +140,7 @@ func toInt(v any) int64 {
 func (q *Queue) Consumers(ctx context.Context) ([]Consumer, error) {
 	c := q.rdb()
 	if q.kind == KindPriority {
-		ws, err := c.ZRangeWithScores(ctx, q.keys.Part(partWorkers), 0, -1).Result()
+		ws, err := c.ZRangeWithScores(ctx, q.keys.Workers, 0, -1).Result()
 		if err != nil {
 			return nil, fmt.Errorf("inspect: workers of %s: %w", q.name, err)
 		}
@@ -201,7 +201,7 @@ func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]strin
 		return gone, nil
 	}
 	cutoff := strconv.FormatInt(time.Now().Add(-idle).UnixMilli(), 10)
-	ws, err := c.ZRangeByScore(ctx, q.keys.Part(partWorkers), &redis.ZRangeBy{Min: "-inf", Max: cutoff}).Result()
+	ws, err := c.ZRangeByScore(ctx, q.keys.Workers, &redis.ZRangeBy{Min: "-inf", Max: cutoff}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
 	}
@@ -220,7 +220,7 @@ func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]strin
 		for i, g := range gone {
 			args[i] = g
 		}
-		if err := c.ZRem(ctx, q.keys.Part(partWorkers), args...).Err(); err != nil {
+		if err := c.ZRem(ctx, q.keys.Workers, args...).Err(); err != nil {
 			return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
 		}
 	}

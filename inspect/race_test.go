@@ -20,7 +20,6 @@ type runs struct {
 	n  map[string]int
 }
 
-
 func (r *runs) add(p string) {
 	r.mu.Lock()
 	r.n[p]++

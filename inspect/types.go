@@ -133,7 +133,9 @@ type Job struct {
 	Headers map[string]string
 	// Attempt is the number of attempts charged so far.
 	Attempt int
-	// Priority of a job of a priority queue.
+	// Priority of a job of a priority queue: its priority header, else
+	// the negated score of its member (a queue with LowerFirst shows its
+	// priorities negated).
 	Priority   int64
 	EnqueuedAt time.Time
 	DueAt      time.Time // delayed and retrying: when it runs

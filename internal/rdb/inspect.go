@@ -87,7 +87,7 @@ return 'ok'
 // DeleteWaiting runs scriptDeleteWaiting; lock is the job's unique-key lock
 // ("": none).
 func DeleteWaiting(ctx context.Context, c redis.Scripter, k Keys, group, id, jid, lock string) (string, error) {
-	keys := []string{k.Stream, k.Part("trail")}
+	keys := []string{k.Stream, k.Trail}
 	if lock != "" {
 		keys = append(keys, lock)
 	}
@@ -111,7 +111,7 @@ return 'ok'
 
 // DeleteDelayed runs scriptDeleteDelayed.
 func DeleteDelayed(ctx context.Context, c redis.Scripter, k Keys, id, jid, lock, token string) (string, error) {
-	keys := []string{k.Delayed, k.DelayedJobs, k.Part("trail")}
+	keys := []string{k.Delayed, k.DelayedJobs, k.Trail}
 	if lock != "" {
 		keys = append(keys, lock)
 	}
@@ -145,7 +145,7 @@ func PurgeDead(ctx context.Context, c redis.Scripter, k Keys, ids []string) (int
 	for i, id := range ids {
 		args[i] = id
 	}
-	return scriptPurgeDead.Run(ctx, c, []string{k.Dead, k.Part("trail")}, args...).Int()
+	return scriptPurgeDead.Run(ctx, c, []string{k.Dead, k.Trail}, args...).Int()
 }
 
 // scriptRunNow moves a delayed job (scheduled or waiting for a retry) into
@@ -175,7 +175,7 @@ return id
 // RunNow runs scriptRunNow and returns the new entry ID, or "" when the job
 // is not in the delayed set.
 func RunNow(ctx context.Context, c redis.Scripter, k Keys, id, jid string) (string, error) {
-	s, err := scriptRunNow.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Part("trail")}, id, jid).Text()
+	s, err := scriptRunNow.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail}, id, jid).Text()
 	if s == ReplyGone {
 		return "", err
 	}
@@ -199,7 +199,7 @@ return 'ok'
 
 // RequestCancel runs scriptRequestCancel.
 func RequestCancel(ctx context.Context, c redis.Scripter, k Keys, group, id, jid string, nowMillis int64) (string, error) {
-	return scriptRequestCancel.Run(ctx, c, []string{k.Stream, k.Part("cancel")}, group, id, jid, nowMillis).Text()
+	return scriptRequestCancel.Run(ctx, c, []string{k.Stream, k.Cancel}, group, id, jid, nowMillis).Text()
 }
 
 // scriptPriorityControl deletes, runs now or cancels a job of a priority
@@ -243,7 +243,7 @@ return where
 // PriorityControl runs scriptPriorityControl.
 func PriorityControl(ctx context.Context, c redis.Scripter, k Keys, action, member, id, jid string, nowMillis int64) (string, error) {
 	pk := k.Priority()
-	return scriptPriorityControl.Run(ctx, c, []string{pk.Ready, pk.Delayed, pk.Jobs, pk.Deliveries, pk.Notify, k.Part("trail"), k.Part("cancel")},
+	return scriptPriorityControl.Run(ctx, c, []string{pk.Ready, pk.Delayed, pk.Jobs, pk.Deliveries, pk.Notify, k.Trail, k.Cancel},
 		action, member, id, jid, nowMillis).Text()
 }
 
