@@ -41,6 +41,10 @@ func TestNewConsumer_Validation(t *testing.T) {
 		{"negative reclaim", ConsumerConfig{ReclaimInterval: -2}, "ConsumerConfig.ReclaimInterval"},
 		{"negative max deliveries", ConsumerConfig{MaxDeliveries: -1}, "ConsumerConfig.MaxDeliveries"},
 		{"bad name", ConsumerConfig{Name: "a b"}, "ConsumerConfig.Name"},
+		{"control interval below 100ms", ConsumerConfig{ControlInterval: 50 * time.Millisecond}, "ConsumerConfig.ControlInterval"},
+		{"negative control interval", ConsumerConfig{ControlInterval: -1}, "ConsumerConfig.ControlInterval"},
+		{"negative result retention", ConsumerConfig{ResultRetention: -time.Second}, "ConsumerConfig.ResultRetention"},
+		{"negative max result bytes", ConsumerConfig{MaxResultBytes: -2}, "ConsumerConfig.MaxResultBytes"},
 		{"nil middleware", ConsumerConfig{Middleware: []Middleware{nil}}, "ConsumerConfig.Middleware[0]"},
 	}
 	for _, tt := range tests {
@@ -73,6 +77,9 @@ func TestNewConsumer_Defaults(t *testing.T) {
 	if got.Concurrency != DefaultConcurrency || got.Block != DefaultBlock || got.MinIdle != DefaultMinIdle ||
 		got.ShutdownTimeout != DefaultShutdownTimeout || got.MaxDeliveries != DefaultMaxDeliveries || got.Backoff == nil {
 		t.Errorf("defaults not applied: %+v", got)
+	}
+	if got.ControlInterval != DefaultControlInterval || got.ResultRetention != DefaultResultRetention || got.MaxResultBytes != DefaultMaxResultBytes {
+		t.Errorf("control and result defaults not applied: %+v", got)
 	}
 	if got.JobTimeout != -1 || got.SchedulerInterval != -1 || got.ReclaimInterval != -1 {
 		t.Errorf("-1 must disable, got %+v", got)

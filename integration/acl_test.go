@@ -31,6 +31,7 @@ var aclCommands = []string{
 	"xtrim", "xread", "xadd", "zcard", "get", "hgetall", "del", "exists", "hdel", "hget", "hincrby",
 	"hlen", "hmget", "hset", "incr", "pexpire", "set", "time", "zadd", "zcount", "zmscore", "zrange",
 	"zrem", "zremrangebyrank", "zscore",
+	"hkeys", "expire", "hexists", "zremrangebyscore", // control loop, throughput counters, worker heartbeats
 	"wait",                                      // replicated writes (MinReplicas)
 	"watch", "unwatch", "type", "multi", "exec", // writebehind Writer.Resync
 	"incrby", // writebehind Writer.EnsureVersionAtLeast

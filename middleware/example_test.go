@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -276,7 +277,13 @@ func ExampleNewMetrics_prometheus() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "streamq_queue_") {
 			name, _, _ := strings.Cut(line, "{")
-			fmt.Println(name, line[strings.LastIndexByte(line, ' ')+1:])
+			value := line[strings.LastIndexByte(line, ' ')+1:]
+			if strings.HasPrefix(name, "streamq_queue_oldest_waiting") {
+				if v, err := strconv.ParseFloat(value, 64); err == nil && v > 0 {
+					value = "(age of the oldest of the 3 waiting jobs)"
+				}
+			}
+			fmt.Println(name, value)
 		}
 	}
 	// Output:
@@ -284,6 +291,7 @@ func ExampleNewMetrics_prometheus() {
 	// streamq_queue_delayed 0
 	// streamq_queue_lag 3
 	// streamq_queue_length 3
+	// streamq_queue_oldest_waiting_seconds (age of the oldest of the 3 waiting jobs)
 	// streamq_queue_pending 0
 }
 

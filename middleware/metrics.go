@@ -37,6 +37,10 @@ const (
 	MetricQueueLag     = "streamq.queue.lag"          // gauge: not yet delivered to the group
 	MetricQueueDelayed = "streamq.queue.delayed"      // gauge: scheduled or waiting for a retry
 	MetricQueueDead    = "streamq.queue.dead_letters" // gauge: entries in the dead-letter stream
+	// MetricQueueOldestWaiting is a gauge, seconds: age of the oldest job not
+	// yet delivered to the group (0 when none waits), the number an on-call
+	// person watches.
+	MetricQueueOldestWaiting = "streamq.queue.oldest_waiting"
 )
 
 // AttrDeadLetterReason is the attribute of MetricDeadLettered holding the
@@ -106,6 +110,7 @@ type Metrics struct {
 	postponed                                     metric.Int64Counter
 	duration, latency                             metric.Float64Histogram
 	length, pending, lag, delayed, deadLetters    metric.Int64ObservableGauge
+	oldestWaiting                                 metric.Float64ObservableGauge
 
 	queues       []*streamq.Queue
 	statsTimeout time.Duration
@@ -218,6 +223,9 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	m.lag = gauge(MetricQueueLag, "{job}", "Jobs not yet delivered to the consumer group.")
 	m.delayed = gauge(MetricQueueDelayed, "{job}", "Jobs scheduled for later or waiting for a retry.")
 	m.deadLetters = gauge(MetricQueueDead, "{job}", "Jobs in the dead-letter stream.")
+	m.oldestWaiting, err = meter.Float64ObservableGauge(MetricQueueOldestWaiting, metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest job not yet delivered to the consumer group; 0 when none waits."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("streamq: create metric instruments: %w", err)
 	}
@@ -227,7 +235,7 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	}
 	m.regs = append(m.regs, reg)
 	if len(m.queues) > 0 {
-		reg, err := meter.RegisterCallback(m.observeQueues, m.length, m.pending, m.lag, m.delayed, m.deadLetters)
+		reg, err := meter.RegisterCallback(m.observeQueues, m.length, m.pending, m.lag, m.delayed, m.deadLetters, m.oldestWaiting)
 		if err != nil {
 			_ = m.Close()
 			return nil, fmt.Errorf("streamq: register queue gauges: %w", err)
@@ -399,6 +407,7 @@ func (m *Metrics) observeQueues(ctx context.Context, o metric.Observer) error {
 		}
 		o.ObserveInt64(m.delayed, s.Delayed, opt)
 		o.ObserveInt64(m.deadLetters, s.DeadLetters, opt)
+		o.ObserveFloat64(m.oldestWaiting, s.OldestWaiting.Seconds(), opt)
 	}
 	return errors.Join(errs...)
 }

@@ -732,6 +732,8 @@ func TestNewWorker_Validation(t *testing.T) {
 		{"negative job timeout", priority.WorkerConfig{JobTimeout: -2}, "or -1 to disable"},
 		{"negative shutdown", priority.WorkerConfig{ShutdownTimeout: -time.Second}, "ShutdownTimeout"},
 		{"negative reap interval", priority.WorkerConfig{ReapInterval: -5}, "ReapInterval"},
+		{"control interval below 100ms", priority.WorkerConfig{ControlInterval: 10 * time.Millisecond}, "ControlInterval"},
+		{"negative max result bytes", priority.WorkerConfig{MaxResultBytes: -3}, "MaxResultBytes"},
 		{"negative max deliveries", priority.WorkerConfig{MaxDeliveries: -1}, "MaxDeliveries"},
 		{"nil middleware", priority.WorkerConfig{Middleware: []streamq.Middleware{nil}}, "Middleware[0]: is nil"},
 		{"name with bar", priority.WorkerConfig{Name: "a|b"}, "other than '{', '}' and '|'"},

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -125,6 +126,9 @@ type Writer struct {
 	version string
 	hooks   bool // whether enqueue hooks run (they might touch the wb-* headers)
 	rep     rdb.Replicas
+	// registered is set once a write recorded the queue in the prefix's
+	// write-behind registry (read by the inspect package).
+	registered *atomic.Bool
 }
 
 // NewWriter returns a writer whose cache and change stream belong to q. cfg
@@ -158,7 +162,7 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 		c.ReplicaTimeout = streamq.DefaultReplicaTimeout
 	}
 	return &Writer{q: q, p: p, ttl: c.TTL, version: core.Of(q).Keys.Part(VersionKeyPart), hooks: len(c.Hooks) > 0,
-		rep: rdb.Replicas{N: c.MinReplicas, Timeout: c.ReplicaTimeout}}, nil
+		rep: rdb.Replicas{N: c.MinReplicas, Timeout: c.ReplicaTimeout}, registered: new(atomic.Bool)}, nil
 }
 
 // Queue returns the writer's queue.
@@ -310,7 +314,22 @@ func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash [
 	if err != nil {
 		return version, w.writeError(op, key, err)
 	}
+	w.register(ctx)
 	return version, nil
+}
+
+// register records the queue in the write-behind registry and the queue
+// registry of its key prefix, once per Writer (an error is left for the next
+// write to retry).
+func (w *Writer) register(ctx context.Context) {
+	if w.registered.Load() {
+		return
+	}
+	cq := core.Of(w.q)
+	if rdb.RegisterWriteBehind(ctx, cq.RDB, cq.Prefix, cq.Name) == nil &&
+		rdb.Register(ctx, cq.RDB, cq.Prefix, cq.Name, rdb.KindStream) == nil {
+		w.registered.Store(true)
+	}
 }
 
 // prepare checks a change and returns the keys and arguments of the write script (internal/rdb)

@@ -1,0 +1,532 @@
+package streamq_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/wire"
+)
+
+const ctlInterval = 100 * time.Millisecond
+
+// ctlSetup returns a client, a set-up queue under the test's own key
+// prefix (so that the registry is the test's too), its producer and its
+// keys; every key of the prefix is deleted when the test ends.
+func ctlSetup(t *testing.T) (*redis.Client, *streamq.Queue, *streamq.Producer, rdb.Keys) {
+	t.Helper()
+	c := redistest.NewClient(t)
+	prefix := "t-" + redistest.Name(t)
+	q, err := streamq.NewQueue(c, "jobs", &streamq.QueueConfig{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
+	if err := q.Setup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, q, p, core.Of(q).Keys
+}
+
+// ctlConsumer returns a consumer with a short control interval, running
+// until the test ends (or stop is called).
+func ctlConsumer(t *testing.T, q *streamq.Queue, h streamq.HandlerFunc, cfg streamq.ConsumerConfig) (*streamq.Consumer, func()) {
+	t.Helper()
+	cfg.ControlInterval = ctlInterval
+	if cfg.Block == 0 {
+		cfg.Block = 50 * time.Millisecond
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	}
+	cfg.ShutdownTimeout = 5 * time.Second
+	c, err := streamq.NewConsumer(q, h, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := redistest.Background(t, "Consumer.Run", 15*time.Second, c.Run)
+	return c, func() { _ = r.Stop() }
+}
+
+// statsSum adds the throughput counters of the minutes from..to.
+func statsSum(t *testing.T, c *redis.Client, k rdb.Keys, from, to time.Time) (processed, failed int64) {
+	t.Helper()
+	for m := rdb.Minute(from); m <= rdb.Minute(to); m++ {
+		h, err := c.HGetAll(context.Background(), k.Stats(m)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := strconv.ParseInt(h["processed"], 10, 64)
+		f, _ := strconv.ParseInt(h["failed"], 10, 64)
+		processed += p
+		failed += f
+	}
+	return processed, failed
+}
+
+func TestQueue_Registry(t *testing.T) {
+	t.Parallel()
+	c, q, p, _ := ctlSetup(t)
+	ctx := context.Background()
+	prefix := core.Of(q).Prefix
+	if kind, err := c.HGet(ctx, rdb.Registry(prefix), "jobs").Result(); err != nil || kind != "stream" {
+		t.Fatalf("registry after Setup: %q, %v; want stream", kind, err)
+	}
+	// A producer of another queue registers it on its first enqueue.
+	q2, err := streamq.NewQueue(c, "other", &streamq.QueueConfig{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := streamq.NewProducer(q2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.HLen(ctx, rdb.Registry(prefix)).Result(); n != 1 {
+		t.Fatalf("registry holds %d queues before the first enqueue, want 1", n)
+	}
+	if _, err := p2.Enqueue(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if kind, _ := c.HGet(ctx, rdb.Registry(prefix), "other").Result(); kind != "stream" {
+		t.Fatalf("registry after the first enqueue: %q, want stream", kind)
+	}
+	_ = p
+}
+
+// TestConsumer_PauseWhileBacklogDrains pauses a queue while a consumer
+// drains a backlog: once the pause has settled (the consumer reports it and
+// its running jobs finished), no job starts; after the resume the rest run.
+func TestConsumer_PauseWhileBacklogDrains(t *testing.T) {
+	t.Parallel()
+	c, _, p, k := ctlSetup(t)
+	q := p.Queue()
+	ctx := context.Background()
+	const n = 600
+	jobs := make([]streamq.Job, n)
+	for i := range jobs {
+		jobs[i].Payload = []byte(strconv.Itoa(i))
+	}
+	if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	var started, done atomic.Int64
+	cons, _ := ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		started.Add(1)
+		defer done.Add(1)
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	}, streamq.ConsumerConfig{Concurrency: 4})
+
+	redistest.WaitFor(t, 10*time.Second, "some jobs to run", func() bool { return done.Load() >= 50 })
+	if err := c.Set(ctx, k.Paused, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 5*time.Second, "the consumer to report the pause", func() bool { return cons.Health().Paused })
+	// A read in flight when the pause was seen still starts its jobs: the
+	// pause settles once they ran.
+	redistest.WaitFor(t, 5*time.Second, "running jobs to finish", func() bool {
+		return cons.Health().Jobs == 0 && started.Load() == done.Load()
+	})
+	settled := started.Load()
+	if settled >= n {
+		t.Fatalf("the backlog was drained before the pause took effect (%d jobs)", settled)
+	}
+	// Asserting that nothing happens takes a window: five control ticks.
+	time.Sleep(5 * ctlInterval)
+	if got := started.Load(); got != settled {
+		t.Fatalf("%d jobs started after the pause settled", got-settled)
+	}
+	if h := cons.Health(); !h.Running || !h.Paused {
+		t.Fatalf("health while paused: %+v", h)
+	}
+
+	if err := c.Del(ctx, k.Paused).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 20*time.Second, "the backlog to drain after the resume", func() bool { return done.Load() == n })
+	if cons.Health().Paused {
+		t.Fatal("still reports paused after the resume")
+	}
+	if got := cons.Stats().Processed; got != n {
+		t.Fatalf("processed %d, want %d", got, n)
+	}
+}
+
+// TestConsumer_CancelRunningJob cancels a running job: its handler's context
+// is cancelled with cause ErrCancelled within about a second, the job is
+// dead-lettered with reason cancelled (not retried), and its cancel request,
+// trail and counters are written as the contract says.
+func TestConsumer_CancelRunningJob(t *testing.T) {
+	t.Parallel()
+	c, q, p, k := ctlSetup(t)
+	ctx := context.Background()
+	id, err := p.Enqueue(ctx, []byte("long"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	startedCh := make(chan struct{}, 1)
+	causes := make(chan error, 1)
+	_, _ = ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		calls.Add(1)
+		if m.JobID != id {
+			t.Errorf("JobID = %q, want %q", m.JobID, id)
+		}
+		startedCh <- struct{}{}
+		select {
+		case <-ctx.Done():
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			causes <- nil
+			return nil
+		}
+	}, streamq.ConsumerConfig{})
+	select {
+	case <-startedCh:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job did not start")
+	}
+	asked := time.Now()
+	if err := c.HSet(ctx, k.Cancel, id, asked.UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, streamq.ErrCancelled) {
+			t.Fatalf("cause = %v, want ErrCancelled", cause)
+		}
+		if d := time.Since(asked); d > time.Second {
+			t.Fatalf("cancelled after %s, want within about a second", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the handler's context was not cancelled")
+	}
+	dlq := q.DeadLetters()
+	var dls []streamq.DeadLetter
+	redistest.WaitFor(t, 5*time.Second, "the dead letter", func() bool {
+		dls, _, err = dlq.List(ctx, "", 10)
+		return err == nil && len(dls) == 1
+	})
+	if dls[0].Reason != streamq.ReasonCancelled || dls[0].Attempts != 1 {
+		t.Fatalf("dead letter %+v, want reason cancelled after 1 attempt", dls[0])
+	}
+	if n, _ := c.HLen(ctx, k.Cancel).Result(); n != 0 {
+		t.Fatalf("%d cancel requests left", n)
+	}
+	if at, _ := c.HGet(ctx, k.Trail, id).Result(); at != "x:"+dls[0].ID {
+		t.Fatalf("trail of %s = %q, want x:%s", id, at, dls[0].ID)
+	}
+	raw, err := c.XRange(ctx, k.Dead, dls[0].ID, dls[0].ID).Result()
+	if err != nil || len(raw) != 1 {
+		t.Fatal(err)
+	}
+	if raw[0].Values[wire.FieldJobID] != id {
+		t.Fatalf("dead letter jid = %v, want %s", raw[0].Values[wire.FieldJobID], id)
+	}
+	if errs := wire.ParseFailures(raw[0].Values[wire.FieldErrors].(string)); len(errs) != 1 || !strings.Contains(errs[0].Error, "cancelled") {
+		t.Fatalf("dead letter errs = %+v", errs)
+	}
+	if _, failed := statsSum(t, c, k, asked.Add(-time.Minute), time.Now()); failed != 1 {
+		t.Fatalf("failed counter = %d, want 1", failed)
+	}
+	time.Sleep(3 * ctlInterval) // a retry would run within a few ticks
+	if calls.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1 (never retried)", calls.Load())
+	}
+}
+
+// TestConsumer_CancelVersusFinish races cancel requests against handlers
+// that finish: every job ends exactly once, either done or dead-lettered as
+// cancelled, never retried, and no cancel request is left behind.
+func TestConsumer_CancelVersusFinish(t *testing.T) {
+	t.Parallel()
+	c, q, p, k := ctlSetup(t)
+	ctx := context.Background()
+	const n = 60
+	var mu sync.Mutex
+	calls := map[string]int{}
+	running := make(chan string, n)
+	_, _ = ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		mu.Lock()
+		calls[m.JobID]++
+		mu.Unlock()
+		running <- m.JobID
+		i, _ := strconv.Atoi(string(m.Payload))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(i%12) * 20 * time.Millisecond): // around the control tick
+			return nil
+		}
+	}, streamq.ConsumerConfig{Concurrency: 8})
+	for i := range n {
+		if _, err := p.Enqueue(ctx, []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range n {
+		select {
+		case id := <-running:
+			if err := c.HSet(ctx, k.Cancel, id, time.Now().UnixMilli()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("jobs stopped running")
+		}
+	}
+	dlq := q.DeadLetters()
+	redistest.WaitFor(t, 10*time.Second, "every job to end and every cancel request to go", func() bool {
+		st, err := q.Stats(ctx)
+		dead, _, _ := dlq.List(ctx, "", 2*n)
+		left, _ := c.HLen(ctx, k.Cancel).Result()
+		return err == nil && st.Pending == 0 && st.Delayed == 0 && left == 0 && len(dead) <= n
+	})
+	dead, _, err := dlq.List(ctx, "", 2*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dead {
+		if d.Reason != streamq.ReasonCancelled {
+			t.Fatalf("dead letter with reason %q", d.Reason)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != n {
+		t.Fatalf("%d distinct jobs ran, want %d", len(calls), n)
+	}
+	for id, c := range calls {
+		if c != 1 {
+			t.Fatalf("job %s ran %d times", id, c)
+		}
+	}
+	if trail, _ := c.HLen(ctx, k.Trail).Result(); trail != int64(len(dead)) {
+		t.Fatalf("trail holds %d entries, want one per dead letter (%d)", trail, len(dead))
+	}
+	t.Logf("%d of %d jobs were cancelled, the others finished first", len(dead), n)
+}
+
+// TestConsumer_JobIDTrailAndErrors follows one job through retries, a dead
+// letter and a requeue: its stable ID stays, the trail says where it is,
+// its error history is bounded, and the trail is forgotten once it finishes.
+func TestConsumer_JobIDTrailAndErrors(t *testing.T) {
+	t.Parallel()
+	c, q, p, k := ctlSetup(t)
+	ctx := context.Background()
+	id, err := p.Enqueue(ctx, []byte("flaky"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxDeliveries = 7
+	long := strings.Repeat("é", 600) // 1200 bytes
+	var mu sync.Mutex
+	var seen []*streamq.Message
+	var succeed atomic.Bool
+	start := time.Now()
+	_, stop := ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		mu.Lock()
+		seen = append(seen, m)
+		mu.Unlock()
+		if succeed.Load() {
+			return nil
+		}
+		return errors.New("attempt " + strconv.Itoa(m.Attempt) + ": " + long)
+	}, streamq.ConsumerConfig{MaxDeliveries: maxDeliveries})
+	dlq := q.DeadLetters()
+	var dls []streamq.DeadLetter
+	redistest.WaitFor(t, 10*time.Second, "the dead letter", func() bool {
+		dls, _, err = dlq.List(ctx, "", 10)
+		return err == nil && len(dls) == 1
+	})
+	mu.Lock()
+	if len(seen) != maxDeliveries {
+		t.Fatalf("%d attempts, want %d", len(seen), maxDeliveries)
+	}
+	for i, m := range seen {
+		if m.JobID != id {
+			t.Fatalf("attempt %d: JobID %q, want %q", i+1, m.JobID, id)
+		}
+		if (i == 0) != (m.ID == id) {
+			t.Fatalf("attempt %d: ID %q (first copy %s)", i+1, m.ID, id)
+		}
+	}
+	mu.Unlock()
+	raw, err := c.XRange(ctx, k.Dead, dls[0].ID, dls[0].ID).Result()
+	if err != nil || len(raw) != 1 {
+		t.Fatal(err)
+	}
+	errs := wire.ParseFailures(raw[0].Values[wire.FieldErrors].(string))
+	if len(errs) != wire.MaxErrors {
+		t.Fatalf("%d failures kept, want %d", len(errs), wire.MaxErrors)
+	}
+	for i, f := range errs {
+		if len(f.Error) > wire.MaxHistoryError || f.Attempt != maxDeliveries-wire.MaxErrors+1+i || f.At < start.UnixMilli() {
+			t.Fatalf("failure %d: attempt %d, %d bytes, at %d", i, f.Attempt, len(f.Error), f.At)
+		}
+	}
+	if raw[0].Values[wire.FieldJobID] != id {
+		t.Fatalf("dead letter jid %v, want %s", raw[0].Values[wire.FieldJobID], id)
+	}
+	if at, _ := c.HGet(ctx, k.Trail, id).Result(); at != "x:"+dls[0].ID {
+		t.Fatalf("trail %q, want x:%s", at, dls[0].ID)
+	}
+	if _, failed := statsSum(t, c, k, start, time.Now()); failed != maxDeliveries {
+		t.Fatalf("failed counter %d, want %d", failed, maxDeliveries)
+	}
+
+	// Requeued, it keeps its stable ID and history, and finishes.
+	succeed.Store(true)
+	if _, err := dlq.Requeue(ctx, dls[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the requeued job to finish", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == maxDeliveries+1
+	})
+	mu.Lock()
+	last := seen[len(seen)-1]
+	mu.Unlock()
+	if last.JobID != id || last.Attempt != 1 {
+		t.Fatalf("requeued copy: JobID %q attempt %d, want %q and 1", last.JobID, last.Attempt, id)
+	}
+	redistest.WaitFor(t, 5*time.Second, "the trail to be forgotten", func() bool {
+		return c.HExists(ctx, k.Trail, id).Val() == false
+	})
+	stop()
+	processed, _ := statsSum(t, c, k, start, time.Now())
+	if processed != 1 {
+		t.Fatalf("processed counter %d, want 1", processed)
+	}
+}
+
+// TestSetProgressAndResult records progress and a result from a handler and
+// checks their keys, bounds and expiry.
+func TestSetProgressAndResult(t *testing.T) {
+	t.Parallel()
+	c, q, p, k := ctlSetup(t)
+	ctx := context.Background()
+	if err := streamq.SetProgress(ctx, 1, "x"); err == nil {
+		t.Fatal("SetProgress outside a handler succeeded")
+	}
+	id, err := p.Enqueue(ctx, []byte("report"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	_, _ = ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		sub, cancel := context.WithTimeout(ctx, time.Second) // derived contexts work too
+		defer cancel()
+		errs <- streamq.SetProgress(sub, 50, "half way")
+		errs <- streamq.SetResult(ctx, []byte("the answer"))
+		errs <- streamq.SetResult(ctx, make([]byte, 65))
+		errs <- streamq.SetProgress(ctx, 101, "")
+		errs <- streamq.SetProgress(ctx, 1, strings.Repeat("m", streamq.MaxProgressMessage+1))
+		return nil
+	}, streamq.ConsumerConfig{ResultRetention: 800 * time.Millisecond, MaxResultBytes: 64})
+	for i, want := range []error{nil, nil, streamq.ErrTooLarge, nil, streamq.ErrTooLarge} {
+		select {
+		case err := <-errs:
+			if (want == nil && i != 3 && err != nil) || (want != nil && !errors.Is(err, want)) || (i == 3 && err == nil) {
+				t.Fatalf("call %d: %v, want %v", i, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the handler did not run")
+		}
+	}
+	var pr struct {
+		Pct int    `json:"pct"`
+		Msg string `json:"msg"`
+		At  int64  `json:"at"`
+	}
+	b, err := c.Get(ctx, k.Progress(id)).Bytes()
+	if err != nil || json.Unmarshal(b, &pr) != nil || pr.Pct != 50 || pr.Msg != "half way" || pr.At == 0 {
+		t.Fatalf("progress %s (%v)", b, err)
+	}
+	if r, _ := c.Get(ctx, k.Result(id)).Result(); r != "the answer" {
+		t.Fatalf("result %q", r)
+	}
+	if ttl := c.PTTL(ctx, k.Result(id)).Val(); ttl <= 0 || ttl > 800*time.Millisecond {
+		t.Fatalf("result TTL %s, want up to the retention", ttl)
+	}
+	redistest.WaitFor(t, 5*time.Second, "progress and result to expire", func() bool {
+		return c.Exists(ctx, k.Progress(id), k.Result(id)).Val() == 0
+	})
+}
+
+// TestHealthHandler answers 200 while the consumer runs (also paused) and
+// 503 once it stopped.
+func TestHealthHandler(t *testing.T) {
+	t.Parallel()
+	c, q, _, k := ctlSetup(t)
+	ctx := context.Background()
+	cons, stop := ctlConsumer(t, q, func(context.Context, *streamq.Message) error { return nil }, streamq.ConsumerConfig{})
+	h := streamq.HealthHandler(cons)
+	get := func() (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("body %q: %v", rec.Body, err)
+		}
+		return rec.Code, body
+	}
+	redistest.WaitFor(t, 5*time.Second, "a healthy consumer", func() bool { code, _ := get(); return code == http.StatusOK })
+	if err := c.Set(ctx, k.Paused, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 5*time.Second, "the pause", func() bool { return cons.Health().Paused })
+	if code, body := get(); code != http.StatusOK || body["ok"] != true {
+		t.Fatalf("paused: %d %v, want 200", code, body)
+	}
+	stop()
+	code, body := get()
+	if code != http.StatusServiceUnavailable || body["ok"] != false {
+		t.Fatalf("stopped: %d %v, want 503", code, body)
+	}
+	probes := body["probes"].([]any)
+	if len(probes) != 1 || probes[0].(map[string]any)["reason"] != "not running" {
+		t.Fatalf("probes %v", probes)
+	}
+}
+
+// TestQueue_StatsOldestWaiting reports the age of the oldest undelivered job.
+func TestQueue_StatsOldestWaiting(t *testing.T) {
+	t.Parallel()
+	_, q, p, _ := ctlSetup(t)
+	ctx := context.Background()
+	if s, err := q.Stats(ctx); err != nil || s.OldestWaiting != 0 {
+		t.Fatalf("empty queue: %s, %v", s.OldestWaiting, err)
+	}
+	before := time.Now()
+	if _, err := p.Enqueue(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 5*time.Second, "the job to age", func() bool { return time.Since(before) > 50*time.Millisecond })
+	s, err := q.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.OldestWaiting < 40*time.Millisecond || s.OldestWaiting > time.Since(before)+5*time.Millisecond {
+		t.Fatalf("OldestWaiting %s, want about %s", s.OldestWaiting, time.Since(before))
+	}
+}
