@@ -130,7 +130,8 @@ type overviewRow struct {
 // overviewData is the overview page.
 type overviewData struct {
 	Rows      []overviewRow
-	Truncated int // queues not shown
+	Truncated int  // queues not shown
+	Estimated bool // some counts are estimated (Overview.Estimated)
 }
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
@@ -168,6 +169,9 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	_ = g.Wait()
+	for _, row := range d.Rows {
+		d.Estimated = d.Estimated || (row.Overview != nil && row.Overview.Estimated)
+	}
 	s.render(w, r, http.StatusOK, "overview", &view{Title: "Queues", Tab: "overview", LiveURL: s.live(r), Data: d})
 }
 
@@ -190,9 +194,10 @@ type queueData struct {
 
 // stateTab is one state link with its count.
 type stateTab struct {
-	State inspect.State
-	Count int64
-	URL   string
+	State  inspect.State
+	Count  int64
+	Approx bool // estimated from a sample (Overview.Estimated)
+	URL    string
 }
 
 // jobRow is one job of a list.
@@ -223,7 +228,7 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if d.ID != "" {
+	if d.ID != "" && form.Get("partial") != "1" { // a live refresh does not search again
 		job, err := q.Job(ctx, d.ID)
 		var nf *inspect.NotFoundError
 		switch {
@@ -266,7 +271,8 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	base := pathOf(s.opts.BasePath, "queues", q.Name())
 	for _, st := range []inspect.State{inspect.StateWaiting, inspect.StateRunning, inspect.StateDelayed, inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled} {
-		d.States = append(d.States, stateTab{State: st, Count: stateCount(ov, st), URL: base + "?state=" + string(st)})
+		approx := ov.Estimated && st != inspect.StateWaiting && st != inspect.StateRunning
+		d.States = append(d.States, stateTab{State: st, Count: stateCount(ov, st), Approx: approx, URL: base + "?state=" + string(st)})
 	}
 	d.Rows = s.jobRows(q.Name(), d.Page.Jobs)
 	keep := url.Values{"state": {string(d.State)}}
