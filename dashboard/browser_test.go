@@ -141,7 +141,11 @@ func TestBrowser(t *testing.T) {
 	}
 	// The overview, refreshed live by the script.
 	do("overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="work"] svg.chart`)))
+	// The CSP lets the dashboard's own script run and style sheet apply.
 	waitJS("a live refresh", `document.getElementById("live").hasAttribute("data-refreshed")`)
+	if bg, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("header.top")).backgroundColor`)); err != nil || bg != "rgb(22, 32, 43)" {
+		t.Errorf("the style sheet is not applied: header background %q (%v)", bg, err)
+	}
 	shot("overview")
 
 	// Search a job by ID from the queue page: it opens the job.
