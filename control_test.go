@@ -226,7 +226,7 @@ func TestConsumer_CancelRunningJob(t *testing.T) {
 		dls, _, err = dlq.List(ctx, "", 10)
 		return err == nil && len(dls) == 1
 	})
-	if dls[0].Reason != streamq.ReasonCancelled || dls[0].Attempts != 1 {
+	if dls[0].Reason != streamq.ReasonCancelled || dls[0].Attempts != 1 || dls[0].JobID != id || len(dls[0].Errors) != 1 {
 		t.Fatalf("dead letter %+v, want reason cancelled after 1 attempt", dls[0])
 	}
 	if n, _ := c.HLen(ctx, k.Cancel).Result(); n != 0 {

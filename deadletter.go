@@ -32,6 +32,7 @@ type DeadLetter struct {
 	ID            string            // entry ID in the dead-letter stream
 	Queue         string            // queue the job came from
 	OriginalID    string            // the job's stream entry ID when it was dead-lettered
+	JobID         string            // the job's stable ID (see Message.JobID)
 	Reason        string            // ReasonMaxDeliveries, ReasonPermanent, ReasonMalformed or ReasonCancelled
 	Error         string            // the last error
 	Attempts      int               // attempts made: handler starts charged to the job
@@ -40,7 +41,15 @@ type DeadLetter struct {
 	Payload       []byte            // the job's payload (nil for a malformed entry without one)
 	Headers       map[string]string // the job's headers
 	EnqueuedAt    time.Time         // when the job was first enqueued, if known
+	Errors        []Failure         // the job's last failures, oldest first (at most 5)
 	Fields        map[string]string // the original entry's raw fields
+}
+
+// Failure is one failed attempt of a job, from its error history.
+type Failure struct {
+	At      time.Time
+	Attempt int
+	Error   string // at most 512 bytes
 }
 
 // DeadLetters manages a queue's dead-letter stream. Dead letters are kept
@@ -198,6 +207,13 @@ func parseDeadLetter(e redis.XMessage) DeadLetter {
 		dl.Payload = []byte(p)
 	}
 	dl.EnqueuedAt = wire.ParseMillis(own[wire.FieldEnqueued])
+	dl.JobID = own[wire.FieldJobID]
+	if dl.JobID == "" {
+		dl.JobID = d.ID
+	}
+	for _, f := range wire.ParseFailures(own[wire.FieldErrors]) {
+		dl.Errors = append(dl.Errors, Failure{At: time.UnixMilli(f.At), Attempt: f.Attempt, Error: f.Error})
+	}
 	if h := own[wire.FieldHeaders]; h != "" {
 		_ = json.Unmarshal([]byte(h), &dl.Headers) // malformed headers stay in Fields
 	}

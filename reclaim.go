@@ -339,7 +339,7 @@ func (b *streamBackend) Finish(ctx context.Context, done []engine.Finished) erro
 			tokens = append(tokens, f.Token)
 		}
 	}
-	return rdb.Ack(ctx, b.q.rdb, b.q.keys, b.q.group, rdb.Minute(time.Now()), ids, jids, locks, tokens)
+	return rdb.Ack(ctx, b.q.rdb, b.q.keys, b.q.group, ids, jids, locks, tokens)
 }
 
 // Move writes the job again: into the delayed set when delay > 0, else at

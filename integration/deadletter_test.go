@@ -180,9 +180,10 @@ func idLess(a, b string) bool {
 	return len(as) < len(bs) || (len(as) == len(bs) && as < bs)
 }
 
-// TestDeadLetters_RequeueStartsAfresh: a requeued job keeps its payload and
-// headers but none of its earlier attempts' bookkeeping (attempt count,
-// failure times, last error, crashed mark), so it gets every attempt again.
+// TestDeadLetters_RequeueStartsAfresh: a requeued job keeps its payload,
+// headers and stable ID (jid: the dead letter's dl_id when it has no jid)
+// but none of its earlier attempts' bookkeeping (attempt count, failure
+// times, last error, crashed mark), so it gets every attempt again.
 func TestDeadLetters_RequeueStartsAfresh(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.NewClient(t)
@@ -205,7 +206,7 @@ func TestDeadLetters_RequeueStartsAfresh(t *testing.T) {
 	if err != nil || len(e) != 1 {
 		t.Fatalf("XRANGE of the requeued job: %v, %v", e, err)
 	}
-	want := map[string]any{"v": "1", "payload": "job", "headers": `{"tenant":"acme"}`, "enq": "1700000000000"}
+	want := map[string]any{"v": "1", "payload": "job", "headers": `{"tenant":"acme"}`, "enq": "1700000000000", "jid": "5-0"}
 	if !reflect.DeepEqual(e[0].Values, want) {
 		t.Errorf("requeued entry %v, want %v", e[0].Values, want)
 	}

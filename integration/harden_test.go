@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -711,6 +712,14 @@ func TestDeadLetter_EntryWithManyFields(t *testing.T) {
 		want := map[string]map[string]string{malformed: wantMalformed, rejected: wantRejected}[dl.OriginalID]
 		if want == nil {
 			t.Fatalf("dead letter of %s, not of one of the entries", dl.OriginalID)
+		}
+		if dl.OriginalID == rejected {
+			// A job that ran carries its stable ID and error history too.
+			if dl.Fields["jid"] != rejected || dl.Fields["errs"] == "" {
+				t.Errorf("dead letter of %s: jid %q, errs %q", rejected, dl.Fields["jid"], dl.Fields["errs"])
+			}
+			want = maps.Clone(want)
+			want["jid"], want["errs"] = dl.Fields["jid"], dl.Fields["errs"]
 		}
 		if len(dl.Fields) != len(want) {
 			t.Errorf("dead letter of %s keeps %d fields, want %d", dl.OriginalID, len(dl.Fields), len(want))

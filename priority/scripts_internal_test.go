@@ -269,7 +269,7 @@ func TestFinish_Cases(t *testing.T) {
 	ctx := context.Background()
 	finish := func(pq *Queue, j engine.Delivery) []int64 {
 		t.Helper()
-		done, left, err := rdb.Finish(ctx, pq.core.RDB, pq.keys, 0, []string{j.Key}, []string{j.ID})
+		done, left, err := rdb.Finish(ctx, pq.core.RDB, pq.keys, []string{j.Key}, []string{j.ID})
 		if err != nil {
 			t.Fatal(err)
 		}

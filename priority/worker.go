@@ -572,7 +572,7 @@ func (b *backend) Finish(ctx context.Context, done []engine.Finished) error {
 	for i, f := range done {
 		leases[i], ids[i] = f.Key, f.ID
 	}
-	_, left, err := rdb.Finish(ctx, b.pq.core.RDB, b.pq.keys, rdb.Minute(time.Now()), leases, ids)
+	_, left, err := rdb.Finish(ctx, b.pq.core.RDB, b.pq.keys, leases, ids)
 	if err == nil && left > 0 {
 		b.w.mon.Log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
 	}

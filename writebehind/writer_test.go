@@ -988,3 +988,29 @@ func TestWriter_Resync_Concurrent(t *testing.T) {
 	}
 	t.Logf("%d resyncs queued the key and %d found it queued by a Set meanwhile, interleaved with %d sets", queued, superseded, sets)
 }
+
+// TestWriter_Registers records the queue in the write-behind registry of its
+// key prefix on the first write (read by the inspect package).
+func TestWriter_Registers(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	q := newQueue(t, nil)
+	cq := core.Of(q)
+	t.Cleanup(func() {
+		cq.RDB.HDel(context.Background(), cq.Prefix+":writebehind", q.Name())
+		cq.RDB.HDel(context.Background(), cq.Prefix+":queues", q.Name())
+	})
+	w := newWriter(t, q, nil)
+	if n, _ := cq.RDB.HExists(ctx, cq.Prefix+":writebehind", q.Name()).Result(); n {
+		t.Fatal("registered before any write")
+	}
+	if _, err := w.Set(ctx, "user:1", []byte("Ada")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := cq.RDB.HGet(ctx, cq.Prefix+":writebehind", q.Name()).Result(); err != nil || v != "1" {
+		t.Fatalf("write-behind registry: %q, %v", v, err)
+	}
+	if v, _ := cq.RDB.HGet(ctx, cq.Prefix+":queues", q.Name()).Result(); v != "stream" {
+		t.Fatalf("queue registry: %q", v)
+	}
+}

@@ -35,8 +35,10 @@ func (r *run[F]) control(ctx context.Context) {
 func (r *run[F]) controlOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, min(opTimeout, 2*r.cfg.ControlInterval))
 	defer cancel()
-	paused, ids, err := rdb.Control(cctx, r.cfg.Client, r.cfg.Keys, r.cfg.Heartbeat)
+	counts := r.takeCounts()
+	paused, ids, err := rdb.Control(cctx, r.cfg.Client, r.cfg.Keys, counts, r.cfg.Heartbeat)
 	if err != nil {
+		r.putCounts(counts)
 		if ctx.Err() == nil {
 			r.mon.Log.WarnContext(ctx, "streamq: cannot read the queue's pause flag and cancel requests", "error", err)
 		}
@@ -72,6 +74,59 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 		if err := r.b.DropCancels(cctx, unheld); err != nil && ctx.Err() == nil {
 			r.mon.Log.WarnContext(ctx, "streamq: cannot remove stale cancel requests", "error", err)
 		}
+	}
+}
+
+// counted adds n finished jobs to the counts of the current minute, which
+// the next control tick adds to the queue's throughput counters (no command
+// per job or per batch).
+func (r *run[F]) counted(n int) {
+	if r.cfg.ControlInterval <= 0 || r.cfg.Client == nil {
+		return
+	}
+	m := rdb.Minute(time.Now())
+	r.countMu.Lock()
+	if r.counts == nil {
+		r.counts = make(map[int64]int64, 2)
+	}
+	r.counts[m] += int64(n)
+	r.countMu.Unlock()
+}
+
+// takeCounts returns the counts not yet written and forgets them.
+func (r *run[F]) takeCounts() map[int64]int64 {
+	r.countMu.Lock()
+	defer r.countMu.Unlock()
+	c := r.counts
+	r.counts = nil
+	return c
+}
+
+// putCounts gives back counts that could not be written.
+func (r *run[F]) putCounts(c map[int64]int64) {
+	if len(c) == 0 {
+		return
+	}
+	r.countMu.Lock()
+	defer r.countMu.Unlock()
+	if r.counts == nil {
+		r.counts = make(map[int64]int64, len(c))
+	}
+	for m, n := range c {
+		r.counts[m] += n
+	}
+}
+
+// flushCounts writes the counts left when the run ends.
+func (r *run[F]) flushCounts() {
+	c := r.takeCounts()
+	if len(c) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if err := rdb.AddProcessed(ctx, r.cfg.Client, r.cfg.Keys, c); err != nil {
+		r.mon.Log.Warn("streamq: cannot write the throughput counters", "error", err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -211,6 +212,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	r.pool.Close()
 	close(r.fins)
 	<-finDone // claims of finished jobs stay fresh until they are settled
+	r.flushCounts()
 	stopKA()
 	<-kaDone
 	return err
@@ -231,6 +233,11 @@ type run[F any] struct {
 
 	// resume is closed when a paused queue is resumed; nil while it runs.
 	resume atomic.Pointer[chan struct{}]
+
+	// counts are finished jobs by minute, not yet added to the queue's
+	// throughput counters (see counted).
+	countMu sync.Mutex
+	counts  map[int64]int64
 }
 
 // slot is everything the engine and its front keep for one job, in one
@@ -667,6 +674,7 @@ func (r *run[F]) flush(batch []finished[F]) {
 		err := r.b.Finish(ctx, done)
 		cancel()
 		if err == nil {
+			r.counted(len(done))
 			break
 		}
 		if try == 3 {

@@ -36,12 +36,19 @@ func RegisterWriteBehind(ctx context.Context, c redis.Cmdable, prefix, name stri
 }
 
 // Control reads, in one pipeline, whether the queue is paused and the
-// stable IDs of the jobs whose cancellation was requested. extra, if not
-// nil, adds commands to the same pipeline (a worker's heartbeat).
-func Control(ctx context.Context, c redis.Cmdable, k Keys, extra func(redis.Pipeliner)) (paused bool, cancel []string, err error) {
+// stable IDs of the jobs whose cancellation was requested, and adds
+// processed (jobs finished, by minute) to the throughput counters, setting
+// their expiry. extra, if not nil, adds commands to the same pipeline (a
+// worker's heartbeat). On an error the counts may or may not have been
+// added.
+func Control(ctx context.Context, c redis.Cmdable, k Keys, processed map[int64]int64, extra func(redis.Pipeliner)) (paused bool, cancel []string, err error) {
 	pipe := c.Pipeline()
 	ex := pipe.Exists(ctx, k.Paused)
 	ids := pipe.HKeys(ctx, k.Cancel)
+	for m, n := range processed {
+		pipe.HIncrBy(ctx, k.Stats(m), "processed", n)
+		pipe.Expire(ctx, k.Stats(m), StatsTTL*time.Second)
+	}
 	if extra != nil {
 		extra(pipe)
 	}
@@ -140,4 +147,16 @@ func SetProgress(ctx context.Context, c redis.Cmdable, k Keys, id string, p Prog
 // SetResult stores the result of job id for retention.
 func SetResult(ctx context.Context, c redis.Cmdable, k Keys, id string, result []byte, retention time.Duration) error {
 	return c.Set(ctx, k.Result(id), result, retention).Err()
+}
+
+// AddProcessed adds processed (jobs finished, by minute) to the throughput
+// counters in one pipeline, setting their expiry.
+func AddProcessed(ctx context.Context, c redis.Cmdable, k Keys, processed map[int64]int64) error {
+	pipe := c.Pipeline()
+	for m, n := range processed {
+		pipe.HIncrBy(ctx, k.Stats(m), "processed", n)
+		pipe.Expire(ctx, k.Stats(m), StatsTTL*time.Second)
+	}
+	_, err := pipe.Exec(ctx)
+	return err
 }

@@ -387,22 +387,18 @@ func Pop(ctx context.Context, c redis.Scripter, k PriorityKeys, run string, leas
 // scriptFinish removes finished jobs (see finish in priorityLib).
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
-// hash, KEYS[5] delivery counters, KEYS[6] waiting leases, KEYS[7] the
-// minute's throughput counters
+// hash, KEYS[5] delivery counters, KEYS[6] waiting leases
 // ARGV: the lease members of n finished jobs, then their n job IDs.
-// Returns {finished, left to others}; the finished ones are counted as
-// processed.
-var scriptFinish = redis.NewScript(priorityLib + statsLib + `
+// Returns {finished, left to others}.
+var scriptFinish = redis.NewScript(priorityLib + `
 local n = #ARGV / 2
-local r = finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1, n)
-count(KEYS[7], 'processed', r[1])
-return r
+return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1, n)
 `)
 
 // Finish runs scriptFinish for the jobs with lease members leases and IDs
 // ids, and returns how many were finished and how many left to other
 // workers.
-func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, minute int64, leases, ids []string) (finished, left int64, err error) {
+func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, leases, ids []string) (finished, left int64, err error) {
 	args := make([]any, 0, 2*len(leases))
 	for _, lm := range leases {
 		args = append(args, lm)
@@ -410,7 +406,7 @@ func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, minute int64,
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	res, err := scriptFinish.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting, k.Stats(minute)}, args...).Int64Slice()
+	res, err := scriptFinish.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}

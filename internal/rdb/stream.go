@@ -731,32 +731,35 @@ func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, m
 	return ok == 1, id, werr
 }
 
-// scriptAck acknowledges finished jobs, counts them in the minute's
-// throughput counters, forgets the trail of those that were moved (retried
-// or requeued copies), and releases their unique-key locks.
+// scriptAck acknowledges finished jobs, forgets the trail of those that
+// were moved (retried or requeued copies), and releases their unique-key
+// locks.
 //
-// KEYS[1] stream, KEYS[2] the minute's counters, KEYS[3] trail hash,
-// KEYS[4..] unique-key locks of some of the jobs
+// KEYS[1] stream, KEYS[2] trail hash, KEYS[3..] unique-key locks of some of
+// the jobs
 // ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3] number of stable
 // IDs m; then n entry IDs, m stable IDs of moved jobs, and one lock token
 // per lock key, in the same order.
 // Returns the number of entries acknowledged.
-var scriptAck = redis.NewScript(streamLib + statsLib + `
+var scriptAck = redis.NewScript(streamLib + `
 local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
-count(KEYS[2], 'processed', acked)
-if m > 0 then redis.call('HDEL', KEYS[3], unpack(ARGV, 4 + n, 3 + n + m)) end
-for i = 4, #KEYS do unlock(KEYS[i], ARGV[n + m + i]) end
+if m > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 4 + n, 3 + n + m)) end
+for i = 3, #KEYS do unlock(KEYS[i], ARGV[n + m + i + 1]) end
 return acked
 `)
 
-// Ack acknowledges ids in one script, which also counts them as processed
-// in minute's counters, forgets the trail of the moved jobs among them
-// (their stable IDs jids), and releases the unique-key locks some of them
-// hold (locks[i] and tokens[i]).
-func Ack(ctx context.Context, c redis.Scripter, k Keys, group string, minute int64, ids, jids, locks, tokens []string) error {
-	keys := make([]string, 0, 3+len(locks))
-	keys = append(keys, k.Stream, k.Stats(minute), k.Trail)
+// Ack acknowledges ids in one XACK, or, when some of the jobs hold
+// unique-key locks (locks[i] and tokens[i]) or were moved (their stable IDs
+// jids, whose trail is forgotten), in one script that also releases the
+// locks and forgets the trail. Jobs that were never moved cost nothing
+// more than the XACK.
+func Ack(ctx context.Context, c redis.UniversalClient, k Keys, group string, ids, jids, locks, tokens []string) error {
+	if len(locks) == 0 && len(jids) == 0 {
+		return c.XAck(ctx, k.Stream, group, ids...).Err()
+	}
+	keys := make([]string, 0, 2+len(locks))
+	keys = append(keys, k.Stream, k.Trail)
 	keys = append(keys, locks...)
 	args := make([]any, 0, 3+len(ids)+len(jids)+len(tokens))
 	args = append(args, group, len(ids), len(jids))

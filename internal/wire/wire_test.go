@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestJob_RoundTrip(t *testing.T) {
@@ -277,4 +278,53 @@ func toValues(t *testing.T, args []any) map[string]any {
 		}
 	}
 	return v
+}
+
+func TestAppendFailure_Bounded(t *testing.T) {
+	t.Parallel()
+	h := ""
+	long := strings.Repeat("é", 400) // 800 bytes of two-byte runes
+	for i := 1; i <= 8; i++ {
+		h = AppendFailure(h, Failure{At: int64(i), Attempt: i, Error: long})
+	}
+	got := ParseFailures(h)
+	if len(got) != MaxErrors {
+		t.Fatalf("%d failures kept, want %d", len(got), MaxErrors)
+	}
+	for i, f := range got {
+		if f.Attempt != 8-MaxErrors+1+i {
+			t.Fatalf("failure %d is attempt %d: want the newest last", i, f.Attempt)
+		}
+		if len(f.Error) > MaxHistoryError || !utf8.ValidString(f.Error) {
+			t.Fatalf("failure %d: %d bytes, valid UTF-8 %v", i, len(f.Error), utf8.ValidString(f.Error))
+		}
+	}
+	if ParseFailures("not json") != nil || ParseFailures("") != nil {
+		t.Fatal("a malformed or empty history must parse as none")
+	}
+	if got := ParseFailures(AppendFailure("garbage", Failure{Attempt: 1})); len(got) != 1 {
+		t.Fatalf("a malformed history is replaced: got %d failures", len(got))
+	}
+}
+
+func TestJob_ArgsCarryJobIDAndErrors(t *testing.T) {
+	t.Parallel()
+	j := Job{Payload: []byte("p"), JobID: "1-0", Errors: `[{"at":1,"attempt":1,"error":"x"}]`}
+	var back Job
+	m := map[string]any{}
+	a := j.Args()
+	for i := 0; i < len(a); i += 2 {
+		m[a[i].(string)] = a[i+1]
+	}
+	if err := DecodeInto(&back, m); err != nil {
+		t.Fatal(err)
+	}
+	if back.JobID != j.JobID || back.Errors != j.Errors {
+		t.Fatalf("round trip: %+v", back)
+	}
+	for _, v := range (&Job{Payload: []byte("p")}).Args() {
+		if v == FieldJobID || v == FieldErrors {
+			t.Fatal("a first copy must not carry jid or errs")
+		}
+	}
 }
