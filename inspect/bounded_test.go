@@ -85,6 +85,47 @@ func TestQueue_JobsBoundedOnMillion(t *testing.T) {
 	if err != nil || o.Waiting != 1_000_000 {
 		t.Fatalf("overview %+v, %v", o, err)
 	}
+
+	// The delayed set (a sorted set paged by rank): listing retrying jobs
+	// among a million scheduled ones examines ScanLimit of them per call.
+	fillDelayed(t, e.c, e.key("delayed"), e.key("delayed:jobs"), 1_000_000)
+	cursor = ""
+	for call := range 2 {
+		read.Store(0)
+		t0 := time.Now()
+		p, err := e.iq.Jobs(ctx, inspect.ListOptions{State: inspect.StateRetrying, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("delayed call %d: scanned %d, read %d members, %s", call, p.Scanned, read.Load(), time.Since(t0))
+		if p.Scanned != inspect.DefaultScanLimit || read.Load() > inspect.DefaultScanLimit || len(p.Jobs) != 0 || p.Cursor == "" || p.Cursor == cursor {
+			t.Fatalf("delayed call %d: scanned %d, read %d, %d jobs, cursor %q", call, p.Scanned, read.Load(), len(p.Jobs), p.Cursor)
+		}
+		cursor = p.Cursor
+	}
+	if o, err := e.iq.Overview(ctx); err != nil || o.Delayed != 1_000_000 || o.Retrying != 0 || !o.Estimated {
+		t.Fatalf("overview %+v, %v", o, err)
+	}
+}
+
+// fillDelayed adds n scheduled jobs to a delayed set and its job hash with
+// a Lua loop, 50,000 per call.
+func fillDelayed(tb testing.TB, c redis.UniversalClient, set, jobs string, n int) {
+	tb.Helper()
+	const chunk = 50_000
+	fill := redis.NewScript(`
+local due = 4102444800000 -- 2100
+for i = 1, tonumber(ARGV[1]) do
+  local id = 'd-' .. (ARGV[2] + i)
+  redis.call('HSET', KEYS[2], id, cmsgpack.pack({'v', '1', 'payload', 'job', 'enq', '0'}))
+  redis.call('ZADD', KEYS[1], due + ARGV[2] + i, id)
+end
+return 1`)
+	for done := 0; done < n; done += chunk {
+		if err := fill.Run(context.Background(), c, []string{set, jobs}, min(chunk, n-done), done).Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 // BenchmarkQueue_Jobs reports the time of one listing call on a stream of

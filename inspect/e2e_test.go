@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -214,4 +215,85 @@ func TestQueue_DelayedJobKeepsItsID(t *testing.T) {
 	if string(j.Result) != "sent" {
 		t.Errorf("done job %+v", j)
 	}
+}
+
+// Cancel races the end of jobs: each job ends either done (with its
+// result) or cancelled (a dead letter, not retried), runs once, and a
+// Cancel that came too late says the job is done.
+func TestQueue_CancelRacesFinish(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	const n = 40
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = e.enqueue(t, fmt.Sprint(i))
+	}
+	r := &runs{n: map[string]int{}}
+	h := streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
+		r.add(m.JobID)
+		i, _ := strconv.Atoi(string(m.Payload))
+		select {
+		case <-time.After(time.Duration(i%8) * 30 * time.Millisecond): // 0 to 210 ms
+			return streamq.SetResult(ctx, []byte("ok"))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	c, err := streamq.NewConsumer(e.q, h, &streamq.ConsumerConfig{Concurrency: 8, Block: 10 * time.Millisecond, ControlInterval: control})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons := redistest.Background(t, "consumer", 10*time.Second, c.Run)
+	requested := map[string]bool{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(requested) < n && time.Now().Before(deadline) {
+		for _, id := range ids {
+			if requested[id] {
+				continue
+			}
+			err := e.iq.Cancel(ctx, id)
+			var se *inspect.StateError
+			switch {
+			case err == nil:
+				requested[id] = true
+			case errors.As(err, &se) && se.State == inspect.StateWaiting:
+			case errors.As(err, &se) && se.State == inspect.StateDone:
+				requested[id] = true // finished first
+			default:
+				t.Fatalf("Cancel(%s): %v", id, err)
+			}
+		}
+		time.Sleep(2 * time.Millisecond) // the pace of this polling loop
+	}
+	redistest.WaitFor(t, 20*time.Second, "every job to end", func() bool {
+		o, err := e.iq.Overview(ctx)
+		return err == nil && o.Waiting == 0 && o.Running == 0 && o.Delayed == 0 && o.Retrying == 0
+	})
+	if err := cons.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var done, cancelled int
+	for _, id := range ids {
+		j, err := e.iq.Job(ctx, id)
+		if err != nil {
+			t.Fatalf("Job(%s): %v", id, err)
+		}
+		switch {
+		case j.State == inspect.StateDone && string(j.Result) == "ok":
+			done++
+		case j.State == inspect.StateCancelled && j.Result == nil:
+			cancelled++
+		default:
+			t.Errorf("job %s ended %s with result %q", id, j.State, j.Result)
+		}
+		if got := r.get(id); got != 1 {
+			t.Errorf("job %s ran %d times", id, got)
+		}
+	}
+	o, _ := e.iq.Overview(ctx)
+	if int(o.Cancelled) != cancelled || o.Dead != 0 {
+		t.Errorf("%d cancelled dead letters, %d other dead letters; want %d and 0", o.Cancelled, o.Dead, cancelled)
+	}
+	t.Logf("%d done, %d cancelled", done, cancelled)
 }

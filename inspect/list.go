@@ -33,7 +33,9 @@ type fetchFunc func(ctx context.Context, cursor string, n int) (items []item, mo
 // call examines at most the inspector's ScanLimit entries (Page.Scanned)
 // and returns up to o.Limit jobs and a cursor to continue from. Listing
 // StateDone returns an empty page: results are kept by job ID only (use
-// [Queue.Job]).
+// [Queue.Job]). Sorted sets (delayed jobs, priority queues) are paged by
+// rank after the cursor's member; when that member left the set meanwhile,
+// the next page starts at the cursor's score and may repeat jobs of it.
 func (q *Queue) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 	switch {
 	case o.Limit == 0:
@@ -68,7 +70,10 @@ func (q *Queue) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 func (q *Queue) list(ctx context.Context, o *ListOptions, fetch fetchFunc) (*Page, error) {
 	page := &Page{Jobs: []Job{}}
 	cursor := o.Cursor
-	filtered := len(o.Header) > 0 || o.Grep != ""
+	// A listing that skips entries (filters, or a state that shares its
+	// structure with another: delayed and retrying, dead and cancelled)
+	// reads full pages; one that keeps every entry reads what it returns.
+	filtered := len(o.Header) > 0 || o.Grep != "" || o.State != StateWaiting && o.State != StateRunning
 	budget := q.in.opts.ScanLimit
 	for page.Scanned < budget {
 		n := min(pageSize, budget-page.Scanned)

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -211,17 +211,28 @@ func (q *Queue) priorityJob(ctx context.Context, id string) (*Job, error) {
 }
 
 // readyScores returns the distinct scores of the ready set, lowest first,
-// at most n of them (one ZRANGE BYSCORE each).
+// at most n of them.
 func (q *Queue) readyScores(ctx context.Context, n int) ([]int64, error) {
-	var out []int64
-	from := "-inf"
-	for range n {
-		zs, err := q.rdb().ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: q.pkeys.Ready, Start: from, Stop: "+inf", ByScore: true, Count: 1}).Result()
-		if err != nil || len(zs) == 0 {
-			return out, err
-		}
-		out = append(out, int64(zs[0].Score))
-		from = "(" + strconv.FormatInt(int64(zs[0].Score), 10)
+	heads, err := q.levelHeads(ctx, n)
+	out := make([]int64, len(heads))
+	for i, z := range heads {
+		out[i] = int64(z.Score)
+	}
+	return out, err
+}
+
+// levelHeads returns the first member of each distinct score of the ready
+// set (the next job to run at that priority, and the oldest: members of
+// equal score sort by their zero-padded sequence number), lowest score
+// first, at most n of them, in one bounded script call.
+func (q *Queue) levelHeads(ctx context.Context, n int) ([]redis.Z, error) {
+	members, scores, err := rdb.LevelHeads(ctx, q.rdb(), q.pkeys.Ready, n)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]redis.Z, len(members))
+	for i, m := range members {
+		out[i] = redis.Z{Member: m, Score: scores[i]}
 	}
 	return out, nil
 }

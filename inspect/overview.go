@@ -51,6 +51,9 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	if q.kind == KindPriority {
 		o.Waiting, o.Running, o.Consumers = ready.Val(), leases.Val(), int(workers.Val())
 		o.Length = o.Waiting + o.Running + delayed.Val()
+		if o.OldestWaiting, err = q.oldestReady(ctx); err != nil {
+			return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
+		}
 		return o, nil
 	}
 	o.Length = xlen.Val()
@@ -87,6 +90,38 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 		o.Waiting, o.Estimated = int64(len(n)), o.Estimated || len(n) == q.in.opts.ScanLimit
 	}
 	return o, nil
+}
+
+// oldestReady returns the age of the oldest job of the ready set: the one
+// with the lowest sequence number among the heads of the first maxLevels
+// levels.
+func (q *Queue) oldestReady(ctx context.Context) (time.Duration, error) {
+	heads, err := q.levelHeads(ctx, maxLevels)
+	if err != nil || len(heads) == 0 {
+		return 0, err
+	}
+	oldest := ""
+	for _, z := range heads {
+		m, _ := z.Member.(string)
+		if oldest == "" || m < oldest { // the padded sequence number leads
+			oldest = m
+		}
+	}
+	data, err := q.rdb().HGet(ctx, q.pkeys.Jobs, memberID(oldest)).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	f, err := wire.Unpack(data)
+	if err != nil {
+		return 0, nil
+	}
+	if j := jobFrom(f, ""); !j.EnqueuedAt.IsZero() {
+		return max(time.Since(j.EnqueuedAt), 0), nil
+	}
+	return 0, nil
 }
 
 // split returns the part of total that a sample of seen elements, of which
@@ -201,7 +236,7 @@ func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]strin
 		return gone, nil
 	}
 	cutoff := strconv.FormatInt(time.Now().Add(-idle).UnixMilli(), 10)
-	ws, err := c.ZRangeByScore(ctx, q.keys.Workers, &redis.ZRangeBy{Min: "-inf", Max: cutoff}).Result()
+	ws, err := c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: q.keys.Workers, Start: "-inf", Stop: cutoff, ByScore: true}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
 	}
@@ -231,39 +266,41 @@ func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]strin
 const maxLevels = 1000
 
 // Levels returns the priorities of a priority queue's ready jobs and how
-// many wait at each, first to run first: one ZRANGE BYSCORE and one ZCOUNT
-// per level (O(log n) each), at most 1000 levels. A stream queue has none.
+// many wait at each, first to run first: one script that finds the head of
+// each level (a ZRANGE BYSCORE each, O(log n)) and a pipeline of ZCOUNT, at
+// most 1000 levels. A stream queue has none.
 func (q *Queue) Levels(ctx context.Context) ([]Level, error) {
 	if q.kind != KindPriority {
 		return []Level{}, nil
 	}
 	c := q.rdb()
-	out := []Level{}
-	min := "-inf"
-	for range maxLevels {
-		zs, err := c.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: q.pkeys.Ready, Start: min, Stop: "+inf", ByScore: true, Count: 1}).Result()
-		if err != nil {
+	heads, err := q.levelHeads(ctx, maxLevels)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: levels of %s: %w", q.name, err)
+	}
+	pipe := c.Pipeline()
+	counts := make([]*redis.IntCmd, len(heads))
+	data := make([]*redis.StringCmd, len(heads))
+	for i, z := range heads {
+		s := strconv.FormatFloat(z.Score, 'f', -1, 64)
+		m, _ := z.Member.(string)
+		counts[i] = pipe.ZCount(ctx, q.pkeys.Ready, s, s)
+		data[i] = pipe.HGet(ctx, q.pkeys.Jobs, memberID(m))
+	}
+	if len(heads) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, fmt.Errorf("inspect: levels of %s: %w", q.name, err)
 		}
-		if len(zs) == 0 {
-			break
+	}
+	out := make([]Level, len(heads))
+	for i, z := range heads {
+		j := Job{}
+		if f, err := wire.Unpack(data[i].Val()); err == nil {
+			j = jobFrom(f, "")
 		}
-		s := strconv.FormatFloat(zs[0].Score, 'f', -1, 64)
-		n, err := c.ZCount(ctx, q.pkeys.Ready, s, s).Result()
-		if err != nil {
-			return nil, fmt.Errorf("inspect: levels of %s: %w", q.name, err)
-		}
-		p := -int64(zs[0].Score) // the default: higher priorities first, score -p
-		m, _ := zs[0].Member.(string)
-		if data, err := c.HGet(ctx, q.pkeys.Jobs, memberID(m)).Result(); err == nil {
-			if f, err := wire.Unpack(data); err == nil {
-				if j := jobFrom(f, ""); j.Headers[headerPriority] != "" {
-					p = j.Priority
-				}
-			}
-		}
-		out = append(out, Level{Priority: p, Count: n})
-		min = "(" + s
+		m, _ := z.Member.(string)
+		setPriority(&j, m)
+		out[i] = Level{Priority: j.Priority, Count: counts[i].Val()}
 	}
 	return out, nil
 }

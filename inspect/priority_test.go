@@ -99,7 +99,7 @@ func TestQueue_Priority(t *testing.T) {
 		t.Errorf("after RunNow: %+v, %v", j, err)
 	}
 	o, err := iq.Overview(ctx)
-	if err != nil || o.Waiting != 3 || o.Running != 1 || o.Retrying != 0 {
+	if err != nil || o.Waiting != 3 || o.Running != 1 || o.Retrying != 0 || o.OldestWaiting <= 0 {
 		t.Errorf("overview %+v, %v", o, err)
 	}
 	cs, err := iq.Consumers(ctx)

@@ -32,6 +32,7 @@ var aclCommands = []string{
 	"hlen", "hmget", "hset", "incr", "pexpire", "set", "time", "zadd", "zcount", "zmscore", "zrange",
 	"zrem", "zremrangebyrank", "zscore",
 	"hkeys", "expire", "hexists", "zremrangebyscore", // control loop, throughput counters, worker heartbeats
+	"zrank", "zscan", // the inspector (package inspect): paging sorted sets, finding priority jobs
 	"wait",                                      // replicated writes (MinReplicas)
 	"watch", "unwatch", "type", "multi", "exec", // writebehind Writer.Resync
 	"incrby", // writebehind Writer.EnsureVersionAtLeast

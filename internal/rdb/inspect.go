@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -318,3 +319,42 @@ const (
 	// written by scriptTick.
 	PartLastTick = "periodic-last:"
 )
+
+// scriptLevelHeads returns the first member of each distinct score of a
+// sorted set, lowest score first: for a priority set's ready set, the next
+// (and oldest) job of each priority. Each step is one ZRANGE BYSCORE with
+// LIMIT 1, O(log n), and at most ARGV[1] steps are taken.
+//
+// KEYS[1] sorted set
+// ARGV[1] the most levels to return
+// Returns {member, score, member, score, ...}.
+var scriptLevelHeads = redis.NewScript(`
+local out, from = {}, '-inf'
+for _ = 1, tonumber(ARGV[1]) do
+  local z = redis.call('ZRANGE', KEYS[1], from, '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if #z == 0 then break end
+  out[#out + 1] = z[1]
+  out[#out + 1] = z[2]
+  from = '(' .. z[2]
+end
+return out
+`)
+
+// LevelHeads runs scriptLevelHeads and returns the members and their scores.
+func LevelHeads(ctx context.Context, c redis.Scripter, key string, max int) ([]string, []float64, error) {
+	res, err := scriptLevelHeads.Run(ctx, c, []string{key}, max).StringSlice()
+	if err != nil {
+		return nil, nil, err
+	}
+	members := make([]string, 0, len(res)/2)
+	scores := make([]float64, 0, len(res)/2)
+	for i := 0; i+1 < len(res); i += 2 {
+		s, err := strconv.ParseFloat(res[i+1], 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("unexpected score %q", res[i+1])
+		}
+		members = append(members, res[i])
+		scores = append(scores, s)
+	}
+	return members, scores, nil
+}

@@ -48,6 +48,7 @@ func Scripts() map[string]*redis.Script {
 		"request_cancel":   scriptRequestCancel,
 		"priority_control": scriptPriorityControl,
 		"census":           scriptCensus,
+		"level_heads":      scriptLevelHeads,
 	}
 }
 
