@@ -53,6 +53,7 @@ func depRules() map[string][]string {
 	return map[string][]string{
 		"":                     coreModules,
 		"inspect":              coreModules,
+		"dashboard":            coreModules,
 		"middleware":           coreModules,
 		"periodic":             with("github.com/robfig/cron/v3"),
 		"priority":             coreModules,

@@ -1,0 +1,250 @@
+package dashboard_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/streamq/streamq/dashboard"
+	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/redistest"
+)
+
+// screenshots is where TestBrowser saves its screenshots. The docs' come
+// from: go test -run TestBrowser ./dashboard/ -screenshots ../docs
+var screenshots = flag.String("screenshots", "", "directory for the screenshots of TestBrowser (default: a temporary directory)")
+
+// browserTimeout bounds the whole browser test.
+const browserTimeout = 3 * time.Minute
+
+// chromiumNames are the executables looked for on PATH, Debian's first.
+var chromiumNames = []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"}
+
+// findChromium returns the browser's path, or fails the test saying how to
+// install it.
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range chromiumNames {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("no Chromium found on PATH (looked for %v): the browser test needs one; on Debian run "+
+		"`apt-get update && apt-get install -y chromium` (.ci/run does)", chromiumNames)
+	return ""
+}
+
+// TestBrowser drives Debian's Chromium through the dashboard over a real
+// Redis with jobs in every state: it loads every page, searches a job,
+// pauses a queue and sees its consumer stop, and requeues dead letters and
+// sees them run. It fails if Chromium cannot start.
+func TestBrowser(t *testing.T) {
+	t.Parallel()
+	bin := findChromium(t)
+	f := newFixture(t, true)
+	ctx := context.Background()
+	// More dead letters, with different errors, for the dead-letter page.
+	for i := range 6 {
+		if _, err := f.producer.Enqueue(ctx, mustJSON(t, payload{Kind: "dead", N: 100 + i})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.settle(t)
+	work, err := f.in.Queue(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, work, 7)
+
+	srv := httptest.NewServer(newDashboard(t, f, dashboard.Options{Refresh: time.Second}))
+	t.Cleanup(srv.Close)
+	dir := *screenshots
+	if dir == "" {
+		dir = t.TempDir()
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(bin),
+		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox cannot start
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 860),
+		chromedp.Flag("hide-scrollbars", true),
+	)
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	bctx, cancel := context.WithTimeout(bctx, browserTimeout)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("Chromium (%s) could not start: %v\nThe browser test needs a working Chromium: on Debian run "+
+			"`apt-get update && apt-get install -y chromium` (.ci/run does).", bin, err)
+	}
+
+	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(bctx, steps...); err != nil {
+			t.Fatalf("browser: %s: %v", what, err)
+		}
+	}
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("browser: text of %s: %v", sel, err)
+		}
+		return s
+	}
+	// waitJS waits for a JavaScript condition, the live refresh making it true.
+	waitJS := func(what, expr string) {
+		t.Helper()
+		if _, err := chromedp.Run(bctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+			body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+			t.Fatalf("browser: waiting for %s (%s): %v\npage:\n%s", what, expr, err, body)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+		if err != nil {
+			t.Fatalf("browser: screenshot %s: %v", name, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "dashboard-"+name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noError := func(page string) {
+		t.Helper()
+		ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.getElementById("error") === null && document.querySelector("main") !== null`))
+		if err != nil || !ok {
+			t.Errorf("browser: page %s shows an error (%v): %s", page, err, text("body"))
+		}
+	}
+
+	// Every page loads, with its script and style (the CSP allows them).
+	for _, p := range []string{
+		"/", "/queues/work", "/queues/work?state=running", "/queues/work?state=retrying", "/queues/idle",
+		"/queues/idle?state=delayed", "/queues/work/jobs/" + escapeID(f.running), "/queues/work/dead",
+		"/queues/work/consumers", "/queues/work/priority", "/queues/work/writebehind", "/schedules",
+	} {
+		do("load "+p, chromedp.Navigate(srv.URL+p), chromedp.WaitVisible(chromedp.CSS("main")))
+		noError(p)
+	}
+	// The overview, refreshed live by the script.
+	do("overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-queue="work"] svg.chart`)))
+	// The CSP lets the dashboard's own script run and style sheet apply.
+	waitJS("a live refresh", `document.getElementById("live").hasAttribute("data-refreshed")`)
+	if bg, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("header.top")).backgroundColor`)); err != nil || bg != "rgb(22, 32, 43)" {
+		t.Errorf("the style sheet is not applied: header background %q (%v)", bg, err)
+	}
+	shot("overview")
+
+	// Search a job by ID from the queue page: it opens the job.
+	do("search", chromedp.Navigate(srv.URL+"/queues/work"),
+		chromedp.SendKeys(chromedp.ID("search-id"), f.dead), chromedp.Click(chromedp.ID("search-go")),
+		chromedp.WaitVisible(chromedp.ID("job-id")))
+	if got := text("#job-id"); got != f.dead {
+		t.Fatalf("search by ID opened job %q, want %q", got, f.dead)
+	}
+	if got := text("#job-state"); got != "dead" {
+		t.Errorf("the dead letter's page says state %q", got)
+	}
+	shot("job")
+
+	// The queue page with its chart and jobs.
+	do("queue", chromedp.Navigate(srv.URL+"/queues/work?state=dead"), chromedp.WaitVisible(chromedp.CSS("table.jobs")))
+	shot("queue")
+
+	// Pause: the consumer stops taking jobs, so new ones wait.
+	do("pause", chromedp.Navigate(srv.URL+"/queues/work/consumers"), chromedp.Click(chromedp.ID("pause")),
+		chromedp.WaitVisible(chromedp.ID("paused-badge")))
+	if qs, err := f.in.Queues(ctx); err != nil || !paused(qs, "work") {
+		t.Fatalf("after the click, work is not paused: %v %v", qs, err)
+	}
+	// The consumer sees the pause within a control interval.
+	waitPausedSeen(t, f)
+	const more = 5
+	for i := range more {
+		if _, err := f.producer.Enqueue(ctx, mustJSON(t, payload{Kind: "ok", N: 1000 + i})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A read already in flight when the pause was seen may still take one
+	// job; after that the consumer takes none.
+	waitJS("the live page to show the waiting jobs", `Number(document.getElementById("waiting-count").textContent) >= `+strconv.Itoa(more-1))
+	before := text("#waiting-count")
+	// Three refreshes later (3 s, fifteen control intervals) they still wait.
+	mark, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("live").getAttribute("data-refreshed")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitJS("three more refreshes", fmt.Sprintf(`Number(document.getElementById("live").getAttribute("data-refreshed")) >= %s + 2900`, mark))
+	if got := text("#waiting-count"); got != before {
+		t.Errorf("while paused, waiting went from %s to %s: the consumer took jobs", before, got)
+	}
+	shot("consumers-paused")
+	do("resume", chromedp.Click(chromedp.ID("resume")), chromedp.WaitVisible(chromedp.ID("pause")))
+	waitJS("the consumer to take the jobs after resume", `document.getElementById("waiting-count").textContent === "0"`)
+
+	// Requeue one dead letter from its page: with the bug fixed it runs
+	// and is done, which the live part of the page shows.
+	f.healed.Store(true)
+	do("requeue one", chromedp.Navigate(srv.URL+"/queues/work/jobs/"+escapeID(f.dead)), chromedp.Click(chromedp.ID("requeue")),
+		chromedp.WaitVisible(chromedp.ID("flash")))
+	waitJS("the requeued job to run", `(document.getElementById("job-state") || {}).textContent === "done"`)
+
+	// Bulk requeue: the confirmation shows the count, then they all run.
+	do("dead letters", chromedp.Navigate(srv.URL+"/queues/work/dead"), chromedp.WaitVisible(chromedp.CSS("table.jobs")))
+	shot("dead")
+	do("requeue all", chromedp.Click(chromedp.ID("requeue-all")), chromedp.WaitVisible(chromedp.ID("confirm-count")))
+	if got := text("#confirm-count"); got != "6" {
+		t.Errorf("the confirmation counts %s dead letters, want 6", got)
+	}
+	shot("confirm")
+	do("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("flash")))
+	if got := text("#flash"); got != "Requeued 6 dead letters of work." {
+		t.Errorf("flash after the bulk requeue: %q", got)
+	}
+	waitDead(t, work, 0)
+}
+
+// paused reports whether queue is paused in qs.
+func paused(qs []inspect.QueueInfo, queue string) bool {
+	for _, q := range qs {
+		if q.Name == queue {
+			return q.Paused
+		}
+	}
+	return false
+}
+
+// waitPausedSeen waits until the consumer of "work" has seen the pause.
+func waitPausedSeen(t *testing.T, f *fixture) {
+	t.Helper()
+	redistest.WaitFor(t, waitTimeout, "the consumer to see the pause", func() bool { return f.consumer.Health().Paused })
+}
+
+// waitDead waits until queue has n dead letters.
+func waitDead(t *testing.T, q *inspect.Queue, n int) {
+	t.Helper()
+	last := -1
+	defer func() {
+		if t.Failed() {
+			t.Logf("queue %s: %d dead letters, want %d", q.Name(), last, n)
+		}
+	}()
+	redistest.WaitFor(t, waitTimeout, fmt.Sprintf("%d dead letters in %s", n, q.Name()), func() bool {
+		c, err := q.CountDead(context.Background(), inspect.DeadFilter{})
+		last = c
+		return err == nil && c == n
+	})
+}

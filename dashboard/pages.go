@@ -1,0 +1,608 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/inspect"
+)
+
+const (
+	// chartMinutes is how many minutes the throughput charts show.
+	chartMinutes = 30
+	// maxQueues bounds the queues the overview reads.
+	maxQueues = 500
+	// defaultLimit and maxLimit bound the jobs of one listing page.
+	defaultLimit, maxLimit = 50, 1000
+	// deadScanPages bounds the listing calls one dead-letter page makes to
+	// find jobs matching its filters.
+	deadScanPages = 20
+	// pageTimeout bounds the Redis work of one page.
+	pageTimeout = 10 * time.Second
+)
+
+// routes registers every page and action on s.mux.
+func (s *server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /{$}", s.overview)
+	m.HandleFunc("GET /static/{file}", s.serveStatic)
+	m.HandleFunc("GET /schedules", s.schedules)
+	m.HandleFunc("GET /queues/{queue}", s.queue)
+	m.HandleFunc("GET /queues/{queue}/jobs/{id}", s.job)
+	m.HandleFunc("GET /queues/{queue}/dead", s.dead)
+	m.HandleFunc("GET /queues/{queue}/consumers", s.consumers)
+	m.HandleFunc("GET /queues/{queue}/priority", s.priority)
+	m.HandleFunc("GET /queues/{queue}/writebehind", s.writeBehind)
+	m.HandleFunc("POST /queues/{queue}/{action}", s.action(s.queueAction))
+	m.HandleFunc("POST /queues/{queue}/jobs/{id}/{action}", s.action(s.jobAction))
+	m.HandleFunc("POST /queues/{queue}/dead/{action}", s.action(s.bulkAction))
+	m.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, s.opts.BasePath+"/", http.StatusSeeOther)
+	})
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.render(w, r, http.StatusNotFound, "error", &view{Title: "Not found", Error: "no such page: " + r.URL.Path})
+	})
+}
+
+// fail answers with the page for err: 404 for what does not exist (with close
+// names), 409 for a job in the wrong state, 500 otherwise (logged).
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	v := &view{Title: "Error", Error: err.Error()}
+	var nf *inspect.NotFoundError
+	var se *inspect.StateError
+	status := http.StatusInternalServerError
+	switch {
+	case errors.As(err, &nf):
+		status = http.StatusNotFound
+		v.Title = "Not found"
+		v.Data = nf
+	case errors.As(err, &se):
+		status = http.StatusConflict
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		status = http.StatusServiceUnavailable
+	case errors.Is(err, errBadRequest):
+		status = http.StatusBadRequest
+	default:
+		s.log.ErrorContext(r.Context(), "dashboard: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	s.render(w, r, status, "error", v)
+}
+
+// errBadRequest marks errors in what the user typed.
+var errBadRequest = errors.New("bad request")
+
+// badRequest is an error in the request, answered with 400.
+type badRequest string
+
+func (e badRequest) Error() string        { return string(e) }
+func (e badRequest) Is(target error) bool { return target == errBadRequest }
+
+// here is the path and query of r as the user sees it (with BasePath),
+// without the partial flag: where actions and the live refresh go back to.
+func (s *server) here(r *http.Request, extra url.Values) string {
+	q := r.URL.Query()
+	q.Del("partial")
+	for k, v := range extra {
+		q[k] = v
+	}
+	p := s.opts.BasePath + r.URL.EscapedPath()
+	if e := q.Encode(); e != "" {
+		p += "?" + e
+	}
+	return p
+}
+
+// live returns the URL the script fetches to refresh this page's live part.
+func (s *server) live(r *http.Request) string {
+	return s.here(r, url.Values{"partial": {"1"}})
+}
+
+// openQueue returns the queue named in the path and its overview.
+func (s *server) openQueue(ctx context.Context, r *http.Request) (*inspect.Queue, *inspect.Overview, error) {
+	q, err := s.in.Queue(ctx, r.PathValue("queue"))
+	if err != nil {
+		return nil, nil, err
+	}
+	ov, err := q.Overview(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return q, ov, nil
+}
+
+// overviewRow is one queue of the overview page.
+type overviewRow struct {
+	Info     inspect.QueueInfo
+	Overview *inspect.Overview
+	Points   []inspect.Point
+	Err      string
+}
+
+// overviewData is the overview page.
+type overviewData struct {
+	Rows      []overviewRow
+	Truncated int  // queues not shown
+	Estimated bool // some counts are estimated (Overview.Estimated)
+}
+
+func (s *server) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	infos, err := s.in.Queues(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d := &overviewData{}
+	if len(infos) > maxQueues {
+		d.Truncated = len(infos) - maxQueues
+		infos = infos[:maxQueues]
+	}
+	d.Rows = make([]overviewRow, len(infos))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, info := range infos {
+		d.Rows[i].Info = info
+		g.Go(func() error {
+			row := &d.Rows[i]
+			q, err := s.in.Queue(gctx, info.Name)
+			if err == nil {
+				row.Overview, err = q.Overview(gctx)
+			}
+			if err == nil {
+				row.Points, err = q.Throughput(gctx, chartMinutes)
+			}
+			if err != nil {
+				// One broken queue does not hide the others.
+				row.Err = err.Error()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for _, row := range d.Rows {
+		d.Estimated = d.Estimated || (row.Overview != nil && row.Overview.Estimated)
+	}
+	s.render(w, r, http.StatusOK, "overview", &view{Title: "Queues", Tab: "overview", LiveURL: s.live(r), Data: d})
+}
+
+// queueData is the jobs page of a queue.
+type queueData struct {
+	Overview *inspect.Overview
+	Points   []inspect.Point
+	State    inspect.State
+	States   []stateTab
+	Page     *inspect.Page
+	Rows     []jobRow
+	// the search
+	ID, Header, Grep  string
+	Limit             int
+	Cursor            string
+	NextURL, FirstURL string
+	Message           string
+	Similar           []string
+}
+
+// stateTab is one state link with its count.
+type stateTab struct {
+	State  inspect.State
+	Count  int64
+	Approx bool // estimated from a sample (Overview.Estimated)
+	URL    string
+}
+
+// jobRow is one job of a list.
+type jobRow struct {
+	Job     inspect.Job
+	URL     string
+	Preview string
+}
+
+func (s *server) queue(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	q, ov, err := s.openQueue(ctx, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	form := r.URL.Query()
+	d := &queueData{Overview: ov, ID: strings.TrimSpace(form.Get("id")), Header: strings.TrimSpace(form.Get("header")), Grep: form.Get("q"), Cursor: form.Get("cursor")}
+	d.State = inspect.StateWaiting
+	if st := form.Get("state"); st != "" {
+		if d.State, err = inspect.ParseState(st); err != nil {
+			s.fail(w, r, badRequest(err.Error()))
+			return
+		}
+	}
+	if d.Limit, err = parseLimit(form.Get("limit")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if d.ID != "" && form.Get("partial") != "1" { // a live refresh does not search again
+		job, err := q.Job(ctx, d.ID)
+		var nf *inspect.NotFoundError
+		switch {
+		case err == nil:
+			http.Redirect(w, r, pathOf(s.opts.BasePath, "queues", q.Name(), "jobs", job.ID), http.StatusSeeOther)
+			return
+		case errors.As(err, &nf):
+			d.Message = "No job with ID " + d.ID + " in queue " + q.Name() + "."
+			d.Similar = nf.Similar
+		default:
+			s.fail(w, r, err)
+			return
+		}
+	}
+	opts := inspect.ListOptions{State: d.State, Cursor: d.Cursor, Limit: d.Limit, Grep: d.Grep}
+	if d.Header != "" {
+		k, v, ok := strings.Cut(d.Header, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			s.fail(w, r, badRequest("header search must look like name=value"))
+			return
+		}
+		opts.Header = map[string]string{strings.TrimSpace(k): strings.TrimSpace(v)}
+	}
+	if d.Grep != "" && s.opts.HidePayloads {
+		s.fail(w, r, badRequest("payloads are hidden on this dashboard: search by payload is off"))
+		return
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		d.Page, err = q.Jobs(gctx, opts)
+		return err
+	})
+	g.Go(func() (err error) {
+		d.Points, err = q.Throughput(gctx, chartMinutes)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	base := pathOf(s.opts.BasePath, "queues", q.Name())
+	for _, st := range []inspect.State{inspect.StateWaiting, inspect.StateRunning, inspect.StateDelayed, inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled} {
+		approx := ov.Estimated && st != inspect.StateWaiting && st != inspect.StateRunning
+		d.States = append(d.States, stateTab{State: st, Count: stateCount(ov, st), Approx: approx, URL: base + "?state=" + string(st)})
+	}
+	d.Rows = s.jobRows(q.Name(), d.Page.Jobs)
+	keep := url.Values{"state": {string(d.State)}}
+	for k, v := range map[string]string{"header": d.Header, "q": d.Grep} {
+		if v != "" {
+			keep.Set(k, v)
+		}
+	}
+	if d.Limit != defaultLimit {
+		keep.Set("limit", strconv.Itoa(d.Limit))
+	}
+	d.FirstURL = base + "?" + keep.Encode()
+	if d.Page.Cursor != "" {
+		keep.Set("cursor", d.Page.Cursor)
+		d.NextURL = base + "?" + keep.Encode()
+	}
+	s.render(w, r, http.StatusOK, "queue", &view{Title: q.Name(), Queue: ov, Tab: "jobs", LiveURL: s.live(r), Next: s.here(r, nil), Data: d})
+}
+
+// stateCount is the overview's count of st.
+func stateCount(ov *inspect.Overview, st inspect.State) int64 {
+	switch st {
+	case inspect.StateWaiting:
+		return ov.Waiting
+	case inspect.StateRunning:
+		return ov.Running
+	case inspect.StateDelayed:
+		return ov.Delayed
+	case inspect.StateRetrying:
+		return ov.Retrying
+	case inspect.StateDead:
+		return ov.Dead
+	case inspect.StateCancelled:
+		return ov.Cancelled
+	}
+	return 0
+}
+
+// jobRows makes the rows of a job list.
+func (s *server) jobRows(queue string, jobs []inspect.Job) []jobRow {
+	rows := make([]jobRow, len(jobs))
+	for i, j := range jobs {
+		rows[i] = jobRow{Job: j, URL: pathOf(s.opts.BasePath, "queues", queue, "jobs", j.ID)}
+		if !s.opts.HidePayloads {
+			rows[i].Preview = escapedBytes(j.Payload, 80)
+		}
+	}
+	return rows
+}
+
+// parseLimit reads the page size.
+func parseLimit(v string) (int, error) {
+	if v == "" {
+		return defaultLimit, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxLimit {
+		return 0, badRequest("limit must be a number from 1 to " + strconv.Itoa(maxLimit))
+	}
+	return n, nil
+}
+
+// jobData is the page of one job.
+type jobData struct {
+	Job                   *inspect.Job
+	Payload, PayloadKind  string
+	Result, ResultKind    string
+	Headers               [][2]string
+	CanCancel, CanDelete  bool
+	CanRunNow, CanRequeue bool
+	QueueURL              string
+}
+
+func (s *server) job(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	q, ov, err := s.openQueue(ctx, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	j, err := q.Job(ctx, r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d := &jobData{Job: j, QueueURL: pathOf(s.opts.BasePath, "queues", q.Name())}
+	if !s.opts.HidePayloads {
+		d.Payload, d.PayloadKind = pretty(j.Payload)
+		if j.Result != nil {
+			d.Result, d.ResultKind = pretty(j.Result)
+		}
+	}
+	for k, v := range j.Headers {
+		d.Headers = append(d.Headers, [2]string{k, v})
+	}
+	slices.SortFunc(d.Headers, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	switch j.State {
+	case inspect.StateRunning:
+		d.CanCancel = true
+	case inspect.StateWaiting:
+		d.CanDelete = true
+	case inspect.StateDelayed, inspect.StateRetrying:
+		d.CanDelete, d.CanRunNow = true, true
+	case inspect.StateDead, inspect.StateCancelled:
+		d.CanDelete, d.CanRequeue = true, true
+	}
+	s.render(w, r, http.StatusOK, "job", &view{Title: "Job " + j.ID, Queue: ov, Tab: "jobs", LiveURL: s.live(r), Next: s.here(r, nil), Data: d})
+}
+
+// deadData is the dead-letter page of a queue.
+type deadData struct {
+	State                       inspect.State
+	Reason, Error, Since, Until string
+	Count                       int
+	Partial                     bool // Count is a lower bound
+	Rows                        []jobRow
+	Scanned                     int
+	Cursor, NextURL, FirstURL   string
+	Hidden                      url.Values // the filter, for the bulk forms
+	Reasons                     []string
+}
+
+// knownReasons are the dead-letter reasons offered in the filter.
+var knownReasons = []string{streamq.ReasonMaxDeliveries, streamq.ReasonPermanent, streamq.ReasonMalformed, streamq.ReasonCancelled}
+
+// deadFilter reads the filter of the dead-letter page or a bulk action.
+func deadFilter(form url.Values) (inspect.DeadFilter, error) {
+	f := inspect.DeadFilter{Reason: strings.TrimSpace(form.Get("reason")), Error: form.Get("error")}
+	var err error
+	if f.Since, err = parseTime(form.Get("since")); err != nil {
+		return f, err
+	}
+	if f.Until, err = parseTime(form.Get("until")); err != nil {
+		return f, err
+	}
+	for _, id := range form["id"] {
+		if id = strings.TrimSpace(id); id != "" {
+			f.IDs = append(f.IDs, id)
+		}
+	}
+	if len(f.IDs) > maxLimit {
+		return f, badRequest("select at most " + strconv.Itoa(maxLimit) + " jobs at once, or use a filter")
+	}
+	return f, nil
+}
+
+// countDead counts the dead letters f selects. Without a filter it is the
+// length of the dead-letter stream; with one, CountDead examines at most
+// inspect.DefaultScanLimit entries, so on a longer stream the count is a
+// lower bound (partial), while a bulk action walks them all.
+func countDead(ctx context.Context, q *inspect.Queue, ov *inspect.Overview, f inspect.DeadFilter) (n int, partial bool, err error) {
+	total := ov.Dead + ov.Cancelled
+	if f.Reason == "" && f.Error == "" && f.Since.IsZero() && f.Until.IsZero() && len(f.IDs) == 0 {
+		return int(total), false, nil
+	}
+	n, err = q.CountDead(ctx, f)
+	return n, err == nil && len(f.IDs) == 0 && total > inspect.DefaultScanLimit, err
+}
+
+// parseTime reads a time typed in a datetime-local field (UTC) or RFC 3339.
+func parseTime(v string) (time.Time, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	for _, layout := range []string{time.RFC3339, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, v, time.UTC); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, badRequest("time " + strconv.Quote(v) + " must look like 2006-01-02T15:04 (UTC) or RFC 3339")
+}
+
+// matches reports whether the dead letter j passes f.
+func matches(j *inspect.Job, f inspect.DeadFilter) bool {
+	if f.Reason != "" && j.Reason != f.Reason {
+		return false
+	}
+	if f.Error != "" && !strings.Contains(j.LastError, f.Error) {
+		return false
+	}
+	if !f.Since.IsZero() && j.DeadAt.Before(f.Since) {
+		return false
+	}
+	if !f.Until.IsZero() && j.DeadAt.After(f.Until) {
+		return false
+	}
+	return true
+}
+
+func (s *server) dead(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	q, ov, err := s.openQueue(ctx, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	form := r.URL.Query()
+	f, err := deadFilter(form)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f.IDs = nil
+	d := &deadData{State: inspect.StateDead, Reason: f.Reason, Error: f.Error, Since: form.Get("since"), Until: form.Get("until"),
+		Reasons: knownReasons, Cursor: form.Get("cursor")}
+	if form.Get("state") == string(inspect.StateCancelled) {
+		d.State = inspect.StateCancelled
+	}
+	limit, err := parseLimit(form.Get("limit"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d.Hidden = url.Values{}
+	for k, v := range map[string]string{"reason": f.Reason, "error": f.Error, "since": d.Since, "until": d.Until} {
+		if v != "" {
+			d.Hidden.Set(k, v)
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		d.Count, d.Partial, err = countDead(gctx, q, ov, f)
+		return err
+	})
+	var jobs []inspect.Job
+	cursor := form.Get("cursor")
+	g.Go(func() error {
+		// The listing has no dead-letter filters: read pages and keep the
+		// matching jobs, a bounded number of calls per page view.
+		for range deadScanPages {
+			p, err := q.Jobs(gctx, inspect.ListOptions{State: d.State, Cursor: cursor, Limit: limit})
+			if err != nil {
+				return err
+			}
+			d.Scanned += p.Scanned
+			for i := range p.Jobs {
+				if matches(&p.Jobs[i], f) {
+					jobs = append(jobs, p.Jobs[i])
+				}
+			}
+			cursor = p.Cursor
+			if cursor == "" || len(jobs) >= limit {
+				return nil
+			}
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	d.Rows = s.jobRows(q.Name(), jobs)
+	base := pathOf(s.opts.BasePath, "queues", q.Name(), "dead")
+	keep := url.Values{}
+	for k, v := range d.Hidden {
+		keep[k] = v
+	}
+	if d.State == inspect.StateCancelled {
+		keep.Set("state", string(d.State))
+	}
+	d.FirstURL = base + "?" + keep.Encode()
+	if cursor != "" {
+		keep.Set("cursor", cursor)
+		d.NextURL = base + "?" + keep.Encode()
+	}
+	s.render(w, r, http.StatusOK, "dead", &view{Title: q.Name() + ": dead letters", Queue: ov, Tab: "dead", Next: s.here(r, nil), Data: d})
+}
+
+func (s *server) consumers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	q, ov, err := s.openQueue(ctx, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cs, err := q.Consumers(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "consumers", &view{Title: q.Name() + ": consumers", Queue: ov, Tab: "consumers", LiveURL: s.live(r), Next: s.here(r, nil), Data: cs})
+}
+
+func (s *server) priority(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	q, ov, err := s.openQueue(ctx, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var levels []inspect.Level
+	if q.Kind() == inspect.KindPriority {
+		if levels, err = q.Levels(ctx); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	s.render(w, r, http.StatusOK, "priority", &view{Title: q.Name() + ": priorities", Queue: ov, Tab: "priority", LiveURL: s.live(r), Data: levels})
+}
+
+func (s *server) writeBehind(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	q, ov, err := s.openQueue(ctx, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var st *inspect.WriteBehindStatus
+	if ov.WriteBehind {
+		if st, err = q.WriteBehind(ctx); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	s.render(w, r, http.StatusOK, "writebehind", &view{Title: q.Name() + ": write-behind", Queue: ov, Tab: "writebehind", LiveURL: s.live(r), Data: st})
+}
+
+func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	sch, err := s.in.Schedules(ctx, r.URL.Query().Get("queue"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "schedules", &view{Title: "Schedules", Tab: "schedules", LiveURL: s.live(r), Data: sch})
+}
