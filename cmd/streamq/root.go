@@ -37,7 +37,7 @@ var commands = []func(*app) *cobra.Command{
 	newEnqueueCmd,
 	newBenchCmd,
 	newVersionCmd,
-	// The dashboard subcommand goes here: newDashboardCmd,
+	newDashboardCmd,
 }
 
 // app is the state every subcommand shares: its streams, the global flags

@@ -1,16 +1,17 @@
-// Paste into cmd/streamq/dashboard.go (package main) and add newDashboardCmd
-// to the commands list of root.go. Imports it needs:
-//
-//	"context"
-//	"errors"
-//	"fmt"
-//	"net"
-//	"net/http"
-//	"time"
-//
-//	"github.com/spf13/cobra"
-//
-//	"github.com/streamq/streamq/dashboard"
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/streamq/streamq/dashboard"
+)
 
 // Environment variables of the dashboard's built-in authentication.
 const (
