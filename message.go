@@ -13,7 +13,7 @@ import (
 //
 //	XADD streamq:{orders}:stream * v 1 payload <bytes>
 //
-// and every other field is optional. See the README for the full table.
+// and every other field is optional. See docs/operations.md for the full table.
 const WireVersion = wire.Version
 
 // Message is one job as delivered to a [Handler].

@@ -181,7 +181,7 @@ type Job struct {
 // written.
 //
 // A call that go-redis sends again after a lost reply returns the first
-// send's result and stores nothing more (see the README, "Idempotent
+// send's result and stores nothing more (see docs/guarantees.md, "Idempotent
 // writes").
 func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
 	ids, err := p.enqueue(ctx, []Job{{Payload: payload}}, opts)

@@ -79,5 +79,5 @@
 // messaging.client.consumed.messages from [Metrics.Middleware],
 // messaging.client.sent.messages and messaging.client.operation.duration from
 // a [Producer] or [PriorityQueue] given the Metrics in [SendConfig]. Export
-// them with any OpenTelemetry exporter, including Prometheus (see the README).
+// them with any OpenTelemetry exporter, including Prometheus (see docs/middleware.md).
 package middleware

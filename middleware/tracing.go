@@ -86,7 +86,7 @@ type TracingConfig struct {
 	// see none of them, against the semantic conventions' advice to give the
 	// attributes that matter for sampling at the start; in exchange every
 	// job costs less (one allocation of 320 bytes less for an unsampled
-	// span, two for a sampled one; see the README, Cost). Use it when your
+	// span, two for a sampled one; see docs/middleware.md, Cost). Use it when your
 	// sampler ignores attributes, as ParentBased, TraceIDRatioBased,
 	// AlwaysSample and NeverSample do. Defaults to false: the attributes that
 	// are the same for every job of a queue are given at the start.

@@ -93,7 +93,7 @@ type HandlerConfig struct {
 	// reason. When raising or resyncing fails, the changes return the error
 	// and are retried. Repairs are logged with Logger and counted in
 	// HandlerStats.Resynced. Defaults to nil: refused changes are
-	// dead-lettered (see the README for the repair by hand).
+	// dead-lettered (see docs/writebehind.md for the repair by hand).
 	Writer *Writer
 
 	// Logger logs the repairs of a counter that went backwards (see Writer),

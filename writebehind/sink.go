@@ -40,7 +40,7 @@ var ErrInvalidChange = errors.New("streamq: invalid write-behind change")
 // highest version ([Writer.EnsureVersionAtLeast], [SQLSink.MaxVersion]) and
 // queue the key's cached value again ([Writer.Resync]). A [Handler] with
 // HandlerConfig.Writer set does both by itself; otherwise the change is
-// dead-lettered with the reason. See the README's "When the version counter
+// dead-lettered with the reason. See docs/writebehind.md, "When the version counter
 // goes backwards".
 var ErrVersionRegressed = errors.New("streamq: write-behind version counter went backwards")
 

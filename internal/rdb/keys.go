@@ -21,7 +21,7 @@ type Keys struct {
 	Delayed     string // delayed jobs (scheduled and retrying), scored by due time (Unix ms)
 	DelayedJobs string // the fields of delayed jobs, by delayed-set ID
 
-	// Inspection and control (see the README, "Progress, results and
+	// Inspection and control (see docs/operations.md, "Progress, results and
 	// cancellation").
 	Paused  string // STRING "1" while the queue is paused
 	Cancel  string // HASH stable job ID -> cancel request time (Unix ms)

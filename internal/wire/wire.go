@@ -9,7 +9,7 @@
 //
 //	XADD streamq:{orders}:stream * v 1 payload <bytes>
 //
-// and every other field is optional (see the README's wire format table).
+// and every other field is optional (see the wire format table in docs/operations.md).
 package wire
 
 import (
