@@ -550,7 +550,9 @@ func (p *Pool[T]) KeepAlive(ctx context.Context, interval, timeout time.Duration
 		for _, k := range lost {
 			p.mu.Lock()
 			j := p.jobs[k]
-			running := j != nil && !j.settling.Load()
+			// A job whose loss was reported already (its handler has not
+			// returned yet) is not reported again.
+			running := j != nil && !j.settling.Load() && !p.Lost(j)
 			p.mu.Unlock()
 			if running {
 				onLost(j)
