@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	keys "github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -77,6 +78,7 @@ func benchQueue(b *testing.B, poolSize int, hooks ...redis.Hook) (*streamq.Queue
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = rdb.Unlink(ctx, core.Of(q).Keys.Stream, core.Of(q).Keys.Dead, core.Of(q).Keys.Delayed, core.Of(q).Keys.Part("delayed:jobs")).Err()
+		_ = rdb.HDel(ctx, keys.Registry(core.Of(q).Prefix), q.Name()).Err() // Setup listed it
 		_ = rdb.Close()
 	}
 }

@@ -37,6 +37,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/rdb"
 )
 
 // allScenarios lists the scenarios in the order they run.
@@ -343,11 +344,26 @@ func (b *bench) drop(keys ...string) {
 }
 
 // close deletes every key this process wrote, including any whose run was
-// cut short, by a bounded SCAN for the run ID.
+// cut short, by a bounded SCAN for the run ID, and the queues' entries in
+// the registry of queues (see package inspect).
 func (b *bench) close() {
 	b.drop(b.keys...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var hcursor uint64
+	for range 10_000 {
+		fields, next, err := b.admin.HScan(ctx, rdb.Registry(streamq.DefaultKeyPrefix), hcursor, "*"+b.runID+"*", 1000).Result()
+		if err != nil {
+			break
+		}
+		for i := 0; i < len(fields); i += 2 {
+			_ = b.admin.HDel(ctx, rdb.Registry(streamq.DefaultKeyPrefix), fields[i]).Err()
+		}
+		hcursor = next
+		if hcursor == 0 {
+			break
+		}
+	}
 	var cursor uint64
 	for range 100_000 {
 		keys, next, err := b.admin.Scan(ctx, cursor, "*"+b.runID+"*", 1000).Result()
