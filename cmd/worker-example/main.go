@@ -39,6 +39,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	keyspace "github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/middleware"
 )
 
@@ -269,7 +270,8 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 }
 
 // deleteQueue deletes the demo queue's keys (SCAN, not KEYS, which would
-// block a shared server).
+// block a shared server) and its entries in the registry of queues that
+// streamq queues and the dashboard list.
 func deleteQueue(rdb *redis.Client, q *streamq.Queue) {
 	ctx := context.Background()
 	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 1000).Iterator()
@@ -280,4 +282,7 @@ func deleteQueue(rdb *redis.Client, q *streamq.Queue) {
 	if len(keys) > 0 {
 		rdb.Del(ctx, keys...)
 	}
+	prefix := core.Of(q).Prefix
+	rdb.HDel(ctx, keyspace.Registry(prefix), q.Name())
+	rdb.HDel(ctx, keyspace.WriteBehindRegistry(prefix), q.Name())
 }
