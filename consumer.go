@@ -303,44 +303,28 @@ func (c *ConsumerConfig) setDefaults() error {
 	if err := validName("ConsumerConfig.Name", c.Name); err != nil {
 		return err
 	}
-	type dur struct {
-		field string
-		v     *time.Duration
-		def   time.Duration
-		off   bool // -1 allowed
+	errf := func(field, format string, args ...any) error {
+		return configErr("ConsumerConfig."+field, format, args...)
 	}
-	for _, d := range []dur{
-		{"Block", &c.Block, DefaultBlock, false},
-		{"JobTimeout", &c.JobTimeout, DefaultJobTimeout, true},
-		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, false},
-		{"MinIdle", &c.MinIdle, DefaultMinIdle, false},
-		{"SchedulerInterval", &c.SchedulerInterval, DefaultSchedulerInterval, true},
-		{"ControlInterval", &c.ControlInterval, DefaultControlInterval, false},
-		{"ResultRetention", &c.ResultRetention, DefaultResultRetention, false},
-	} {
-		switch {
-		case *d.v == 0:
-			*d.v = d.def
-		case *d.v == -1 && d.off:
-		case *d.v < 0:
-			hint := "use a positive duration or 0 for the default"
-			if d.off {
-				hint += ", or -1 to disable"
-			}
-			return configErr("ConsumerConfig."+d.field, "%s is negative: %s (%s)", *d.v, hint, d.def)
-		}
+	if err := core.Durations([]core.Duration{
+		{Field: "Block", V: &c.Block, Def: DefaultBlock},
+		{Field: "JobTimeout", V: &c.JobTimeout, Def: DefaultJobTimeout, Off: true},
+		{Field: "ShutdownTimeout", V: &c.ShutdownTimeout, Def: DefaultShutdownTimeout},
+		{Field: "MinIdle", V: &c.MinIdle, Def: DefaultMinIdle},
+		{Field: "SchedulerInterval", V: &c.SchedulerInterval, Def: DefaultSchedulerInterval, Off: true},
+		{Field: "ControlInterval", V: &c.ControlInterval, Def: DefaultControlInterval},
+		{Field: "ResultRetention", V: &c.ResultRetention, Def: DefaultResultRetention},
+	}, errf); err != nil {
+		return err
 	}
-	if c.ControlInterval < MinControlInterval {
-		return configErr("ConsumerConfig.ControlInterval", "%s is too short: use at least %s (default %s)", c.ControlInterval, MinControlInterval, DefaultControlInterval)
+	if err := core.Control(c.ControlInterval, MinControlInterval, DefaultControlInterval, c.ResultRetention, DefaultResultRetention, errf); err != nil {
+		return err
 	}
-	if c.ResultRetention < time.Millisecond {
-		return configErr("ConsumerConfig.ResultRetention", "%s is below 1ms: use a longer retention, or 0 for %s", c.ResultRetention, DefaultResultRetention)
-	}
-	switch {
-	case c.MaxResultBytes == 0:
-		c.MaxResultBytes = DefaultMaxResultBytes
-	case c.MaxResultBytes < -1:
-		return configErr("ConsumerConfig.MaxResultBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxResultBytes, DefaultMaxResultBytes)
+	if err := core.Sizes([]core.Bytes{
+		{Field: "MaxResultBytes", V: &c.MaxResultBytes, Def: DefaultMaxResultBytes},
+		{Field: "MaxFetchBytes", V: &c.MaxFetchBytes, Def: DefaultMaxFetchBytes},
+	}, errf); err != nil {
+		return err
 	}
 	if c.Block < time.Millisecond {
 		return configErr("ConsumerConfig.Block", "%s is below 1ms, which Redis reads as 'block forever': use at least 1ms", c.Block)
@@ -361,12 +345,6 @@ func (c *ConsumerConfig) setDefaults() error {
 	case c.PruneIdle == -1:
 	case c.PruneIdle <= 2*c.Block:
 		return configErr("ConsumerConfig.PruneIdle", "%s is not more than twice Block (%s): a live consumer waiting in XREADGROUP could look idle; use a longer duration, 0 for %s, or -1 to disable pruning", c.PruneIdle, c.Block, DefaultPruneIdle)
-	}
-	switch {
-	case c.MaxFetchBytes == 0:
-		c.MaxFetchBytes = DefaultMaxFetchBytes
-	case c.MaxFetchBytes < -1:
-		return configErr("ConsumerConfig.MaxFetchBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxFetchBytes, DefaultMaxFetchBytes)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency

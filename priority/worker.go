@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/engine"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
@@ -237,56 +238,32 @@ func (c *WorkerConfig) setDefaults() error {
 	if err := validName(c.Name); err != nil {
 		return err
 	}
-	type dur struct {
-		field string
-		v     *time.Duration
-		def   time.Duration
-		off   bool // -1 allowed
+	if err := core.Durations([]core.Duration{
+		{Field: "Block", V: &c.Block, Def: DefaultBlock},
+		{Field: "Lease", V: &c.Lease, Def: DefaultLease},
+		{Field: "JobTimeout", V: &c.JobTimeout, Def: DefaultJobTimeout, Off: true},
+		{Field: "ShutdownTimeout", V: &c.ShutdownTimeout, Def: DefaultShutdownTimeout},
+		{Field: "ReapInterval", V: &c.ReapInterval, Def: DefaultReapInterval, Off: true},
+		{Field: "ControlInterval", V: &c.ControlInterval, Def: streamq.DefaultControlInterval},
+		{Field: "ResultRetention", V: &c.ResultRetention, Def: streamq.DefaultResultRetention},
+	}, configErr); err != nil {
+		return err
 	}
-	for _, d := range []dur{
-		{"Block", &c.Block, DefaultBlock, false},
-		{"Lease", &c.Lease, DefaultLease, false},
-		{"JobTimeout", &c.JobTimeout, DefaultJobTimeout, true},
-		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, false},
-		{"ReapInterval", &c.ReapInterval, DefaultReapInterval, true},
-		{"ControlInterval", &c.ControlInterval, streamq.DefaultControlInterval, false},
-		{"ResultRetention", &c.ResultRetention, streamq.DefaultResultRetention, false},
-	} {
-		switch {
-		case *d.v == 0:
-			*d.v = d.def
-		case *d.v == -1 && d.off:
-		case *d.v < 0:
-			hint := "use a positive duration or 0 for the default"
-			if d.off {
-				hint += ", or -1 to disable"
-			}
-			return configErr(d.field, "%s is negative: %s (%s)", *d.v, hint, d.def)
-		}
+	if err := core.Control(c.ControlInterval, streamq.MinControlInterval, streamq.DefaultControlInterval,
+		c.ResultRetention, streamq.DefaultResultRetention, configErr); err != nil {
+		return err
+	}
+	if err := core.Sizes([]core.Bytes{
+		{Field: "MaxResultBytes", V: &c.MaxResultBytes, Def: streamq.DefaultMaxResultBytes},
+		{Field: "MaxFetchBytes", V: &c.MaxFetchBytes, Def: streamq.DefaultMaxFetchBytes},
+	}, configErr); err != nil {
+		return err
 	}
 	if c.Block < time.Millisecond {
 		return configErr("Block", "%s is below 1ms, which Redis reads as 'block forever': use at least 1ms (default %s)", c.Block, DefaultBlock)
 	}
 	if c.Lease < minLease {
 		return configErr("Lease", "%s is too short for running jobs to extend their leases in time: use at least %s (default %s)", c.Lease, minLease, DefaultLease)
-	}
-	switch {
-	case c.MaxFetchBytes == 0:
-		c.MaxFetchBytes = streamq.DefaultMaxFetchBytes
-	case c.MaxFetchBytes < -1:
-		return configErr("MaxFetchBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxFetchBytes, streamq.DefaultMaxFetchBytes)
-	}
-	if c.ControlInterval < streamq.MinControlInterval {
-		return configErr("ControlInterval", "%s is too short: use at least %s (default %s)", c.ControlInterval, streamq.MinControlInterval, streamq.DefaultControlInterval)
-	}
-	if c.ResultRetention < time.Millisecond {
-		return configErr("ResultRetention", "%s is below 1ms: use a longer retention, or 0 for %s", c.ResultRetention, streamq.DefaultResultRetention)
-	}
-	switch {
-	case c.MaxResultBytes == 0:
-		c.MaxResultBytes = streamq.DefaultMaxResultBytes
-	case c.MaxResultBytes < -1:
-		return configErr("MaxResultBytes", "%d is negative: use a positive number of bytes, 0 for %d, or -1 for no bound", c.MaxResultBytes, streamq.DefaultMaxResultBytes)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
