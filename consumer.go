@@ -183,6 +183,7 @@ const (
 	EventPostponed
 )
 
+// String returns the kind's name, such as "retried".
 func (k EventKind) String() string {
 	switch k {
 	case EventRetried:

@@ -81,6 +81,7 @@ type ConfigError struct {
 	Reason string // what is wrong and how to fix it
 }
 
+// Error says which field is wrong and how to fix it.
 func (e *ConfigError) Error() string {
 	return "streamq: invalid " + e.Field + ": " + e.Reason
 }
@@ -93,6 +94,7 @@ func configErr(field, format string, args ...any) error {
 // sends the job straight to the dead-letter stream. Create it with [Permanent].
 type PermanentError struct{ Err error }
 
+// Error returns the wrapped error's text after "permanent: ".
 func (e *PermanentError) Error() string { return "permanent: " + errString(e.Err) }
 
 // Unwrap returns the wrapped error.
@@ -110,6 +112,7 @@ type RetryAfterError struct {
 	Err   error
 }
 
+// Error returns the wrapped error's text with the requested delay.
 func (e *RetryAfterError) Error() string {
 	return fmt.Sprintf("retry after %s: %s", e.Delay, errString(e.Err))
 }
@@ -129,6 +132,7 @@ type PostponeError struct {
 	Err   error
 }
 
+// Error returns the wrapped error's text with the postponement.
 func (e *PostponeError) Error() string {
 	return fmt.Sprintf("postponed for %s: %s", e.Delay, errString(e.Err))
 }
@@ -151,6 +155,7 @@ type PanicError struct {
 	Stack []byte // the goroutine's stack at the panic
 }
 
+// Error returns the panic's value after "panic: ".
 func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
 
 // Unwrap returns the panic value when it is an error.
