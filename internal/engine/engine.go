@@ -535,7 +535,11 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	case r.cfg.CancelCause != nil && errors.Is(cause, r.cfg.CancelCause):
 		// An operator cancelled it: never retried, kept as a dead letter.
 		r.mon.failed.Add(1)
-		r.deadLetter(j, rn, ReasonCancelled, fmt.Errorf("%w: %w", r.cfg.CancelCause, err), rn.Attempt, false)
+		cerr := err
+		if !errors.Is(err, r.cfg.CancelCause) { // a handler that returned context.Cause(ctx) says it already
+			cerr = fmt.Errorf("%w: %w", r.cfg.CancelCause, err)
+		}
+		r.deadLetter(j, rn, ReasonCancelled, cerr, rn.Attempt, false)
 	default:
 		r.fail(j, rn, err)
 	}
