@@ -301,6 +301,9 @@ func DecodeInto(j *Job, values map[string]any) error {
 		if err := json.Unmarshal([]byte(headers), &j.Headers); err != nil {
 			return fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
 		}
+		if len(j.Headers) == 0 {
+			j.Headers = nil // "{}": none, as when the field is absent
+		}
 	}
 	var err error
 	if j.EnqMillis, err = parseMillisField(FieldEnqueued, enq); err != nil {
