@@ -545,40 +545,33 @@ func (s *server) dead(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) consumers(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
-	q, ov, err := s.openQueue(ctx, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	cs, err := q.Consumers(ctx)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	s.render(w, r, http.StatusOK, "consumers", &view{Title: q.Name() + ": consumers", Queue: ov, Tab: "consumers", LiveURL: s.live(r), Next: s.here(r, nil), Data: cs})
+	s.queueTab(w, r, "consumers", "consumers", true, func(ctx context.Context, q *inspect.Queue, _ *inspect.Overview) (any, error) {
+		return q.Consumers(ctx)
+	})
 }
 
 func (s *server) priority(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
-	defer cancel()
-	q, ov, err := s.openQueue(ctx, r)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	var levels []inspect.Level
-	if q.Kind() == inspect.KindPriority {
-		if levels, err = q.Levels(ctx); err != nil {
-			s.fail(w, r, err)
-			return
+	s.queueTab(w, r, "priority", "priorities", false, func(ctx context.Context, q *inspect.Queue, _ *inspect.Overview) (any, error) {
+		if q.Kind() != inspect.KindPriority {
+			return []inspect.Level(nil), nil
 		}
-	}
-	s.render(w, r, http.StatusOK, "priority", &view{Title: q.Name() + ": priorities", Queue: ov, Tab: "priority", LiveURL: s.live(r), Data: levels})
+		return q.Levels(ctx)
+	})
 }
 
 func (s *server) writeBehind(w http.ResponseWriter, r *http.Request) {
+	s.queueTab(w, r, "writebehind", "write-behind", false, func(ctx context.Context, q *inspect.Queue, ov *inspect.Overview) (any, error) {
+		if !ov.WriteBehind {
+			return (*inspect.WriteBehindStatus)(nil), nil
+		}
+		return q.WriteBehind(ctx)
+	})
+}
+
+// queueTab renders the tab page of one queue whose data load reads (with
+// next set to this page when actions on it return here).
+func (s *server) queueTab(w http.ResponseWriter, r *http.Request, tab, title string, next bool,
+	load func(context.Context, *inspect.Queue, *inspect.Overview) (any, error)) {
 	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 	defer cancel()
 	q, ov, err := s.openQueue(ctx, r)
@@ -586,14 +579,16 @@ func (s *server) writeBehind(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	var st *inspect.WriteBehindStatus
-	if ov.WriteBehind {
-		if st, err = q.WriteBehind(ctx); err != nil {
-			s.fail(w, r, err)
-			return
-		}
+	data, err := load(ctx, q, ov)
+	if err != nil {
+		s.fail(w, r, err)
+		return
 	}
-	s.render(w, r, http.StatusOK, "writebehind", &view{Title: q.Name() + ": write-behind", Queue: ov, Tab: "writebehind", LiveURL: s.live(r), Data: st})
+	v := &view{Title: q.Name() + ": " + title, Queue: ov, Tab: tab, LiveURL: s.live(r), Data: data}
+	if next {
+		v.Next = s.here(r, nil)
+	}
+	s.render(w, r, http.StatusOK, tab, v)
 }
 
 func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
