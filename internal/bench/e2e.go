@@ -84,6 +84,20 @@ func (b *bench) e2eStreamq(ctx context.Context, c, n int, mw []streamq.Middlewar
 	if err != nil {
 		return Run{}, err
 	}
+	run, err := b.consume(ctx, hook, n, "consumer", cons.Run)
+	if err != nil {
+		return Run{}, err
+	}
+	if st := cons.Stats(); st.Failed+st.Retried+st.DeadLettered > 0 {
+		return Run{}, fmt.Errorf("consumer had failures with a no-op handler: %+v", st)
+	}
+	return run, nil
+}
+
+// consume runs a consumer (what names it in errors) until hook saw n jobs
+// acknowledged or the run timed out, measuring Redis around it, then stops
+// it and waits for it to return.
+func (b *bench) consume(ctx context.Context, hook *countHook, n int, what string, run func(context.Context) error) (Run, error) {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p, err := startProbe(ctx, b.admin, hook)
@@ -91,23 +105,20 @@ func (b *bench) e2eStreamq(ctx context.Context, c, n int, mw []streamq.Middlewar
 		return Run{}, err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- cons.Run(rctx) }()
+	go func() { errc <- run(rctx) }()
 	timedOut, runErr := waitDone(ctx, hook.done, errc, b.o.runTimeout)
-	run := p.stop(ctx, min(hook.acked.Load(), int64(n)), timedOut)
+	res := p.stop(ctx, min(hook.acked.Load(), int64(n)), timedOut)
 	cancel()
 	if runErr == nil {
 		runErr = waitStopped(errc)
 	}
 	if runErr != nil {
-		return Run{}, fmt.Errorf("consumer: %w", runErr)
+		return Run{}, fmt.Errorf("%s: %w", what, runErr)
 	}
 	if ctx.Err() != nil {
 		return Run{}, context.Cause(ctx)
 	}
-	if st := cons.Stats(); st.Failed+st.Retried+st.DeadLettered > 0 {
-		return Run{}, fmt.Errorf("consumer had failures with a no-op handler: %+v", st)
-	}
-	return run, nil
+	return res, nil
 }
 
 // waitDone waits for done, a consumer error, the run timeout or ctx.
@@ -243,27 +254,7 @@ func (b *bench) e2eBaseline(ctx context.Context, c, n, i int) (Run, error) {
 		return Run{}, err
 	}
 	bc := &baselineConsumer{rdb: rdb, key: key, c: c, handler: func(redis.XMessage) {}}
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	p, err := startProbe(ctx, b.admin, hook)
-	if err != nil {
-		return Run{}, err
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- bc.run(rctx) }()
-	timedOut, runErr := waitDone(ctx, hook.done, errc, b.o.runTimeout)
-	run := p.stop(ctx, min(hook.acked.Load(), int64(n)), timedOut)
-	cancel()
-	if runErr == nil {
-		runErr = waitStopped(errc)
-	}
-	if runErr != nil {
-		return Run{}, fmt.Errorf("baseline consumer: %w", runErr)
-	}
-	if ctx.Err() != nil {
-		return Run{}, context.Cause(ctx)
-	}
-	return run, nil
+	return b.consume(ctx, hook, n, "baseline consumer", bc.run)
 }
 
 // scenarioMiddleware is the end-to-end scenario with a middleware chain.
