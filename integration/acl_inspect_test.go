@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/redistest"
@@ -21,19 +19,7 @@ import (
 func TestACL_Inspect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := redistest.StartServer(t)
-	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	t.Cleanup(func() { _ = admin.Close() })
-	rule := []any{"ACL", "SETUSER", "streamq", "reset", "on", ">secret", "~streamq:*", "-@all"}
-	for _, c := range aclCommands {
-		rule = append(rule, "+"+c)
-	}
-	if err := admin.Do(ctx, rule...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = admin.Do(ctx, "ACL", "LOG", "RESET").Err()
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "streamq", Password: "secret", DisableIdentity: true, Protocol: 2})
-	t.Cleanup(func() { _ = rdb.Close() })
+	admin, rdb := leastPrivilege(t)
 
 	q, err := streamq.NewQueue(rdb, "acl", nil)
 	if err != nil {

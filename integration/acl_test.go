@@ -50,19 +50,7 @@ var aclCommands = []string{
 func TestACL_LeastPrivilege(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := redistest.StartServer(t)
-	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
-	t.Cleanup(func() { _ = admin.Close() })
-	rule := []any{"ACL", "SETUSER", "streamq", "reset", "on", ">secret", "~streamq:*", "-@all"}
-	for _, c := range aclCommands {
-		rule = append(rule, "+"+c)
-	}
-	if err := admin.Do(ctx, rule...).Err(); err != nil {
-		t.Fatal(err)
-	}
-	_ = admin.Do(ctx, "ACL", "LOG", "RESET").Err()
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "streamq", Password: "secret", DisableIdentity: true, Protocol: 2})
-	t.Cleanup(func() { _ = rdb.Close() })
+	admin, rdb := leastPrivilege(t)
 
 	q, err := streamq.NewQueue(rdb, "acl", nil)
 	if err != nil {
@@ -220,4 +208,26 @@ func TestACL_LeastPrivilege(t *testing.T) {
 	if len(denied) > 0 {
 		t.Fatalf("Redis denied %d commands to the least-privilege user (add them to aclCommands and the README, or stop using them):\n%s", len(denied), fmt.Sprint(denied...))
 	}
+}
+
+// leastPrivilege starts a server of the test's own with the user streamq
+// allowed only aclCommands on keys streamq:*, and returns an admin client
+// and a client logged in as that user (both closed at cleanup).
+func leastPrivilege(t *testing.T) (admin, user *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	s := redistest.StartServer(t)
+	admin = redis.NewClient(&redis.Options{Addr: s.Addr()})
+	t.Cleanup(func() { _ = admin.Close() })
+	rule := []any{"ACL", "SETUSER", "streamq", "reset", "on", ">secret", "~streamq:*", "-@all"}
+	for _, c := range aclCommands {
+		rule = append(rule, "+"+c)
+	}
+	if err := admin.Do(ctx, rule...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_ = admin.Do(ctx, "ACL", "LOG", "RESET").Err()
+	user = redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "streamq", Password: "secret", DisableIdentity: true, Protocol: 2})
+	t.Cleanup(func() { _ = user.Close() })
+	return admin, user
 }
