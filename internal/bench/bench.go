@@ -203,7 +203,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "write all results to this JSON file")
 	fs.DurationVar(&o.maxTime, "max-time", 30*time.Minute, "bound on the whole run; what is left is skipped")
 	fs.DurationVar(&o.runTimeout, "run-timeout", 2*time.Minute, "bound on one measurement; a run that hits it counts what it did")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file; the measured work is labelled side=streamq or side=baseline (go tool pprof -tagfocus side=streamq)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile at the end to this file")
 	fs.BoolVar(&o.middleware, "middleware", false, "run the e2e scenario with the middleware chain of the middleware scenario too")
 	fs.BoolVar(&o.memcheck, "memcheck", false, "measure consumer RSS over many jobs instead of running the scenarios")

@@ -40,9 +40,8 @@ func (b *bench) scenarioE2E(ctx context.Context, scenario string, mw []streamq.M
 			}
 		}
 		r.finish()
-		note := fmt.Sprintf("cmds/job %.3f vs %.3f, allocs/job %.1f vs %.1f, cpu µs/job %.1f vs %.1f",
-			r.Streamq.ServerCmdsPerJob, r.Baseline.ServerCmdsPerJob, r.Streamq.AllocsPerJob, r.Baseline.AllocsPerJob,
-			r.Streamq.CPUMicrosPerJob, r.Baseline.CPUMicrosPerJob)
+		note := fmt.Sprintf("cmds/job %.3f vs %.3f, %s",
+			r.Streamq.ServerCmdsPerJob, r.Baseline.ServerCmdsPerJob, costNote(&r))
 		if r.Notes != "" {
 			note += "; " + r.Notes
 		}
@@ -84,7 +83,7 @@ func (b *bench) e2eStreamq(ctx context.Context, c, n int, mw []streamq.Middlewar
 	if err != nil {
 		return Run{}, err
 	}
-	run, err := b.consume(ctx, hook, n, "consumer", cons.Run)
+	run, err := b.consume(ctx, hook, n, sideStreamq, cons.Run)
 	if err != nil {
 		return Run{}, err
 	}
@@ -94,10 +93,14 @@ func (b *bench) e2eStreamq(ctx context.Context, c, n int, mw []streamq.Middlewar
 	return run, nil
 }
 
-// consume runs a consumer (what names it in errors) until hook saw n jobs
-// acknowledged or the run timed out, measuring Redis around it, then stops
-// it and waits for it to return.
-func (b *bench) consume(ctx context.Context, hook *countHook, n int, what string, run func(context.Context) error) (Run, error) {
+// consume runs a consumer of side sd until hook saw n jobs acknowledged or
+// the run timed out, measuring Redis around it, then stops it and waits for
+// it to return. Its goroutines carry sd's profile label (see labelled).
+func (b *bench) consume(ctx context.Context, hook *countHook, n int, sd side, run func(context.Context) error) (Run, error) {
+	what := "consumer"
+	if sd == sideBaseline {
+		what = "baseline consumer"
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	p, err := startProbe(ctx, b.admin, hook)
@@ -105,7 +108,7 @@ func (b *bench) consume(ctx context.Context, hook *countHook, n int, what string
 		return Run{}, err
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- run(rctx) }()
+	go labelled(rctx, sd, func(ctx context.Context) { errc <- run(ctx) })
 	timedOut, runErr := waitDone(ctx, hook.done, errc, b.o.runTimeout)
 	res := p.stop(ctx, min(hook.acked.Load(), int64(n)), timedOut)
 	cancel()
@@ -254,7 +257,7 @@ func (b *bench) e2eBaseline(ctx context.Context, c, n, i int) (Run, error) {
 		return Run{}, err
 	}
 	bc := &baselineConsumer{rdb: rdb, key: key, c: c, handler: func(redis.XMessage) {}}
-	return b.consume(ctx, hook, n, "baseline consumer", bc.run)
+	return b.consume(ctx, hook, n, sideBaseline, bc.run)
 }
 
 // scenarioMiddleware is the end-to-end scenario with a middleware chain.

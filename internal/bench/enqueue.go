@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +56,19 @@ const (
 	sideBaseline
 )
 
+// labelled runs f with the CPU profile label side=streamq or
+// side=baseline, which the goroutines it starts inherit, so that a profile
+// of a whole run (-cpuprofile) can be split by side:
+//
+//	go tool pprof -tagfocus side=streamq streamq-bench cpu.out
+func labelled(ctx context.Context, sd side, f func(context.Context)) {
+	name := "streamq"
+	if sd == sideBaseline {
+		name = "baseline"
+	}
+	pprof.Do(ctx, pprof.Labels("side", name), f)
+}
+
 func (s side) String() string {
 	if s == sideStreamq {
 		return "s"
@@ -81,6 +97,8 @@ func (b *bench) scenarioEnqueue(ctx context.Context) error {
 				r.add(sd, run)
 			}
 		}
+		r.finish()
+		r.Notes = joinNotes(costNote(&r), r.Notes)
 		b.emit(r)
 	}
 	return nil
@@ -98,9 +116,25 @@ func (b *bench) scenarioBatch(ctx context.Context) error {
 				r.add(sd, run)
 			}
 		}
+		r.finish()
+		r.Notes = joinNotes(costNote(&r), r.Notes)
 		b.emit(r)
 	}
 	return nil
+}
+
+// costNote says what a job cost on each side of a finished result:
+// allocations and CPU of this process (and of its garbage collector), and
+// CPU of the Redis server.
+func costNote(r *Result) string {
+	return fmt.Sprintf("allocs/job %.1f vs %.1f, cpu µs/job %.1f vs %.1f (gc %.2f vs %.2f), redis µs/job %.1f vs %.1f",
+		r.Streamq.AllocsPerJob, r.Baseline.AllocsPerJob, r.Streamq.CPUMicrosPerJob, r.Baseline.CPUMicrosPerJob,
+		r.Streamq.GCMicrosPerJob, r.Baseline.GCMicrosPerJob, r.Streamq.RedisCPUMicrosPerJob, r.Baseline.RedisCPUMicrosPerJob)
+}
+
+// joinNotes joins the non-empty notes with "; ".
+func joinNotes(notes ...string) string {
+	return strings.Join(slices.DeleteFunc(notes, func(s string) bool { return s == "" }), "; ")
 }
 
 func (r *Result) add(sd side, run Run) {
@@ -188,21 +222,23 @@ func (b *bench) enqueueRun(ctx context.Context, sd side, g, batch, i int) (Run, 
 	)
 	for range g {
 		wg.Go(func() {
-			for rctx.Err() == nil {
-				start := next.Add(int64(batch)) - int64(batch)
-				if start >= total {
-					return
-				}
-				n := int(min(int64(batch), total-start))
-				if err := call(rctx, n); err != nil {
-					if rctx.Err() == nil {
-						errOnce.Do(func() { firstErr = err })
-						cancel()
+			labelled(rctx, sd, func(rctx context.Context) {
+				for rctx.Err() == nil {
+					start := next.Add(int64(batch)) - int64(batch)
+					if start >= total {
+						return
 					}
-					return
+					n := int(min(int64(batch), total-start))
+					if err := call(rctx, n); err != nil {
+						if rctx.Err() == nil {
+							errOnce.Do(func() { firstErr = err })
+							cancel()
+						}
+						return
+					}
+					done.Add(int64(n))
 				}
-				done.Add(int64(n))
-			}
+			})
 		})
 	}
 	wg.Wait()

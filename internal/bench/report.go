@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,12 +50,18 @@ type Sample struct {
 	Median float64 `json:"median"` // median rate
 
 	// Medians over runs of the per-run figures (0 when not measured).
-	ServerCmdsPerJob float64  `json:"server_cmds_per_job,omitempty"`
-	ClientCmdsPerJob float64  `json:"client_cmds_per_job,omitempty"`
-	AllocsPerJob     float64  `json:"allocs_per_job,omitempty"`
-	BytesPerJob      float64  `json:"bytes_per_job,omitempty"`
-	CPUMicrosPerJob  float64  `json:"cpu_us_per_job,omitempty"`
-	Latency          *Latency `json:"latency,omitempty"`
+	ServerCmdsPerJob float64 `json:"server_cmds_per_job,omitempty"`
+	ClientCmdsPerJob float64 `json:"client_cmds_per_job,omitempty"`
+	AllocsPerJob     float64 `json:"allocs_per_job,omitempty"`
+	BytesPerJob      float64 `json:"bytes_per_job,omitempty"`
+	CPUMicrosPerJob  float64 `json:"cpu_us_per_job,omitempty"`
+	// RedisCPUMicrosPerJob is the Redis server's CPU time per job (INFO
+	// cpu, user+system): where a scenario is bound by Redis, its cost.
+	RedisCPUMicrosPerJob float64 `json:"redis_cpu_us_per_job,omitempty"`
+	// GCMicrosPerJob is the part of CPUMicrosPerJob spent by the garbage
+	// collector (every allocated byte brings it closer to its next cycle).
+	GCMicrosPerJob float64  `json:"gc_cpu_us_per_job,omitempty"`
+	Latency        *Latency `json:"latency,omitempty"`
 }
 
 // Run is one measurement.
@@ -68,7 +75,9 @@ type Run struct {
 	CmdStats   map[string]int64 `json:"cmdstats,omitempty"`    // per-command calls delta
 	Mallocs    uint64           `json:"mallocs,omitempty"`
 	AllocBytes uint64           `json:"alloc_bytes,omitempty"`
-	CPUSeconds float64          `json:"cpu_seconds,omitempty"` // CPU time of this process (user+system)
+	CPUSeconds float64          `json:"cpu_seconds,omitempty"`       // CPU time of this process (user+system)
+	RedisCPU   float64          `json:"redis_cpu_seconds,omitempty"` // CPU time of the Redis server (user+system)
+	GCSeconds  float64          `json:"gc_cpu_seconds,omitempty"`    // CPU time of this process's garbage collector (runtime/metrics estimate)
 	Latency    *Latency         `json:"latency,omitempty"`
 }
 
@@ -167,6 +176,8 @@ func (s *Sample) finish() {
 	s.AllocsPerJob = pick(func(r Run) float64 { return per(float64(r.Mallocs), r) })
 	s.BytesPerJob = pick(func(r Run) float64 { return per(float64(r.AllocBytes), r) })
 	s.CPUMicrosPerJob = pick(func(r Run) float64 { return per(r.CPUSeconds*1e6, r) })
+	s.RedisCPUMicrosPerJob = pick(func(r Run) float64 { return per(r.RedisCPU*1e6, r) })
+	s.GCMicrosPerJob = pick(func(r Run) float64 { return per(r.GCSeconds*1e6, r) })
 	if s.Runs[0].Latency != nil {
 		// The run whose p99 is the median p99 represents the sample.
 		runs := slices.Clone(s.Runs)
@@ -203,6 +214,32 @@ func percentile(sorted []int64, p float64) int64 {
 	}
 	i := int(p/100*float64(len(sorted))+0.999999) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// gcCPU returns the CPU time this process's garbage collector used so far,
+// as the runtime estimates it.
+func gcCPU() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return s[0].Value.Float64()
+}
+
+// redisCPU returns the CPU time the Redis server used so far (INFO cpu,
+// used_cpu_user plus used_cpu_sys), or 0 when it cannot be read.
+func redisCPU(ctx context.Context, admin *redis.Client) float64 {
+	info, err := admin.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	user, err1 := strconv.ParseFloat(infoField(info, "used_cpu_user"), 64)
+	sys, err2 := strconv.ParseFloat(infoField(info, "used_cpu_sys"), 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return user + sys
 }
 
 // cmdStats reads INFO commandstats: calls per command.
@@ -258,6 +295,8 @@ type probe struct {
 	ms      runtime.MemStats
 	started time.Time
 	cpu     time.Duration
+	gc      float64 // GC CPU seconds at the start
+	redis   float64 // Redis server CPU seconds at the start (0: unknown)
 	client0 int64
 }
 
@@ -270,6 +309,8 @@ func startProbe(ctx context.Context, admin *redis.Client, hook *countHook) (*pro
 	p.client0 = hook.cmds.Load()
 	runtime.ReadMemStats(&p.ms)
 	p.cpu = processCPU()
+	p.gc = gcCPU()
+	p.redis = redisCPU(ctx, admin)
 	p.started = time.Now()
 	return p, nil
 }
@@ -289,9 +330,13 @@ func (p *probe) stop(ctx context.Context, jobs int64, timedOut bool) Run {
 		Mallocs:    ms.Mallocs - p.ms.Mallocs,
 		AllocBytes: ms.TotalAlloc - p.ms.TotalAlloc,
 		CPUSeconds: cpu.Seconds(),
+		GCSeconds:  gcCPU() - p.gc,
 	}
 	if elapsed > 0 {
 		r.Rate = float64(jobs) / elapsed.Seconds()
+	}
+	if after := redisCPU(ctx, p.admin); p.redis > 0 && after > p.redis {
+		r.RedisCPU = after - p.redis
 	}
 	if after, err := cmdStats(ctx, p.admin); err == nil {
 		r.CmdStats, r.ServerCmds = cmdDelta(p.cmds, after)
