@@ -49,6 +49,10 @@ type streamBackend struct {
 	claims     uint64
 	started    bool // Start ran once (it runs again when the stream was deleted)
 	budget     *engine.FetchBudget
+	reads      []engine.Delivery // the deliveries of the last read, reused
+
+	// Owned by the finish loop (one Finish at a time).
+	acks []string
 
 	mu   sync.Mutex
 	skip map[string]struct{} // entries the engine gave up on: left to the reaper
@@ -160,15 +164,13 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 		b.scanNow = true
 		return nil, fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
 	}
-	var ds []engine.Delivery
+	ds := b.reads[:0] // the engine copies the deliveries before the next fetch
 	for _, s := range streams {
-		if ds == nil {
-			ds = make([]engine.Delivery, 0, len(s.Messages))
-		}
 		for _, m := range s.Messages {
 			ds = append(ds, engine.Delivery{Key: m.ID, ID: m.ID, Fields: m.Values, Charged: true, Suspect: wire.Crashed(m.Values)})
 		}
 	}
+	b.reads = ds
 	return ds, nil
 }
 
@@ -327,7 +329,8 @@ func (b *streamBackend) Touch(ctx context.Context, keys []string) ([]string, err
 
 // Finish acknowledges finished jobs and releases their unique-key locks.
 func (b *streamBackend) Finish(ctx context.Context, done []engine.Finished) error {
-	ids := make([]string, len(done))
+	ids := append(b.acks[:0], make([]string, len(done))...)
+	defer func() { clear(ids); b.acks = ids[:0] }()
 	var jids, locks, tokens []string
 	for i, f := range done {
 		ids[i] = f.Key

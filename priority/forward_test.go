@@ -85,6 +85,9 @@ func TestForward_MovesJobsWithPriority(t *testing.T) {
 	c, _ := runConsumer(t, e.q, priority.Forward(e.pq), consumerConfig())
 	e.waitStats(t, priority.Stats{Ready: 4})
 	redistest.WaitFor(t, waitTimeout, "the stream settled", func() bool { return streamSettled(t, e.q) })
+	// The forward script settles an entry inside the handler; the consumer
+	// counts it once the handler has returned, a moment later.
+	redistest.WaitFor(t, waitTimeout, "4 jobs counted as processed", func() bool { return c.Stats().Processed >= 4 })
 	if s := c.Stats(); s.Processed != 4 || s.Failed != 0 {
 		t.Errorf("consumer stats %+v, want 4 forwarded", s)
 	}

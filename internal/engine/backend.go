@@ -29,7 +29,8 @@ type Backend interface {
 
 	// Fetch returns up to n jobs to run now, waiting up to wait when none
 	// is ready (it may return none). owns reports whether the engine holds
-	// a job by its key.
+	// a job by its key. The engine copies the deliveries before it calls
+	// Fetch again, so a backend may return the same slice every time.
 	Fetch(ctx context.Context, n int, wait time.Duration, owns func(key string) bool) ([]Delivery, error)
 
 	// Charge counts the coming start of d (charge true), or takes back the
@@ -40,7 +41,8 @@ type Backend interface {
 	// are no longer held.
 	Touch(ctx context.Context, keys []string) (lost []string, err error)
 
-	// Finish settles jobs whose handler succeeded.
+	// Finish settles jobs whose handler succeeded. The engine calls it from
+	// one goroutine at a time, and reuses done once it returned.
 	Finish(ctx context.Context, done []Finished) error
 
 	// Move settles an attempt by writing the job again as a new copy with

@@ -175,7 +175,10 @@ func (e *Engine[F]) Offline() Runner {
 // nil after a shutdown caused by ctx, and an error only when Redis answers
 // with one that retrying cannot fix.
 func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
-	r := &run[F]{cfg: e.cfg, exec: e.exec, mon: e.mon, b: b, fins: make(chan finished[F], 2*e.cfg.Concurrency)}
+	// The finish queue holds a full batch: handlers never wait for a flush
+	// that lingers.
+	r := &run[F]{cfg: e.cfg, exec: e.exec, mon: e.mon, b: b,
+		fins: pool.NewBatcher[finished[F]](max(2*e.cfg.Concurrency, e.cfg.FinishBatch), min(e.cfg.Concurrency, e.cfg.FinishBatch))}
 	// Handlers reach the config through their context (SetProgress,
 	// SetResult): one value for the run, nothing per job.
 	r.pool = pool.New(context.WithValue(ctx, cfgKey{}, &r.cfg), pool.Config{
@@ -196,7 +199,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	finDone := make(chan struct{})
 	go func() {
 		defer close(finDone)
-		pool.Batch(r.fins, e.cfg.FinishBatch, min(e.cfg.Concurrency, e.cfg.FinishBatch), finishLinger, r.flush)
+		r.fins.Run(e.cfg.FinishBatch, finishLinger, r.flush)
 	}()
 	kaCtx, stopKA := context.WithCancel(context.WithoutCancel(ctx))
 	kaDone := make(chan struct{})
@@ -223,7 +226,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	})
 	r.handBackWaiting()
 	r.pool.Close()
-	close(r.fins)
+	r.fins.Close()
 	<-finDone // claims of finished jobs stay fresh until they are settled
 	r.flushCounts()
 	stopKA()
@@ -238,7 +241,10 @@ type run[F any] struct {
 	mon  *Monitor
 	b    Backend
 	pool *pool.Pool[slot[F]]
-	fins chan finished[F]
+	fins *pool.Batcher[finished[F]]
+	// flushDone and flushJobs are flush's buffers, owned by the finish loop.
+	flushDone []Finished
+	flushJobs []*pool.Job[slot[F]]
 
 	// alone holds jobs that must run alone, in arrival order. Owned by the
 	// fetch loop (and by Run once the fetch loop returned).
@@ -286,6 +292,7 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		wait = min(wait, r.cfg.ControlInterval) // a pause stops reads within two intervals
 	}
 	conc := int64(r.cfg.Concurrency)
+	var jobs []*pool.Job[slot[F]] // of one fetch, reused
 	for {
 		if len(r.alone) > 0 {
 			if !r.runAlone(ctx) {
@@ -325,8 +332,9 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		bo.Reset()
 		r.mon.fetched(time.Now())
 		var started int64
-		for i := range ds {
-			j := r.pool.Register(ds[i].Key, slot[F]{d: ds[i]})
+		jobs = r.pool.RegisterAll(jobs[:0], len(ds), func(i int) (string, slot[F]) { return ds[i].Key, slot[F]{d: ds[i]} })
+		clear(ds) // the backend may reuse it: drop its references to the fields
+		for _, j := range jobs {
 			if r.mustWait(&j.Val.d) {
 				r.wait(ctx, j)
 				continue
@@ -334,6 +342,7 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 			r.pool.Launch(j, 1) // owns one of the n slots
 			started++
 		}
+		clear(jobs)
 		r.pool.Release(n - started)
 		// A backlog is likely when a large fetch came back full; a small
 		// one that did (most slots were busy) says nothing, and waiting for
@@ -517,7 +526,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	r.pool.Settle(j)
 	if err == nil {
 		r.mon.processed.Add(1)
-		r.fins <- finished[F]{job: j, lock: wj.Key, token: wj.KeyToken, moved: wj.JobID}
+		r.fins.Add(finished[F]{job: j, lock: wj.Key, token: wj.KeyToken, moved: wj.JobID})
 		return true
 	}
 	cause := context.Cause(ctx)
@@ -683,13 +692,18 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn *Run, reason string, cause 
 
 // flush settles a batch of finished jobs, trying three times. Jobs it
 // cannot settle stay held and run again later (a duplicate, never a loss).
+// It runs on the finish loop only, which owns its buffers.
 func (r *run[F]) flush(batch []finished[F]) {
-	done := make([]Finished, len(batch))
-	jobs := make([]*pool.Job[slot[F]], len(batch))
-	for i, f := range batch {
-		done[i] = Finished{Key: f.job.Key, ID: f.job.Val.d.ID, Lock: f.lock, Token: f.token, Moved: f.moved}
-		jobs[i] = f.job
+	done, jobs := r.flushDone[:0], r.flushJobs[:0]
+	for _, f := range batch {
+		done = append(done, Finished{Key: f.job.Key, ID: f.job.Val.d.ID, Lock: f.lock, Token: f.token, Moved: f.moved})
+		jobs = append(jobs, f.job)
 	}
+	defer func() {
+		clear(done) // keep no job alive through the buffers
+		clear(jobs)
+		r.flushDone, r.flushJobs = done[:0], jobs[:0]
+	}()
 	var bo pool.Backoff
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)

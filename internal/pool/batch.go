@@ -2,19 +2,58 @@ package pool
 
 import "time"
 
-// Batch reads items from in until it is closed and hands them to flush in
-// batches of at most most. After the first item of a batch it takes what is
-// queued, and while the batch holds fewer than want items it lingers up to
-// linger for more: under load that turns many small Redis calls into a few
-// large ones, at the price of settling an item up to linger later. Senders
-// never wait for the linger: the channel is drained while lingering.
-func Batch[T any](in <-chan T, most, want int, linger time.Duration, flush func([]T)) {
+// Batcher hands items to a flush function in batches: under load it turns
+// many small Redis calls into a few large ones, at the price of settling an
+// item up to a linger later.
+//
+// Senders never wake the flushing goroutine per item. It sleeps through the
+// linger instead of waiting on the channel, and the items sent meanwhile
+// queue in the channel's buffer; a sender that brings the queue to the
+// wanted size wakes it early, once. (Waiting on the channel itself would
+// wake the flusher for every item: under load a wake-up and a goroutine
+// switch per job.)
+type Batcher[T any] struct {
+	in   chan T
+	full chan struct{} // a token: the queue reached want
+	want int
+}
+
+// NewBatcher returns a batcher whose queue holds up to buffer items (a
+// sender waits when it is full) and whose linger ends early once want items
+// are queued.
+func NewBatcher[T any](buffer, want int) *Batcher[T] {
+	return &Batcher[T]{in: make(chan T, max(buffer, 1)), full: make(chan struct{}, 1), want: max(want, 1)}
+}
+
+// Add queues an item. It waits only when the queue is full.
+func (b *Batcher[T]) Add(v T) {
+	b.in <- v
+	if len(b.in) >= b.want {
+		select {
+		case b.full <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Close ends [Batcher.Run] once the queued items are flushed. Nothing may
+// be added after it.
+func (b *Batcher[T]) Close() { close(b.in) }
+
+// Run hands the queued items to flush in batches of at most most, until
+// Close. After the first item of a batch it takes what is queued, and while
+// the batch holds fewer than want items it lingers up to linger for more.
+func (b *Batcher[T]) Run(most int, linger time.Duration, flush func([]T)) {
 	batch := make([]T, 0, most)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
-	for item := range in {
+	for item := range b.in {
 		var open bool
-		batch, open = gather(in, append(batch[:0], item), most, want, linger, t)
+		batch, open = b.take(append(batch[:0], item), most)
+		if open && len(batch) < b.want && len(batch) < most {
+			b.linger(t, linger)
+			batch, open = b.take(batch, most)
+		}
 		flush(batch)
 		if !open {
 			return
@@ -22,40 +61,35 @@ func Batch[T any](in <-chan T, most, want int, linger time.Duration, flush func(
 	}
 }
 
-// gather adds queued items to batch (see Batch). It reports false when in
-// was closed.
-func gather[T any](in <-chan T, batch []T, most, want int, linger time.Duration, t *time.Timer) ([]T, bool) {
-	lingering, expired := false, false
-	defer func() {
-		if lingering {
-			t.Stop()
-		}
-	}()
+// linger waits up to d, or until a sender reports want items queued.
+func (b *Batcher[T]) linger(t *time.Timer, d time.Duration) {
+	select { // a token left by an earlier batch says nothing about this one
+	case <-b.full:
+	default:
+	}
+	if len(b.in) >= b.want {
+		return
+	}
+	t.Reset(d)
+	select {
+	case <-t.C:
+	case <-b.full:
+		t.Stop()
+	}
+}
+
+// take adds queued items to batch without waiting, up to most. It reports
+// false when the queue was closed.
+func (b *Batcher[T]) take(batch []T, most int) ([]T, bool) {
 	for len(batch) < most {
-		if len(batch) >= want || expired {
-			select {
-			case item, ok := <-in:
-				if !ok {
-					return batch, false
-				}
-				batch = append(batch, item)
-				continue
-			default:
-				return batch, true
-			}
-		}
-		if !lingering {
-			t.Reset(linger)
-			lingering = true
-		}
 		select {
-		case item, ok := <-in:
+		case item, ok := <-b.in:
 			if !ok {
 				return batch, false
 			}
 			batch = append(batch, item)
-		case <-t.C:
-			lingering, expired = false, true
+		default:
+			return batch, true
 		}
 	}
 	return batch, true

@@ -228,6 +228,28 @@ func (p *Pool[T]) Register(key string, v T) *Job[T] {
 	return j
 }
 
+// RegisterAll registers n jobs under one lock, the key and value of job i
+// given by kv, and appends them to jobs.
+func (p *Pool[T]) RegisterAll(jobs []*Job[T], n int, kv func(i int) (string, T)) []*Job[T] {
+	first := len(jobs)
+	for i := range n {
+		key, v := kv(i)
+		jobs = append(jobs, &Job[T]{Key: key, Val: v, base: p.base, timeout: p.cfg.TimeoutCause})
+	}
+	p.mu.Lock()
+	for _, j := range jobs[first:] {
+		p.jobs[j.Key] = j
+	}
+	stopping := p.stopping
+	p.mu.Unlock()
+	if stopping {
+		for _, j := range jobs[first:] {
+			j.cancelWith(p.cfg.ShutdownCause)
+		}
+	}
+	return jobs
+}
+
 // Unregister forgets a job and releases its context.
 func (p *Pool[T]) Unregister(j *Job[T]) {
 	p.mu.Lock()

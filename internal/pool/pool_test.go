@@ -320,15 +320,15 @@ func TestPool_KeepAlive(t *testing.T) {
 	p.Unregister(settled)
 }
 
-func TestBatch(t *testing.T) {
+func TestBatcher(t *testing.T) {
 	t.Parallel()
-	in := make(chan int, 100)
+	in := NewBatcher[int](100, 10)
 	for i := range 25 {
-		in <- i
+		in.Add(i)
 	}
-	close(in)
+	in.Close()
 	var batches [][]int
-	Batch(in, 10, 10, time.Hour, func(b []int) { batches = append(batches, slices.Clone(b)) })
+	in.Run(10, time.Hour, func(b []int) { batches = append(batches, slices.Clone(b)) })
 	var all []int
 	for _, b := range batches {
 		if len(b) > 10 {
@@ -341,18 +341,39 @@ func TestBatch(t *testing.T) {
 	}
 
 	// A lone item is flushed after the linger, without waiting for want.
-	in2 := make(chan int)
+	in2 := NewBatcher[int](10, 5)
 	flushed := make(chan []int, 1)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Batch(in2, 10, 5, time.Millisecond, func(b []int) { flushed <- slices.Clone(b) })
+		in2.Run(10, time.Millisecond, func(b []int) { flushed <- slices.Clone(b) })
 	}()
-	in2 <- 7
+	in2.Add(7)
 	if b := recv(t, flushed, "a lingering batch"); !slices.Equal(b, []int{7}) {
 		t.Errorf("flushed %v, want [7]", b)
 	}
-	close(in2)
+	in2.Close()
+	<-done
+}
+
+// TestBatcher_WantEndsLinger checks that a batch that reaches want items is
+// flushed at once, not after the linger.
+func TestBatcher_WantEndsLinger(t *testing.T) {
+	t.Parallel()
+	b := NewBatcher[int](10, 3)
+	flushed := make(chan []int, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.Run(10, time.Hour, func(batch []int) { flushed <- slices.Clone(batch) })
+	}()
+	for i := range 3 {
+		b.Add(i)
+	}
+	if got := recv(t, flushed, "a batch of want items"); len(got) == 0 || !slices.IsSorted(got) {
+		t.Errorf("flushed %v, want the first items in order", got)
+	}
+	b.Close()
 	<-done
 }
 
