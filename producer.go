@@ -54,6 +54,7 @@ type Producer struct {
 	producerHandle // shared with streamq's other packages (internal/core)
 	q              *Queue
 	cfg            ProducerConfig
+	maxLen         any // the queue's cap as an enqueue argument, boxed once
 }
 
 type producerHandle = core.ProducerHandle
@@ -63,7 +64,7 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 	if q == nil {
 		return nil, configErr("queue", "q is nil: create one with streamq.NewQueue")
 	}
-	p := &Producer{q: q}
+	p := &Producer{q: q, maxLen: max(q.cfg.MaxLen, 0)}
 	if cfg != nil {
 		p.cfg = *cfg
 		p.cfg.Hooks = append([]EnqueueHook(nil), cfg.Hooks...)
@@ -224,52 +225,75 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 		return p.enqueueUnique(ctx, jobs[0], &o, enq, delayed)
 	}
 
-	for start := 0; start < len(jobs); start += MaxBatchChunk {
-		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-		var args []any
-		if delayed {
-			args = append(args, dueMillis(o.at), len(chunk))
-		} else {
-			args = append(args, max(p.q.cfg.MaxLen, 0), len(chunk))
-		}
-		for i, j := range chunk {
-			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
-			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
-				return ids, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
-			}
-			if delayed {
-				// The delayed-set ID is the job's stable ID: the copy
-				// promoted into the stream carries it, so the job can be
-				// found by the ID Enqueue returned (see package inspect).
-				tok := newToken()
-				jf.JobID = tok
-				ids[start+i] = tok
-				args = append(args, tok)
-			}
-			fa := jf.Args()
-			args = append(args, len(fa))
-			args = append(args, fa...)
-		}
-		if delayed {
-			if err := rdb.Schedule(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), args); err != nil {
-				if !errors.Is(err, ErrNotReplicated) {
-					clear(ids[start : start+len(chunk)])
-				}
-				return ids, fmt.Errorf("streamq: schedule on %s: %w", p.q.keys.Delayed, err)
-			}
-			continue
-		}
-		res, err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), args)
-		copy(ids[start:], res)
-		if err != nil {
-			if !errors.Is(err, ErrQueueFull) {
-				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
-			}
+	if delayed {
+		if err := p.schedule(ctx, jobs, &o, enq, ids); err != nil {
 			return ids, err
+		}
+	} else {
+		for start := 0; start < len(jobs); start += MaxBatchChunk {
+			chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
+			var a rdb.EnqueueArgs
+			var firstHeaders map[string]string
+			for i, j := range chunk {
+				h := p.headers(ctx, o.headers, j.Headers)
+				if err := core.Of(p.q).CheckJob(j.Payload, h); err != nil {
+					return ids, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
+				}
+				if i > 0 && maps.Equal(h, firstHeaders) {
+					a.AddLike(j.Payload) // the call carries the common fields once
+					continue
+				}
+				if i == 0 {
+					firstHeaders = h
+				}
+				a.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq})
+			}
+			err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), p.maxLen, &a, ids[start:])
+			if err != nil {
+				if !errors.Is(err, ErrNotReplicated) {
+					clear(ids[start:])
+				}
+				if !errors.Is(err, ErrQueueFull) {
+					err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+				}
+				return ids, err
+			}
 		}
 	}
 	core.OfProducer(p).Register(ctx, rdb.KindStream)
 	return ids, nil
+}
+
+// schedule stores delayed jobs in the delayed set, in chunks of at most
+// MaxBatchChunk, and sets their IDs in ids.
+func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, ids []string) error {
+	for start := 0; start < len(jobs); start += MaxBatchChunk {
+		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
+		args := []any{dueMillis(o.at), len(chunk)}
+		for i, j := range chunk {
+			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
+			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
+				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
+			}
+			// The delayed-set ID is the job's stable ID: the copy promoted
+			// into the stream carries it, so the job can be found by the ID
+			// Enqueue returned (see package inspect).
+			tok := newToken()
+			jf.JobID = tok
+			ids[start+i] = tok
+			args = append(args, tok)
+			fa := jf.Args()
+			args = append(args, len(fa))
+			args = append(args, fa...)
+		}
+		if err := rdb.Schedule(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), args); err != nil {
+			if !errors.Is(err, ErrNotReplicated) {
+				clear(ids[start : start+len(chunk)])
+			}
+			return fmt.Errorf("streamq: schedule on %s: %w", p.q.keys.Delayed, err)
+		}
+	}
+	return nil
 }
 
 func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, delayed bool) ([]string, error) {

@@ -30,7 +30,7 @@ var aclCommands = []string{
 	"evalsha", "eval", "xreadgroup", "xack", "xautoclaim", "xgroup|create", "xgroup|delconsumer",
 	"xlen", "xinfo|groups", "xinfo|consumers", "xinfo|stream", "xpending", "xclaim", "xrange", "xrevrange", "xdel",
 	"xtrim", "xread", "xadd", "zcard", "get", "hgetall", "del", "exists", "hdel", "hget", "hincrby",
-	"hlen", "hmget", "hset", "incr", "pexpire", "set", "time", "zadd", "zcount", "zmscore", "zrange",
+	"hlen", "hmget", "hset", "hsetnx", "incr", "pexpire", "set", "time", "zadd", "zcount", "zmscore", "zrange",
 	"zrem", "zremrangebyrank", "zscore",
 	"hkeys", "expire", "hexists", "zremrangebyscore", // control loop, throughput counters, worker heartbeats
 	"zrank", "zscan", // the inspector (package inspect): paging sorted sets, finding priority jobs

@@ -40,6 +40,12 @@ func newResend(t *testing.T) *resend { t.Helper(); return newResendWith(t, nil) 
 // opt.
 func newResendWith(t *testing.T, opt func(*redis.Options)) *resend {
 	t.Helper()
+	return newResendQueue(t, nil, opt)
+}
+
+// newResendQueue is newResendWith for a queue with config cfg.
+func newResendQueue(t *testing.T, cfg *streamq.QueueConfig, opt func(*redis.Options)) *resend {
+	t.Helper()
 	ctx := context.Background()
 	direct := redistest.NewClient(t)
 	// Load the scripts, so that the first EVALSHA runs: a NOSCRIPT reply
@@ -47,7 +53,7 @@ func newResendWith(t *testing.T, opt func(*redis.Options)) *resend {
 	if err := rdb.Load(ctx, direct); err != nil {
 		t.Fatal(err)
 	}
-	dq, _ := relQueue(t, direct, nil)
+	dq, _ := relQueue(t, direct, cfg)
 	proxy, err := faultproxy.New(redistest.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +65,7 @@ func newResendWith(t *testing.T, opt func(*redis.Options)) *resend {
 	}
 	via := redis.NewClient(o)
 	t.Cleanup(func() { _ = via.Close() })
-	q, err := streamq.NewQueue(via, dq.Name(), nil)
+	q, err := streamq.NewQueue(via, dq.Name(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,6 +157,98 @@ func TestResend_EnqueueBatch(t *testing.T) {
 	}
 	dropped()
 	equalIDs(t, "stream after a re-sent EnqueueBatch chunk", r.streamIDs(r.keys.Stream), ids)
+}
+
+// A batch whose jobs have different headers carries every job's fields
+// (not one set of fields for all): a re-send of it changes nothing either.
+func TestResend_EnqueueBatchOwnFields(t *testing.T) {
+	t.Parallel()
+	r := newResend(t)
+	jobs := make([]streamq.Job, 300)
+	for i := range jobs {
+		jobs[i] = streamq.Job{Payload: fmt.Appendf(nil, "job-%d", i), Headers: map[string]string{"n": fmt.Sprint(i % 7)}}
+	}
+	dropped := r.drop("enqueue")
+	ids, err := r.producer().EnqueueBatch(context.Background(), jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped()
+	equalIDs(t, "stream after a re-sent EnqueueBatch of jobs with their own headers", r.streamIDs(r.keys.Stream), ids)
+	es, err := r.direct.XRange(context.Background(), r.keys.Stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range es {
+		if want := fmt.Sprintf(`{"n":"%d"}`, i%7); e.Values["headers"] != want || e.Values["payload"] != fmt.Sprintf("job-%d", i) {
+			t.Fatalf("entry %d holds %v, want payload job-%d and headers %s", i, e.Values, i, want)
+		}
+	}
+}
+
+// The first send of an Enqueue fills the queue to its cap and its reply is
+// lost: the re-send finds the queue full, and must still answer with the
+// job's ID rather than ErrQueueFull.
+func TestResend_EnqueueAtCap(t *testing.T) {
+	t.Parallel()
+	r := newResendQueue(t, &streamq.QueueConfig{MaxLen: 1}, nil)
+	dropped := r.drop("enqueue")
+	id, err := r.producer().Enqueue(context.Background(), []byte("the last place"))
+	if err != nil {
+		t.Fatalf("a re-sent Enqueue that filled the queue returned %v, want its job's ID", err)
+	}
+	dropped()
+	equalIDs(t, "stream after a re-sent Enqueue at the cap", r.streamIDs(r.keys.Stream), []string{id})
+}
+
+// TestMemo_Expires: the hashes that remember write calls expire. A
+// producer's first call in a bucket sets the TTL of the bucket's hash; a
+// hash deleted while producers run is made again by their later calls
+// without one, and a consumer's control loop gives it a TTL again.
+func TestMemo_Expires(t *testing.T) {
+	t.Parallel()
+	client := redistest.NewClient(t)
+	q, p := relQueue(t, client, nil)
+	ctx := context.Background()
+	pattern := core.Of(q).Keys.Part("memo:*")
+	withoutTTL := func() []string {
+		var bad []string
+		for _, k := range redistest.ScanKeys(t, client, pattern) {
+			if ttl, err := client.PTTL(ctx, k).Result(); err != nil || ttl < 0 || ttl > 25*time.Second {
+				bad = append(bad, fmt.Sprintf("%s (PTTL %s, %v)", k, ttl, err))
+			}
+		}
+		return bad
+	}
+	enqueue := func(n int) {
+		for range n {
+			if _, err := p.Enqueue(ctx, []byte("a")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	enqueue(10)
+	if keys := redistest.ScanKeys(t, client, pattern); len(keys) == 0 {
+		t.Fatal("no memo hash after Enqueue")
+	}
+	if bad := withoutTTL(); len(bad) > 0 {
+		t.Fatalf("memo hashes without a TTL of at most 25s: %v", bad)
+	}
+	// Delete them while the producer goes on: the hash it makes again has
+	// no TTL (its process set the bucket's TTL already) until a consumer's
+	// control loop sets it.
+	for _, k := range redistest.ScanKeys(t, client, pattern) {
+		client.Del(ctx, k)
+	}
+	bucket := func() int64 { return time.Now().UnixMilli() / 5000 }
+	before := bucket()
+	enqueue(10)
+	if bad := withoutTTL(); len(bad) == 0 && bucket() == before {
+		t.Fatal("a memo hash made again within its bucket after a delete has a TTL: the test tests nothing")
+	}
+	relRun(t, relConsumer(t, q, func(context.Context, *streamq.Message) error { return nil },
+		streamq.ConsumerConfig{ControlInterval: streamq.MinControlInterval}))
+	redistest.WaitFor(t, relWait, "every memo hash to have a TTL", func() bool { return len(withoutTTL()) == 0 })
 }
 
 func TestResend_DelayedEnqueue(t *testing.T) {

@@ -41,6 +41,13 @@ func RegisterWriteBehind(ctx context.Context, c redis.Cmdable, prefix, name stri
 // their expiry. extra, if not nil, adds commands to the same pipeline (a
 // worker's heartbeat). On an error the counts may or may not have been
 // added.
+//
+// It also gives a TTL to the memo hashes of the current and the previous
+// bucket if they have none (PEXPIRE ... NX, Redis 7; on older servers the
+// command fails and is ignored): a producer sets the TTL of a bucket's hash
+// with its first call in the bucket, and a hash deleted meanwhile (an
+// operator deleting the queue's keys while producers run) is made again by
+// later calls without one.
 func Control(ctx context.Context, c redis.Cmdable, k Keys, processed map[int64]int64, extra func(redis.Pipeliner)) (paused bool, cancel []string, err error) {
 	pipe := c.Pipeline()
 	ex := pipe.Exists(ctx, k.Paused)
@@ -49,11 +56,24 @@ func Control(ctx context.Context, c redis.Cmdable, k Keys, processed map[int64]i
 		pipe.HIncrBy(ctx, k.Stats(m), "processed", n)
 		pipe.Expire(ctx, k.Stats(m), StatsTTL*time.Second)
 	}
+	now := time.Now().UnixMilli()
+	now -= now % memoBucket.Milliseconds()
+	var ttls [2]*redis.BoolCmd
+	for i, b := range []int64{now, now - memoBucket.Milliseconds()} {
+		ttls[i] = redis.NewBoolCmd(ctx, "pexpire", memoKey(k.base, b), memoTTL.Milliseconds(), "nx")
+		_ = pipe.Process(ctx, ttls[i])
+	}
 	if extra != nil {
 		extra(pipe)
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return false, nil, err
+	cmds, _ := pipe.Exec(ctx) // the errors are in the commands
+	for _, cmd := range cmds {
+		if cmd == ttls[0] || cmd == ttls[1] {
+			continue // optional
+		}
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return false, nil, err
+		}
 	}
 	return ex.Val() > 0, ids.Val(), nil
 }

@@ -14,7 +14,8 @@ import "strconv"
 
 // Keys builds the Redis keys of one queue, "<prefix>:{<name>}:<part>".
 type Keys struct {
-	base string // "<prefix>:{<name>}:"
+	base string     // "<prefix>:{<name>}:"
+	memo *memoClock // shared by copies (see NewMemo)
 
 	Stream      string // the job stream
 	Dead        string // the dead-letter stream
@@ -71,7 +72,7 @@ func (k Keys) Stats(minute int64) string {
 
 // NewKeys returns the keys of queue name under prefix.
 func NewKeys(prefix, name string) Keys {
-	k := Keys{base: prefix + ":{" + name + "}:"}
+	k := Keys{base: prefix + ":{" + name + "}:", memo: new(memoClock)}
 	k.Stream = k.Part("stream")
 	k.Dead = k.Part("dead")
 	k.Delayed = k.Part("delayed")

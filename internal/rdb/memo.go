@@ -1,9 +1,9 @@
 package rdb
 
 import (
-	"crypto/rand"
-	"encoding/base64"
+	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,12 +17,22 @@ import (
 // reply and changes nothing (the model is Redis 8.6's XADD ... IDMP).
 //
 // Where: one hash per queue and time bucket, <prefix>:{<queue>}:memo:<bucket
-// start, Unix ms>, field token, value the packed reply. The client names the
+// start, Unix ms>, field token, value the reply. The client names the
 // bucket from its clock when it makes the token, so every send of a call
-// checks the same hash. The hash expires as a whole: the script that creates
-// it sets its TTL (one PEXPIRE per bucket, not per call) and a marker field
-// "#", which the check reads along with the token (HMGET), so retention
-// costs no work per call beyond HMGET and HSET.
+// checks the same hash. The hash expires as a whole: a process asks its
+// calls to set the TTL (PEXPIRE) until one that did so succeeded in that
+// bucket, so retention costs no work per call beyond the write of the
+// token; and the control loop of every consumer and worker gives a TTL to
+// the hashes of the current and previous bucket that have none (a hash
+// deleted while producers run is made again by later calls without one;
+// see [Control]).
+//
+// Two ways to use it: the enqueue script writes first and remembers its
+// reply with HSETNX; a send that finds the token taken is a re-send of a
+// call that ran, and deletes the entries it has just added before it
+// answers with the first send's reply (one hash command per call, the
+// cheapest on the hot path). Other scripts are wrapped by [idempotent]: they
+// look up the token first (HGET), and write it with their reply.
 //
 // Retention: a token is kept between MemoWindow and MemoWindow plus one
 // bucket after its bucket started (and at least MemoWindow after it was
@@ -35,14 +45,14 @@ import (
 // field of 16 bytes, a reply of 20 to 40, and the hash table entry), so
 // each write call per second costs about 2 KB of Redis memory (90 bytes
 // times the 22.5 s an entry lives on average). A batch is one call, whatever
-// its size: its reply is the first ID and the count.
+// its size: its reply is the first ID.
 
 const (
 	// MemoWindow is the shortest time a write call's reply is remembered.
 	MemoWindow = 15 * time.Second
 	// memoBucket is the span of one memo hash.
 	memoBucket = 5 * time.Second
-	// memoTTL is how long a memo hash lives after its first write: the
+	// memoTTL is how long a memo hash lives after its TTL is set: the
 	// window, plus one bucket (the last token of a bucket is written up to
 	// one bucket after the first), plus one more for skewed clocks.
 	memoTTL = MemoWindow + 2*memoBucket
@@ -54,25 +64,80 @@ const (
 type Memo struct {
 	Key   string
 	Token string
+	// TTL is the TTL (ms) the call sets on the hash, 0 when a call of this
+	// process has set it already.
+	TTL int64
+
+	bucket int64
+	clock  *memoClock
+}
+
+// memoClock is a queue's memo state in this process, shared by the copies
+// of its Keys: the key of the current bucket (made once per bucket, not per
+// call) and the last bucket whose hash got its TTL from a call that
+// succeeded.
+type memoClock struct {
+	cur    atomic.Pointer[memoBucketKey]
+	ttlSet atomic.Int64
+}
+
+type memoBucketKey struct {
+	start int64
+	key   string
 }
 
 // NewMemo returns a fresh memo of the queue for a call made now.
-func (k Keys) NewMemo() Memo { return newMemo(k.base) }
+func (k Keys) NewMemo() Memo { return newMemo(k.base, k.memo) }
 
 // NewMemo returns a fresh memo of the queue for a call made now.
-func (k PriorityKeys) NewMemo() Memo { return newMemo(k.base) }
+func (k PriorityKeys) NewMemo() Memo { return newMemo(k.base, k.keys.memo) }
 
-func newMemo(base string) Memo {
+func newMemo(base string, clock *memoClock) Memo {
 	b := time.Now().UnixMilli()
 	b -= b % memoBucket.Milliseconds()
-	return Memo{Key: base + "memo:" + strconv.FormatInt(b, 10), Token: NewToken()}
+	m := Memo{Token: NewToken(), TTL: memoTTL.Milliseconds(), bucket: b, clock: clock}
+	if clock == nil { // Keys made without NewKeys
+		m.Key = memoKey(base, b)
+		return m
+	}
+	cur := clock.cur.Load()
+	if cur == nil || cur.start != b {
+		cur = &memoBucketKey{start: b, key: memoKey(base, b)}
+		clock.cur.Store(cur)
+	}
+	m.Key = cur.key
+	if clock.ttlSet.Load() == b {
+		m.TTL = 0
+	}
+	return m
 }
 
-// NewToken returns 96 random bits as 16 URL-safe characters.
+func memoKey(base string, bucket int64) string {
+	return base + "memo:" + strconv.FormatInt(bucket, 10)
+}
+
+// done records that a call with m was run by Redis (it answered with a
+// reply, not an error): the hash has its TTL if m asked for it.
+func (m Memo) done() {
+	if m.TTL > 0 && m.clock != nil {
+		m.clock.ttlSet.Store(m.bucket)
+	}
+}
+
+// NewToken returns 96 random bits as 16 URL-safe characters. The bits come
+// from the runtime's random generator (ChaCha8, seeded by the operating
+// system per process): unique across producers, without a system call.
 func NewToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	const chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	var b [16]byte
+	for i, r := 0, rand.Uint64(); i < len(b); i++ {
+		if i == 10 {
+			r = rand.Uint64() // 10 characters use 60 of its bits
+		}
+		b[i] = chars[r&63]
+		r >>= 6
+	}
+	return string(b[:])
 }
 
 // keys returns keys with the memo hash appended.
@@ -80,42 +145,47 @@ func (m Memo) keys(keys ...string) []string { return append(keys, m.Key) }
 
 // args returns args with the token and the memo TTL appended.
 func (m Memo) args(args ...any) []any {
-	return append(args, m.Token, memoTTL.Milliseconds())
+	return append(args, m.Token, m.TTL)
 }
 
 // idempotent returns the source of a write script that remembers its reply:
 // lib, then body run as a function, inside a check of the call's token.
 // The script takes the memo hash as its last key and the token and the memo
-// TTL (ms) as its last two arguments, and removes them from KEYS and ARGV
-// before body runs, so body sees the KEYS and ARGV its header documents.
+// TTL (ms; 0: leave the TTL alone) as its last two arguments, and removes
+// them from KEYS and ARGV before body runs, so body sees the KEYS and ARGV
+// its header documents.
 //
 // A send that finds its token returns the reply remembered by the first and
 // writes nothing but the same token again: a write, so that a WAIT after it
 // on the same connection also waits for the first send's writes (WAIT waits
 // for a connection's last write). Error replies are not remembered: scripts
-// refuse before they write.
+// refuse before they write. A reply is remembered as 's' and a string, 'n'
+// and a number, or 'm' and MessagePack (a table, false).
 func idempotent(lib, body string) string {
 	return lib + `
 local memo_key, memo_tok, memo_ttl = KEYS[#KEYS], ARGV[#ARGV - 1], ARGV[#ARGV]
 KEYS[#KEYS] = nil
 ARGV[#ARGV] = nil
 ARGV[#ARGV] = nil
-local memo_seen = redis.call('HMGET', memo_key, memo_tok, '#')
-if memo_seen[1] then
-  redis.call('HSET', memo_key, memo_tok, memo_seen[1])
-  return cmsgpack.unpack(memo_seen[1])
+local memo_seen = redis.call('HGET', memo_key, memo_tok)
+if memo_seen then
+  redis.call('HSET', memo_key, memo_tok, memo_seen)
+  local kind, v = string.sub(memo_seen, 1, 1), string.sub(memo_seen, 2)
+  if kind == 's' then return v end
+  if kind == 'n' then return tonumber(v) end
+  return cmsgpack.unpack(v)
 end
 local function body()
 ` + body + `
 end
 local reply = body()
 if type(reply) ~= 'table' or not reply.err then
-  if memo_seen[2] then
-    redis.call('HSET', memo_key, memo_tok, cmsgpack.pack(reply))
-  else
-    redis.call('HSET', memo_key, memo_tok, cmsgpack.pack(reply), '#', 1)
-    redis.call('PEXPIRE', memo_key, memo_ttl)
-  end
+  local v
+  if type(reply) == 'string' then v = 's' .. reply
+  elseif type(reply) == 'number' then v = 'n' .. reply
+  else v = 'm' .. cmsgpack.pack(reply) end
+  redis.call('HSET', memo_key, memo_tok, v)
+  if memo_ttl ~= '0' then redis.call('PEXPIRE', memo_key, memo_ttl) end
 end
 return reply
 `

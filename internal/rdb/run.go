@@ -123,20 +123,32 @@ func transient(err error) bool {
 // write that was not replicated in time returns its reply and a
 // [*NotReplicatedError].
 func runWrite(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
-	keys, args = m.keys(keys...), m.args(args...)
+	return runScript(ctx, c, s, m, rep, m.keys(keys...), m.args(args...))
+}
+
+// runScript is runWrite for a script whose keys and args already hold
+// the memo's.
+func runScript(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
 	var cmd *redis.Cmd
 	var werr error
-	err := Redo(ctx, c, func() error {
+	send := func() error {
 		if rep.N <= 0 {
 			cmd = s.Run(ctx, c, keys, args...)
 			return cmd.Err()
 		}
 		cmd, werr = runWait(ctx, c, s, rep, keys, args)
 		return cmd.Err()
-	})
+	}
+	var err error
+	if _, ok := c.(*redis.ClusterClient); ok {
+		err = Redo(ctx, c, send)
+	} else {
+		err = send()
+	}
 	if err != nil {
 		return cmd, nil
 	}
+	m.done()
 	return cmd, werr
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,90 +13,250 @@ import (
 	"github.com/streamq/streamq/internal/wire"
 )
 
-// scriptEnqueue adds jobs to the stream unless the cap would be exceeded.
-// The first job gets an ID from XADD *, the others the IDs that follow it
-// (same milliseconds, sequence + 1 each), so the reply is two values
-// whatever the batch size, and so is what the memo remembers.
+// scriptEnqueue adds jobs to the stream unless the cap would be exceeded,
+// and remembers the call under its memo token (see memo.go). The first job
+// gets an ID from XADD *, the others the IDs that follow it (same
+// milliseconds, sequence + 1 each), so the reply is one ID whatever the
+// batch size, and so is what the memo remembers.
 //
-// KEYS[1] stream, KEYS[2] memo hash (see idempotent)
-// ARGV[1] cap (0 or less: none); ARGV[2] number of jobs; then for each job:
-// its field/value count n followed by n field/value arguments; then the
-// memo token and TTL.
-// Returns {first entry ID, number of jobs}: the IDs are the first and the
-// ones after it; or, when the first ID's sequence number is too large to
-// count on exactly, the array of the new entry IDs. Or an error reply
-// starting with "QUEUEFULL" when nothing was added because the cap was
-// reached.
-var scriptEnqueue = redis.NewScript(idempotent(streamLib, `
-local stream = KEYS[1]
-local njobs = tonumber(ARGV[2])
-local full = no_room(stream, tonumber(ARGV[1]), njobs)
-if full then return redis.error_reply(full) end
-local n = tonumber(ARGV[3])
-local first = redis.call('XADD', stream, '*', unpack(ARGV, 4, 3 + n))
-local i = n + 4
-local ms, seq = string.match(first, '^(%d+)-(%d+)$')
-if #seq < 14 then
-  local base, s = ms .. '-', tonumber(seq)
-  for j = 1, njobs - 1 do
-    n = tonumber(ARGV[i])
-    redis.call('XADD', stream, base .. (s + j), unpack(ARGV, i + 1, i + n))
-    i = i + n + 1
+// The cheap path of a call is an XLEN (with a cap), the XADDs and one
+// HSETNX of the token: a send that finds the token taken (a re-send of a
+// call that ran) deletes the entries it has just added and answers with the
+// first send's reply, so it changes nothing but the stream's counters
+// (entries-added, the last generated ID). The cap's slow path (trimming
+// acknowledged history, see no_room in streamLib) is only compiled into a
+// closure when the stream is near its cap.
+//
+// KEYS[1] stream, KEYS[2] memo hash
+// ARGV[1] cap (0 or less: none); ARGV[2] number of jobs n; ARGV[3] memo
+// token; ARGV[4] memo TTL (ms; "0": leave it); ARGV[5] t, the number of
+// template arguments. With t > 0 every job has the fields of the template
+// ARGV[6..5+t] (field/value pairs) but for the value at template position
+// ARGV[6+t], which is the job's own: the n values follow. With t = 0 every
+// job brings its fields: its field/value count and that many arguments.
+// Returns the first entry ID (the others follow it); or, when its sequence
+// number is too large to count on exactly, the array of the new entry IDs.
+// Or an error reply starting with "QUEUEFULL" when nothing was added
+// because the cap was reached.
+var scriptEnqueue = redis.NewScript(`
+local call, tonumber, unpack = redis.call, tonumber, unpack
+local stream, memo, tok = KEYS[1], KEYS[2], ARGV[3]
+local cap, njobs = tonumber(ARGV[1]), tonumber(ARGV[2])
+local function remembered(v)
+  if string.sub(v, 1, 1) == 'm' then return cmsgpack.unpack(string.sub(v, 2)) end
+  return v
+end
+if cap > 0 and call('XLEN', stream) + njobs > cap then
+  local full = (function()
+` + streamLib + `
+    return no_room(stream, cap, njobs)
+  end)()
+  if full then
+    local v = call('HGET', memo, tok)
+    if v then return remembered(v) end -- a re-send of a call that ran
+    return redis.error_reply(full)
   end
-  return {first, njobs}
 end
-local ids = {first}
-for j = 2, njobs do
-  n = tonumber(ARGV[i])
-  ids[j] = redis.call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
+local t = tonumber(ARGV[5])
+local first, ids
+if t == 0 and njobs == 1 then
+  first = call('XADD', stream, '*', unpack(ARGV, 7, 6 + tonumber(ARGV[6])))
+elseif t > 0 then
+  local f, p, at = {}, tonumber(ARGV[6 + t]), 6 + t
+  for i = 1, t do f[i] = ARGV[5 + i] end
+  f[p] = ARGV[at + 1]
+  first = call('XADD', stream, '*', unpack(f))
+  local ms, seq = string.match(first, '^(%d+)-(%d+)$')
+  if #seq < 14 then
+    local base, s = ms .. '-', tonumber(seq) - 1
+    for j = 2, njobs do
+      f[p] = ARGV[at + j]
+      call('XADD', stream, base .. (s + j), unpack(f))
+    end
+  else
+    ids = {first}
+    for j = 2, njobs do
+      f[p] = ARGV[at + j]
+      ids[j] = call('XADD', stream, '*', unpack(f))
+    end
+  end
+else
+  local i = 6
+  local n = tonumber(ARGV[i])
+  first = call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
   i = i + n + 1
+  local ms, seq = string.match(first, '^(%d+)-(%d+)$')
+  if #seq < 14 then
+    local base, s = ms .. '-', tonumber(seq) - 1
+    for j = 2, njobs do
+      n = tonumber(ARGV[i])
+      call('XADD', stream, base .. (s + j), unpack(ARGV, i + 1, i + n))
+      i = i + n + 1
+    end
+  else
+    ids = {first}
+    for j = 2, njobs do
+      n = tonumber(ARGV[i])
+      ids[j] = call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
+      i = i + n + 1
+    end
+  end
 end
-return ids
-`))
+local v = first
+if ids then v = 'm' .. cmsgpack.pack(ids) end
+if call('HSETNX', memo, tok, v) == 0 then
+  -- A re-send of a call that ran: take back what this send added.
+  if not ids then
+    ids = {first}
+    local ms, seq = string.match(first, '^(%d+)-(%d+)$')
+    for j = 2, njobs do ids[j] = ms .. '-' .. (tonumber(seq) + j - 1) end
+  end
+  call('XDEL', stream, unpack(ids))
+  return remembered(call('HGET', memo, tok))
+end
+if ARGV[4] ~= '0' then call('PEXPIRE', memo, ARGV[4]) end
+return ids or first
+`)
 
-// Enqueue runs scriptEnqueue; args are ARGV from ARGV[1] on, up to the
-// memo. A refusal wraps [ErrQueueFull]; a write that rep's replicas did not
-// acknowledge returns its IDs and a [*NotReplicatedError].
-func Enqueue(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, args []any) ([]string, error) {
-	cmd, werr := runWrite(ctx, c, scriptEnqueue, m, rep, []string{k.Stream}, args)
-	res, err := cmd.Slice()
-	if err != nil {
-		return nil, Translate(err)
-	}
-	ids, err := entryIDs(res)
-	if err != nil {
-		return nil, err
-	}
-	return ids, werr
+// EnqueueArgs builds the arguments of one enqueue call (scriptEnqueue).
+// While every job has the fields of the first but for its payload (added
+// with AddLike), the call carries those fields once (a template) and each
+// job only its payload.
+type EnqueueArgs struct {
+	n int
+	// one is the ARGV of a call of the first job alone: room for the head
+	// (enqueueHead), the field count and the first job's fields.
+	one      []any
+	first    []any // the first job's fields (a window of one)
+	template bool  // every job so far is first with its own payload
+	pays     []any // the payloads, while template
+	args     []any // per job: its field count and fields, once not template
 }
 
-// entryIDs expands scriptEnqueue's reply into the entry IDs.
-func entryIDs(res []any) ([]string, error) {
-	if len(res) == 2 {
-		if n, ok := res[1].(int64); ok {
-			first, _ := res[0].(string)
-			ms, seq, found := strings.Cut(first, "-")
-			s, err := strconv.ParseUint(seq, 10, 64)
-			if !found || err != nil || n < 1 {
-				return nil, fmt.Errorf("unexpected enqueue reply %q, %d", first, n)
-			}
-			ids := make([]string, n)
-			ids[0] = first
-			for j := int64(1); j < n; j++ {
-				ids[j] = ms + "-" + strconv.FormatUint(s+uint64(j), 10)
-			}
-			return ids, nil
-		}
+// enqueueHead is the number of ARGV of scriptEnqueue before the jobs'
+// arguments: the cap, n, the memo token and TTL, t.
+const enqueueHead = 5
+
+// AddJob adds job j.
+func (a *EnqueueArgs) AddJob(j *wire.Job) {
+	if a.n == 0 {
+		a.n = 1
+		a.one = j.AppendArgs(make([]any, enqueueHead+1, enqueueHead+1+16))
+		a.first = a.one[enqueueHead+1:]
+		a.template = true
+		return
 	}
-	ids := make([]string, len(res))
-	for i, v := range res {
-		s, ok := v.(string)
-		if !ok {
-			return nil, fmt.Errorf("unexpected enqueue reply element %T", v)
+	a.add(j.Args())
+}
+
+// AddLike adds a job with the first job's fields but for its payload, v.
+func (a *EnqueueArgs) AddLike(v any) {
+	if a.template {
+		if a.n == 1 {
+			a.pays = append(a.pays, a.first[wire.PayloadArg])
 		}
-		ids[i] = s
+		a.n++
+		a.pays = append(a.pays, v)
+		return
 	}
-	return ids, nil
+	f := slices.Clone(a.first)
+	f[wire.PayloadArg] = v
+	a.add(f)
+}
+
+// add adds a job with its own fields.
+func (a *EnqueueArgs) add(fields []any) {
+	if a.template { // from now on every job brings its fields
+		a.template = false
+		if a.n == 1 {
+			a.pays = append(a.pays, a.first[wire.PayloadArg])
+		}
+		for _, v := range a.pays {
+			f := slices.Clone(a.first)
+			f[wire.PayloadArg] = v
+			a.args = append(a.args, len(f))
+			a.args = append(a.args, f...)
+		}
+		a.pays = nil
+	}
+	a.n++
+	a.args = append(a.args, len(fields))
+	a.args = append(a.args, fields...)
+}
+
+// Len returns the number of jobs added.
+func (a *EnqueueArgs) Len() int { return a.n }
+
+// argv returns the ARGV of the call, with the head (cap, n, token, TTL,
+// t) left for the caller to fill.
+func (a *EnqueueArgs) argv() []any {
+	switch {
+	case a.n == 1:
+		a.one[enqueueHead-1], a.one[enqueueHead] = 0, len(a.first)
+		return a.one
+	case a.template:
+		out := make([]any, enqueueHead, enqueueHead+len(a.first)+1+len(a.pays))
+		out[enqueueHead-1] = len(a.first)
+		out = append(out, a.first[:wire.PayloadArg]...)
+		out = append(out, "")
+		out = append(out, a.first[wire.PayloadArg+1:]...)
+		out = append(out, wire.PayloadArg+1)
+		return append(out, a.pays...)
+	}
+	out := make([]any, enqueueHead, enqueueHead+len(a.args))
+	out[enqueueHead-1] = 0
+	return append(out, a.args...)
+}
+
+// Enqueue runs scriptEnqueue for the jobs of a (a call of at most
+// MaxBatchChunk jobs) with maxLen, the cap (an int64, 0 or less: none),
+// and sets their entry IDs in ids. A refusal wraps [ErrQueueFull]; a
+// write that rep's replicas did not acknowledge sets its IDs and returns a
+// [*NotReplicatedError].
+func Enqueue(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, maxLen any, a *EnqueueArgs, ids []string) error {
+	args := a.argv()
+	args[0], args[1], args[2], args[3] = maxLen, a.n, m.Token, m.TTL
+	cmd, werr := runScript(ctx, c, scriptEnqueue, m, rep, []string{k.Stream, m.Key}, args)
+	if err := cmd.Err(); err != nil {
+		return Translate(err)
+	}
+	if err := entryIDs(cmd.Val(), ids[:a.n]); err != nil {
+		return err
+	}
+	return werr
+}
+
+// entryIDs expands scriptEnqueue's reply into the IDs of len(ids) entries.
+func entryIDs(res any, ids []string) error {
+	switch v := res.(type) {
+	case string:
+		ids[0] = v
+		if len(ids) == 1 {
+			return nil
+		}
+		ms, seq, found := strings.Cut(v, "-")
+		s, err := strconv.ParseUint(seq, 10, 64)
+		if !found || err != nil {
+			return fmt.Errorf("unexpected enqueue reply %q", v)
+		}
+		for j := 1; j < len(ids); j++ {
+			ids[j] = ms + "-" + strconv.FormatUint(s+uint64(j), 10)
+		}
+		return nil
+	case []any:
+		if len(v) != len(ids) {
+			return fmt.Errorf("enqueue replied %d IDs for %d jobs", len(v), len(ids))
+		}
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("unexpected enqueue reply element %T", e)
+			}
+			ids[i] = s
+		}
+		return nil
+	}
+	return fmt.Errorf("unexpected enqueue reply %T", res)
 }
 
 // scriptTrim trims acknowledged history, a bounded part per call (see

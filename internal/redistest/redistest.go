@@ -275,6 +275,28 @@ func DeleteKeysAtCleanup(t testing.TB, rdb redis.UniversalClient, pattern string
 	})
 }
 
+// ScanKeys returns the keys matching pattern, found with a bounded SCAN
+// (never KEYS).
+func ScanKeys(t testing.TB, rdb redis.UniversalClient, pattern string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var all []string
+	var cursor uint64
+	for range 10_000 { // bound: 10,000 SCAN calls of 1,000 keys
+		keys, next, err := rdb.Scan(ctx, cursor, pattern, 1000).Result()
+		if err != nil {
+			t.Fatalf("redistest: SCAN %s: %v", pattern, err)
+		}
+		all = append(all, keys...)
+		if cursor = next; cursor == 0 {
+			return all
+		}
+	}
+	t.Fatalf("redistest: SCAN %s did not end within 10,000 calls", pattern)
+	return nil
+}
+
 // WaitFor calls cond every 5 ms until it returns true, or fails the test with
 // t.Fatalf and msg once timeout has passed. It is the one sanctioned polling
 // helper, for conditions that have no channel or other signal to wait on.

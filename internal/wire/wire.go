@@ -203,10 +203,16 @@ func ErrorsField(values map[string]any) string {
 	return s
 }
 
+// PayloadArg is the index of the payload's value in [Job.Args].
+const PayloadArg = 3
+
 // Args returns the entry as a flat field/value list for XADD. Empty optional
-// fields are left out, which keeps entries small.
-func (j *Job) Args() []any {
-	a := make([]any, 0, 16)
+// fields are left out, which keeps entries small. The payload's value is at
+// index PayloadArg.
+func (j *Job) Args() []any { return j.AppendArgs(make([]any, 0, 16)) }
+
+// AppendArgs appends [Job.Args] to a.
+func (j *Job) AppendArgs(a []any) []any {
 	a = append(a, FieldVersion, "1", FieldPayload, j.Payload)
 	if len(j.Headers) > 0 {
 		h, _ := json.Marshal(j.Headers) // map[string]string always marshals
