@@ -208,7 +208,7 @@ func TestExec_Classify(t *testing.T) {
 func TestExec_Message(t *testing.T) {
 	t.Parallel()
 	wj := &wire.Job{Payload: []byte("p"), EnqMillis: 1_700_000_000_000, Key: "k", KeyToken: "t", FirstFail: 1_700_000_001_000, LastError: "e", Attempt: 2}
-	run := &engine.Run{Queue: "q", ID: "9-0", Job: wj, Headers: map[string]string{"h": "v"}, Attempt: 3}
+	run := engine.Run{Queue: "q", ID: "9-0", Job: wj, Headers: map[string]string{"h": "v"}, Attempt: 3}
 	var got *Message
 	err := exec{h: HandlerFunc(func(_ context.Context, m *Message) error { got = m; return nil }), group: "g"}.Call(context.Background(), run, new(Message))
 	if err != nil {

@@ -56,8 +56,8 @@ type exec struct {
 	group string
 }
 
-func (x exec) Call(ctx context.Context, r *engine.Run, m *Message) error {
-	fillMessage(m, r, x.group)
+func (x exec) Call(ctx context.Context, r engine.Run, m *Message) error {
+	fillMessage(m, &r, x.group)
 	return callHandler(ctx, x.h, m)
 }
 

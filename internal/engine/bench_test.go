@@ -103,7 +103,7 @@ type benchMsg struct {
 
 type benchExec struct{}
 
-func (benchExec) Call(_ context.Context, r *Run, m *benchMsg) error {
+func (benchExec) Call(_ context.Context, r Run, m *benchMsg) error {
 	*m = benchMsg{ID: r.ID, JobID: r.ID, Queue: r.Queue, Payload: r.Job.Payload, Headers: r.Headers,
 		EnqueuedAt: time.UnixMilli(r.Job.EnqMillis), Attempt: r.Attempt}
 	return nil

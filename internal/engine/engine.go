@@ -58,7 +58,8 @@ const (
 // (its message), kept in the same allocation as the engine's.
 type Exec[F any] interface {
 	// Call runs the handler for r with ctx, recovering panics. f is zero.
-	Call(ctx context.Context, r *Run, f *F) error
+	// r is passed by value, so that a run costs no allocation of its own.
+	Call(ctx context.Context, r Run, f *F) error
 	// Classify says what a handler error asks for.
 	Classify(err error) Outcome
 }
@@ -260,12 +261,12 @@ type run[F any] struct {
 }
 
 // slot is everything the engine and its front keep for one job, in one
-// allocation with the job's context (a pool.Job).
+// allocation with the job's context (a pool.Job). A job's Run is made from
+// it when needed, on the stack.
 type slot[F any] struct {
-	d   Delivery
-	wj  wire.Job
-	run Run
-	f   F
+	d  Delivery
+	wj wire.Job
+	f  F
 }
 
 // finished is a job waiting for its success to be settled. It stays
@@ -330,7 +331,8 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 			continue
 		}
 		bo.Reset()
-		r.mon.fetched(time.Now())
+		now := time.Now()
+		r.mon.fetched(now)
 		var started int64
 		jobs = r.pool.RegisterAll(jobs[:0], len(ds), func(i int) (string, slot[F]) { return ds[i].Key, slot[F]{d: ds[i]} })
 		clear(ds) // the backend may reuse it: drop its references to the fields
@@ -339,7 +341,7 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 				r.wait(ctx, j)
 				continue
 			}
-			r.pool.Launch(j, 1) // owns one of the n slots
+			r.pool.Launch(j, 1, now) // owns one of the n slots
 			started++
 		}
 		clear(jobs)
@@ -452,7 +454,7 @@ func (r *run[F]) runAlone(ctx context.Context) bool {
 	}
 	r.alone = r.alone[1:]
 	r.mon.waiting.Store(int64(len(r.alone)))
-	r.pool.Launch(j, int64(r.cfg.Concurrency))
+	r.pool.Launch(j, int64(r.cfg.Concurrency), time.Now())
 	return true
 }
 
@@ -474,8 +476,8 @@ func (r *run[F]) handBackWaiting() {
 	r.mon.waiting.Store(0)
 }
 
-// runOf fills in and returns the run the job's decoded fields make now.
-func (r *run[F]) runOf(j *pool.Job[slot[F]]) *Run {
+// runOf returns the run the job's decoded fields make now.
+func (r *run[F]) runOf(j *pool.Job[slot[F]]) Run {
 	s := &j.Val
 	h := s.wj.Headers
 	if len(s.d.Headers) > 0 {
@@ -487,8 +489,7 @@ func (r *run[F]) runOf(j *pool.Job[slot[F]]) *Run {
 			h[k] = v
 		}
 	}
-	s.run = Run{Queue: r.cfg.Queue, ID: s.d.ID, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
-	return &s.run
+	return Run{Queue: r.cfg.Queue, ID: s.d.ID, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
 }
 
 // process runs one job and settles the outcome. It reports true when the
@@ -502,8 +503,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	wj := &j.Val.wj
 	if err := wire.DecodeInto(wj, r.fields(d)); err != nil {
 		r.pool.Settle(j)
-		j.Val.run = Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}
-		r.deadLetter(j, &j.Val.run, ReasonMalformed, err, 0, true)
+		r.deadLetter(j, Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}, ReasonMalformed, err, 0, true)
 		return false
 	}
 	rn := r.runOf(j)
@@ -576,7 +576,7 @@ func (r *run[F]) charge(j *pool.Job[slot[F]]) bool {
 }
 
 // fail retries, postpones or dead-letters a failed attempt.
-func (r *run[F]) fail(j *pool.Job[slot[F]], rn *Run, err error) {
+func (r *run[F]) fail(j *pool.Job[slot[F]], rn Run, err error) {
 	o := r.exec.Classify(err)
 	if o.Kind == Postpone {
 		r.move(j, rn, err, false, max(o.Delay, 0), EventPostponed)
@@ -601,7 +601,7 @@ func (r *run[F]) fail(j *pool.Job[slot[F]], rn *Run, err error) {
 // postponement, a hand-back) does not count this run, and keeps the mark of
 // runs cut short by crashes. If Redis cannot be reached the job stays held
 // and is taken over later.
-func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, delay time.Duration, kind EventKind) {
+func (r *run[F]) move(j *pool.Job[slot[F]], rn Run, cause error, charged bool, delay time.Duration, kind EventKind) {
 	d := &j.Val.d
 	next := *rn.Job
 	jid := stableID(d)
@@ -639,14 +639,14 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn *Run, cause error, charged bool, 
 		} else {
 			r.mon.Log.Debug("streamq: job failed, retrying", "job_id", d.ID, "attempt", rn.Attempt, "retry_in", delay, "error", cause)
 		}
-		r.mon.Event(ctx, Event{Kind: kind, ID: d.ID, Run: rn, Err: cause, Delay: delay})
+		r.mon.Event(ctx, Event{Kind: kind, ID: d.ID, Run: &rn, Err: cause, Delay: delay})
 	}
 }
 
 // deadLetter moves the job to the dead-letter stream in one script with the
 // reason, the error and attempts, the number of starts charged to it. A
 // malformed job keeps its raw fields.
-func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn *Run, reason string, cause error, attempts int, malformed bool) {
+func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn Run, reason string, cause error, attempts int, malformed bool) {
 	d := &j.Val.d
 	var headers map[string]string
 	var first int64
@@ -684,7 +684,7 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn *Run, reason string, cause 
 		r.mon.Log.Warn("streamq: job dead-lettered", "job_id", d.ID, "dead_letter_id", id, "reason", reason, "attempts", attempts, "error", cause)
 		ev := Event{Kind: EventDeadLettered, ID: d.ID, Err: cause, Reason: reason}
 		if !malformed {
-			ev.Run = rn
+			ev.Run = &rn
 		}
 		r.mon.Event(ctx, ev)
 	}

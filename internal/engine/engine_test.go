@@ -204,7 +204,7 @@ type testExec struct {
 
 type noState struct{}
 
-func (x testExec) Call(ctx context.Context, r *Run, _ *noState) error { return x.handle(ctx, r) }
+func (x testExec) Call(ctx context.Context, r Run, _ *noState) error { return x.handle(ctx, &r) }
 
 func (testExec) Classify(err error) Outcome {
 	switch {

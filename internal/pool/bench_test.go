@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // BenchmarkPool_Launch measures the pool's own cost per job: take slots,
@@ -27,7 +28,7 @@ func BenchmarkPool_Launch(b *testing.B) {
 				}
 				n = min(n, int64(b.N-i))
 				for range n {
-					p.Launch(p.Register(keys[i%len(keys)], i), 1)
+					p.Launch(p.Register(keys[i%len(keys)], i), 1, time.Now())
 					i++
 				}
 			}

@@ -15,8 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/sync/semaphore"
 )
 
 // Config configures a [Pool].
@@ -54,18 +52,24 @@ type Job[T any] struct {
 	Key string
 	Val T
 
-	base     context.Context // the pool's detached parent
-	timeout  error           // Config.TimeoutCause
-	deadline atomic.Int64    // Unix ns, set when the job starts if JobTimeout > 0
+	shared   *jobShared   // the pool's, the same for every job
+	deadline atomic.Int64 // Unix ns, set when the job is launched if JobTimeout > 0
+
+	inner  atomic.Pointer[context.Context] // the cancelable context, once made
+	cancel context.CancelCauseFunc
+	cause  error      // the first cancellation's cause; set before inner is made too
+	mu     sync.Mutex // guards making inner and cause
+	done   atomic.Bool
 	// settling is set once the handler returned (or will not run): a lost
 	// claim is then no longer a reason to cancel it.
 	settling atomic.Bool
+}
 
-	inner  atomic.Pointer[context.Context] // the cancelable context, once made
-	mu     sync.Mutex                      // guards making inner and cause
-	cancel context.CancelCauseFunc
-	cause  error // the first cancellation's cause; set before inner is made too
-	done   atomic.Bool
+// jobShared is what every job of a pool shares, kept once per pool rather
+// than in every job.
+type jobShared struct {
+	base    context.Context // the pool's detached parent
+	timeout error           // Config.TimeoutCause
 }
 
 // ctx returns the job's cancelable context, making it on first use (already
@@ -79,7 +83,7 @@ func (j *Job[T]) ctx() context.Context {
 	if c := j.inner.Load(); c != nil {
 		return *c
 	}
-	c, cancel := context.WithCancelCause(j.base)
+	c, cancel := context.WithCancelCause(j.shared.base)
 	if j.done.Load() {
 		cancel(j.cause)
 	}
@@ -125,7 +129,7 @@ func (j *Job[T]) Err() error {
 	if !j.done.Load() {
 		return nil
 	}
-	if j.timeout != nil && errors.Is(j.Cause(), j.timeout) {
+	if t := j.shared.timeout; t != nil && errors.Is(j.Cause(), t) {
 		return context.DeadlineExceeded
 	}
 	return context.Canceled
@@ -160,7 +164,7 @@ func (j *Job[T]) Value(key any) any {
 	if j.done.Load() {
 		return j.ctx().Value(key)
 	}
-	return j.base.Value(key)
+	return j.shared.base.Value(key)
 }
 
 // task is one launched job for a handler goroutine.
@@ -174,12 +178,11 @@ type task[T any] struct {
 // its creation and the growth of its stack every time); [Pool.Close] ends
 // them.
 type Pool[T any] struct {
-	cfg  Config
-	work func(*Job[T]) (keep bool)
-	sem  *semaphore.Weighted
-	held atomic.Int64   // slots taken from sem and not yet released
-	wg   sync.WaitGroup // launched jobs
-	base context.Context
+	cfg    Config
+	work   func(*Job[T]) (keep bool)
+	slots  *slots
+	wg     sync.WaitGroup // launched jobs
+	shared jobShared
 
 	tasks   chan task[T]
 	closed  chan struct{}
@@ -206,8 +209,8 @@ func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool))
 	return &Pool[T]{
 		cfg:    cfg,
 		work:   work,
-		sem:    semaphore.NewWeighted(int64(cfg.Concurrency)),
-		base:   context.WithoutCancel(ctx),
+		slots:  newSlots(int64(cfg.Concurrency)),
+		shared: jobShared{base: context.WithoutCancel(ctx), timeout: cfg.TimeoutCause},
 		tasks:  make(chan task[T]),
 		closed: make(chan struct{}),
 		jobs:   make(map[string]*Job[T]),
@@ -217,7 +220,7 @@ func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool))
 // Register records a job the run owns, so that [Pool.KeepAlive] refreshes
 // its claim and [Pool.Owns] reports it.
 func (p *Pool[T]) Register(key string, v T) *Job[T] {
-	j := &Job[T]{Key: key, Val: v, base: p.base, timeout: p.cfg.TimeoutCause}
+	j := &Job[T]{Key: key, Val: v, shared: &p.shared}
 	p.mu.Lock()
 	p.jobs[key] = j
 	stopping := p.stopping
@@ -234,7 +237,7 @@ func (p *Pool[T]) RegisterAll(jobs []*Job[T], n int, kv func(i int) (string, T))
 	first := len(jobs)
 	for i := range n {
 		key, v := kv(i)
-		jobs = append(jobs, &Job[T]{Key: key, Val: v, base: p.base, timeout: p.cfg.TimeoutCause})
+		jobs = append(jobs, &Job[T]{Key: key, Val: v, shared: &p.shared})
 	}
 	p.mu.Lock()
 	for _, j := range jobs[first:] {
@@ -299,58 +302,40 @@ func (p *Pool[T]) Len() int {
 // likely) and fewer than want are free, waits up to gather for want, so that
 // a busy pool fetches in batches rather than one or two jobs at a time. It
 // never takes more than can be started at once. It returns 0 and ctx's
-// error if ctx ended first. The caller releases what it does not use.
+// error if ctx ended first. The caller releases what it does not use. Only
+// one goroutine takes slots (Slots, AcquireAll).
 func (p *Pool[T]) Slots(ctx context.Context, most int64, full bool, want int64, gather time.Duration) (int64, error) {
-	if err := p.sem.Acquire(ctx, 1); err != nil {
+	if err := p.slots.take(ctx, 1); err != nil {
 		return 0, err
 	}
-	p.held.Add(1)
-	n := 1 + p.takeFree(most-1)
+	n := 1 + p.slots.takeFree(most-1)
 	if full && n < want {
-		wctx, cancel := context.WithTimeout(ctx, gather)
-		if p.sem.Acquire(wctx, want-n) == nil {
-			p.held.Add(want - n)
+		if p.slots.takeWithin(ctx, want-n, gather) {
 			n = want
 		}
-		cancel()
-		n += p.takeFree(most - n)
+		n += p.slots.takeFree(most - n)
 	}
 	return n, nil
-}
-
-// takeFree takes up to most of the slots that are free now, without
-// waiting. The count of held slots makes this one semaphore call in the
-// common case instead of one per slot.
-func (p *Pool[T]) takeFree(most int64) int64 {
-	if most <= 0 {
-		return 0
-	}
-	if free := min(most, int64(p.cfg.Concurrency)-p.held.Load()); free > 0 && p.sem.TryAcquire(free) {
-		p.held.Add(free)
-		return free
-	}
-	var n int64
-	for n < most && p.sem.TryAcquire(1) { // the estimate was stale
-		n++
-	}
-	p.held.Add(n)
-	return n
 }
 
 // Release returns n unused slots.
 func (p *Pool[T]) Release(n int64) {
 	if n > 0 {
-		p.held.Add(-n)
-		p.sem.Release(n)
+		p.slots.give(n)
 	}
 }
 
 // Launch runs the pool's work for j on a handler goroutine. The caller holds
-// weight slots for it, which are released when work returns. Idle handler
-// goroutines are reused; at most 2×Concurrency are ever started (at most
-// Concurrency run jobs at once, the others are between jobs).
-func (p *Pool[T]) Launch(j *Job[T], weight int64) {
+// weight slots for it, which are released when work returns. JobTimeout
+// counts from start, a clock reading of the caller (the jobs of one fetch
+// share one). Idle handler goroutines are reused; at most 2×Concurrency are
+// ever started (at most Concurrency run jobs at once, the others are
+// between jobs).
+func (p *Pool[T]) Launch(j *Job[T], weight int64, start time.Time) {
 	p.wg.Add(1)
+	if p.cfg.JobTimeout > 0 {
+		j.deadline.Store(start.Add(p.cfg.JobTimeout).UnixNano())
+	}
 	t := task[T]{j: j, weight: weight}
 	select {
 	case p.tasks <- t: // an idle handler goroutine takes it
@@ -390,9 +375,6 @@ func (p *Pool[T]) worker(t task[T]) {
 func (p *Pool[T]) run(t task[T]) {
 	defer p.wg.Done()
 	defer p.Release(t.weight)
-	if p.cfg.JobTimeout > 0 {
-		t.j.deadline.Store(time.Now().Add(p.cfg.JobTimeout).UnixNano())
-	}
 	if !p.work(t.j) {
 		p.Unregister(t.j)
 	}
@@ -430,17 +412,12 @@ func (p *Pool[T]) Close() {
 }
 
 // AcquireAll takes every handler slot, waiting until no job of the pool
-// runs; nothing else starts until they are released (the semaphore is
-// FIFO, so fetches queue behind it: other work is slowed, not starved). It
-// is for a job that must run alone: launch it with weight Concurrency. It
-// returns ctx's error if ctx ended first.
+// runs; nothing else starts until they are released (fetches come from the
+// same goroutine, so they wait behind it: other work is slowed, not
+// starved). It is for a job that must run alone: launch it with weight
+// Concurrency. It returns ctx's error if ctx ended first.
 func (p *Pool[T]) AcquireAll(ctx context.Context) error {
-	all := int64(p.cfg.Concurrency)
-	if err := p.sem.Acquire(ctx, all); err != nil {
-		return err
-	}
-	p.held.Add(all)
-	return nil
+	return p.slots.take(ctx, int64(p.cfg.Concurrency))
 }
 
 // WaitHeld waits until at most n jobs are registered (for example: every

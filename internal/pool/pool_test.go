@@ -97,8 +97,8 @@ func TestPool_LaunchUnregisters(t *testing.T) {
 	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
 	keep := p.Register("keep", 1)
 	drop := p.Register("drop", 2)
-	p.Launch(keep, 1)
-	p.Launch(drop, 1)
+	p.Launch(keep, 1, time.Now())
+	p.Launch(drop, 1, time.Now())
 	recv(t, done, "a job")
 	recv(t, done, "a job")
 	p.Drain(func(int) { t.Error("drain timed out") })
@@ -137,25 +137,19 @@ func TestPool_AcquireAll(t *testing.T) {
 	p := newPool(t, 4, work)
 	// Two normal jobs run.
 	n, _ := p.Slots(ctx, 2, false, 0, 0)
-	p.Launch(p.Register("a", 0), 1)
-	p.Launch(p.Register("b", 0), 1)
+	p.Launch(p.Register("a", 0), 1, time.Now())
+	p.Launch(p.Register("b", 0), 1, time.Now())
 	recv(t, started, "job a or b")
 	recv(t, started, "job a or b")
 	if n != 2 {
 		t.Fatalf("took %d slots, want 2", n)
 	}
 
+	// The fetch loop, the one taker of slots, takes all of them for the
+	// alone job: it waits for the normal jobs to end.
 	alone := p.Register("alone", 1)
 	acquired := make(chan error, 1)
 	go func() { acquired <- p.AcquireAll(ctx) }()
-	// A fetch queued behind AcquireAll must not get a slot before the alone
-	// job ran: release the normal jobs and see what starts next.
-	waitQueued(t, p)
-	fetched := make(chan int64, 1)
-	go func() {
-		n, _ := p.Slots(ctx, 1, false, 0, 0)
-		fetched <- n
-	}()
 	release <- struct{}{}
 	if !p.Lost(alone) && len(acquired) != 0 {
 		t.Fatal("AcquireAll returned while a job ran")
@@ -164,14 +158,20 @@ func TestPool_AcquireAll(t *testing.T) {
 	if err := recv(t, acquired, "AcquireAll"); err != nil {
 		t.Fatal(err)
 	}
-	p.Launch(alone, 4)
+	p.Launch(alone, 4, time.Now())
 	if got := recv(t, started, "the alone job"); got != "alone" {
 		t.Fatalf("%q started, want the alone job", got)
 	}
+	// Its next fetch waits until the alone job ended.
+	fetched := make(chan int64, 1)
+	go func() {
+		n, _ := p.Slots(ctx, 1, false, 0, 0)
+		fetched <- n
+	}()
 	select {
 	case <-fetched:
 		t.Error("a fetch got a slot while the alone job ran")
-	default:
+	case <-time.After(20 * time.Millisecond):
 	}
 	release <- struct{}{}
 	p.Release(recv(t, fetched, "the fetch after the alone job"))
@@ -215,20 +215,6 @@ func TestPool_WaitHeld(t *testing.T) {
 	}
 }
 
-// waitQueued waits until a caller is queued on p's semaphore: TryAcquire
-// fails while one is, even with slots free. There is no signal for it.
-func waitQueued(t *testing.T, p *Pool[int]) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for p.sem.TryAcquire(1) {
-		p.sem.Release(1)
-		if time.Now().After(deadline) {
-			t.Fatal("nothing queued on the semaphore")
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
-}
-
 func TestPool_DrainCancelsAfterTimeout(t *testing.T) {
 	t.Parallel()
 	causes := make(chan error, 2)
@@ -241,7 +227,7 @@ func TestPool_DrainCancelsAfterTimeout(t *testing.T) {
 	t.Cleanup(p.Close)
 	n, _ := p.Slots(context.Background(), 2, false, 0, 0)
 	for _, k := range []string{"a", "b"} {
-		p.Launch(p.Register(k, 0), 1)
+		p.Launch(p.Register(k, 0), 1, time.Now())
 	}
 	timedOut := -1
 	p.Drain(func(running int) { timedOut = running })
@@ -434,7 +420,7 @@ func TestJob_Timeout(t *testing.T) {
 	}
 	n, _ := p.Slots(context.Background(), 1, false, 0, 0)
 	start := time.Now()
-	p.Launch(j, n)
+	p.Launch(j, n, time.Now())
 	s := recv(t, got, "the timed-out job")
 	p.Drain(func(int) { t.Error("drain timed out") })
 	if !s.ok || s.deadline.Before(start.Add(timeout)) || s.deadline.After(time.Now()) {
@@ -456,7 +442,7 @@ func TestPool_ReusesGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Launch(p.Register(strconv.Itoa(i), i), n)
+		p.Launch(p.Register(strconv.Itoa(i), i), n, time.Now())
 		recv(t, done, "a job")
 	}
 	p.Drain(func(int) { t.Error("drain timed out") })
