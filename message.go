@@ -31,7 +31,10 @@ type Message struct {
 	// Group is the consumer group that delivered the job ("" when it was not
 	// delivered by a consumer group).
 	Group string
-	// Payload is the job's payload as enqueued.
+	// Payload is the job's payload as enqueued. It shares its bytes with the
+	// job as the consumer read it, which a retry or a dead letter writes
+	// again: read it, or copy it before you change it; never modify it in
+	// place.
 	Payload []byte
 	// Headers are the job's string headers (user headers and trace context),
 	// nil when it has none (reading a nil map is fine).

@@ -464,7 +464,7 @@ func (r *run[F]) handBackWaiting() {
 	for _, j := range r.alone {
 		r.pool.Settle(j)
 		if !r.pool.Lost(j) {
-			if err := wire.DecodeInto(&j.Val.wj, r.fields(&j.Val.d)); err == nil {
+			if err := wire.DecodeView(&j.Val.wj, r.fields(&j.Val.d)); err == nil {
 				r.move(j, r.runOf(j), r.cfg.ShutdownCause, false, 0, EventRetried)
 			} else {
 				r.b.Abandon(j.Key) // whoever takes it over dead-letters it
@@ -501,7 +501,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 		return false
 	}
 	wj := &j.Val.wj
-	if err := wire.DecodeInto(wj, r.fields(d)); err != nil {
+	if err := wire.DecodeView(wj, r.fields(d)); err != nil {
 		r.pool.Settle(j)
 		r.deadLetter(j, Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}, ReasonMalformed, err, 0, true)
 		return false

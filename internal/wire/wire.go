@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Version is the format version written in the "v" field.
@@ -250,43 +251,72 @@ func Decode(values map[string]any) (*Job, error) {
 }
 
 // DecodeInto is [Decode] into *j, which it overwrites.
-func DecodeInto(j *Job, values map[string]any) error {
+func DecodeInto(j *Job, values map[string]any) error { return decode(j, values, false) }
+
+// DecodeView is [DecodeInto] without a copy of the payload: j.Payload
+// shares the bytes of the payload value (a string that nothing else
+// writes, as go-redis makes one per reply value), so it must never be
+// modified. The engine decodes with it: the payload of a job is its
+// largest part, and a copy per job costs an allocation and garbage
+// collection.
+func DecodeView(j *Job, values map[string]any) error { return decode(j, values, true) }
+
+func decode(j *Job, values map[string]any, view bool) error {
 	*j = Job{}
 	if values == nil {
 		return fmt.Errorf("%w: the entry has no fields (deleted?)", ErrMalformed)
 	}
-	// One pass over the fields (a job has a handful) costs less than a
-	// lookup of every field it may have.
-	var version, payload, headers, enq, ff, attempt string
+	var version, headers, enq, ff, attempt string
+	var payload []byte
 	var hasVersion, hasPayload, hasAttempt bool
-	for k, raw := range values {
-		v, ok := Str(raw)
-		if !ok {
-			continue
-		}
-		switch k {
-		case FieldVersion:
-			version, hasVersion = v, true
-		case FieldPayload:
-			payload, hasPayload = v, true
-		case FieldHeaders:
-			headers = v
-		case FieldEnqueued:
-			enq = v
-		case FieldFirstFail:
-			ff = v
-		case FieldAttempt:
-			attempt, hasAttempt = v, true
-		case FieldKey:
-			j.Key = v
-		case FieldKeyToken:
-			j.KeyToken = v
-		case FieldLastError:
-			j.LastError = v
-		case FieldCrashed:
-			j.Crashed = v == "1"
-		case FieldJobID:
-			j.JobID = v
+	// Most entries hold only the version, the payload and the enqueue
+	// time: three look-ups; a pass over the fields only when there are
+	// more (a lookup of every field a job may have costs more than that).
+	found := 0
+	if raw, ok := values[FieldVersion]; ok {
+		found++
+		version, hasVersion = Str(raw)
+	}
+	if raw, ok := values[FieldPayload]; ok {
+		found++
+		payload, hasPayload = payloadBytes(raw, view)
+	}
+	if raw, ok := values[FieldEnqueued]; ok {
+		found++
+		enq, _ = Str(raw)
+	}
+	if len(values) > found {
+		for k, raw := range values {
+			var v string
+			switch k {
+			case FieldVersion, FieldPayload, FieldEnqueued:
+				continue
+			case FieldHeaders, FieldFirstFail, FieldAttempt, FieldKey, FieldKeyToken, FieldLastError, FieldCrashed, FieldJobID:
+				var ok bool
+				if v, ok = Str(raw); !ok {
+					continue
+				}
+			default:
+				continue
+			}
+			switch k {
+			case FieldHeaders:
+				headers = v
+			case FieldFirstFail:
+				ff = v
+			case FieldAttempt:
+				attempt, hasAttempt = v, true
+			case FieldKey:
+				j.Key = v
+			case FieldKeyToken:
+				j.KeyToken = v
+			case FieldLastError:
+				j.LastError = v
+			case FieldCrashed:
+				j.Crashed = v == "1"
+			case FieldJobID:
+				j.JobID = v
+			}
 		}
 	}
 	if !hasVersion {
@@ -298,7 +328,7 @@ func DecodeInto(j *Job, values map[string]any) error {
 	if !hasPayload {
 		return fmt.Errorf("%w: missing field %q", ErrMalformed, FieldPayload)
 	}
-	j.Payload = []byte(payload)
+	j.Payload = payload
 	if headers != "" {
 		if !utf8.ValidString(headers) {
 			// encoding/json would replace the invalid bytes with U+FFFD.
@@ -324,6 +354,28 @@ func DecodeInto(j *Job, values map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// payloadBytes returns a payload value as bytes: a copy, or with view the
+// value's own bytes. It reports false for a value that is not a string or
+// bytes. An empty payload is an empty slice, never nil.
+func payloadBytes(raw any, view bool) ([]byte, bool) {
+	switch v := raw.(type) {
+	case string:
+		if len(v) == 0 {
+			return []byte{}, true
+		}
+		if view {
+			return unsafe.Slice(unsafe.StringData(v), len(v)), true
+		}
+		return []byte(v), true
+	case []byte:
+		if view {
+			return v, true
+		}
+		return append([]byte{}, v...), true
+	}
+	return nil, false
 }
 
 // MaxAttempt is the largest attempt field accepted: a larger one is

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 )
 
 func TestJob_RoundTrip(t *testing.T) {
@@ -325,6 +326,37 @@ func TestJob_ArgsCarryJobIDAndErrors(t *testing.T) {
 	for _, v := range (&Job{Payload: []byte("p")}).Args() {
 		if v == FieldJobID || v == FieldErrors {
 			t.Fatal("a first copy must not carry jid or errs")
+		}
+	}
+}
+
+// TestDecodeView checks that DecodeView shares the payload's bytes where
+// DecodeInto copies them, and that both read every field the same way.
+func TestDecodeView(t *testing.T) {
+	t.Parallel()
+	payload := strings.Repeat("p", 64)
+	values := map[string]any{FieldVersion: "1", FieldPayload: payload, FieldEnqueued: "1700000000000",
+		FieldAttempt: "2", FieldKey: "k", FieldKeyToken: "t", FieldJobID: "j", FieldHeaders: `{"a":"b"}`, "unknown": "x"}
+	var copied, viewed Job
+	if err := DecodeInto(&copied, values); err != nil {
+		t.Fatal(err)
+	}
+	if err := DecodeView(&viewed, values); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(copied, viewed) {
+		t.Fatalf("DecodeView read %+v, DecodeInto %+v", viewed, copied)
+	}
+	if unsafe.SliceData(viewed.Payload) != unsafe.StringData(payload) {
+		t.Error("DecodeView copied the payload")
+	}
+	if unsafe.SliceData(copied.Payload) == unsafe.StringData(payload) {
+		t.Error("DecodeInto shares the payload's bytes")
+	}
+	for _, decode := range []func(*Job, map[string]any) error{DecodeInto, DecodeView} {
+		var j Job
+		if err := decode(&j, map[string]any{FieldVersion: "1", FieldPayload: ""}); err != nil || j.Payload == nil || len(j.Payload) != 0 {
+			t.Errorf("an empty payload decodes as %#v, %v; want an empty, non-nil slice", j.Payload, err)
 		}
 	}
 }
