@@ -207,7 +207,7 @@ func TestExec_Classify(t *testing.T) {
 
 func TestExec_Message(t *testing.T) {
 	t.Parallel()
-	wj := &wire.Job{Payload: []byte("p"), EnqMillis: 1_700_000_000_000, Key: "k", KeyToken: "t", FirstFail: 1_700_000_001_000, LastError: "e", Attempt: 2}
+	wj := wire.Job{Payload: []byte("p"), EnqMillis: 1_700_000_000_000, Key: "k", KeyToken: "t", FirstFail: 1_700_000_001_000, LastError: "e", Attempt: 2}
 	run := engine.Run{Queue: "q", ID: "9-0", Job: wj, Headers: map[string]string{"h": "v"}, Attempt: 3}
 	var got *Message
 	err := exec{h: HandlerFunc(func(_ context.Context, m *Message) error { got = m; return nil }), group: "g"}.Call(context.Background(), run, new(Message))
@@ -219,7 +219,7 @@ func TestExec_Message(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("message\n got %+v\nwant %+v", got, want)
 	}
-	wj.JobID = "5-0" // a retried copy carries its first copy's ID
+	run.Job.JobID = "5-0" // a retried copy carries its first copy's ID
 	if err := (exec{h: HandlerFunc(func(_ context.Context, m *Message) error { got = m; return nil })}).Call(context.Background(), run, new(Message)); err != nil {
 		t.Fatal(err)
 	}

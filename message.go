@@ -63,7 +63,7 @@ func newMessage(r *engine.Run, group string) *Message {
 
 // fillMessage sets *m to the message of a run.
 func fillMessage(m *Message, r *engine.Run, group string) {
-	j := r.Job
+	j := &r.Job
 	*m = Message{
 		ID:        r.ID,
 		JobID:     r.ID,

@@ -68,7 +68,7 @@ type Exec[F any] interface {
 type Run struct {
 	Queue   string
 	ID      string
-	Job     *wire.Job
+	Job     wire.Job
 	Headers map[string]string // the job's headers and the backend's (Delivery.Headers)
 	// Attempt is this run's number: the starts charged to the job before it,
 	// plus one.
@@ -261,12 +261,11 @@ type run[F any] struct {
 }
 
 // slot is everything the engine and its front keep for one job, in one
-// allocation with the job's context (a pool.Job). A job's Run is made from
-// it when needed, on the stack.
+// allocation with the job's context (a pool.Job). The decoded job and its
+// Run live on the stack of the goroutine that runs it.
 type slot[F any] struct {
-	d  Delivery
-	wj wire.Job
-	f  F
+	d Delivery
+	f F
 }
 
 // finished is a job waiting for its success to be settled. It stays
@@ -464,8 +463,9 @@ func (r *run[F]) handBackWaiting() {
 	for _, j := range r.alone {
 		r.pool.Settle(j)
 		if !r.pool.Lost(j) {
-			if err := wire.DecodeView(&j.Val.wj, r.fields(&j.Val.d)); err == nil {
-				r.move(j, r.runOf(j), r.cfg.ShutdownCause, false, 0, EventRetried)
+			var wj wire.Job
+			if err := wire.DecodeView(&wj, r.fields(&j.Val.d)); err == nil {
+				r.move(j, r.runOf(j, &wj), r.cfg.ShutdownCause, false, 0, EventRetried)
 			} else {
 				r.b.Abandon(j.Key) // whoever takes it over dead-letters it
 			}
@@ -476,20 +476,20 @@ func (r *run[F]) handBackWaiting() {
 	r.mon.waiting.Store(0)
 }
 
-// runOf returns the run the job's decoded fields make now.
-func (r *run[F]) runOf(j *pool.Job[slot[F]]) Run {
-	s := &j.Val
-	h := s.wj.Headers
-	if len(s.d.Headers) > 0 {
-		h = make(map[string]string, len(s.wj.Headers)+len(s.d.Headers))
-		for k, v := range s.wj.Headers {
+// runOf returns the run of j with its decoded fields wj.
+func (r *run[F]) runOf(j *pool.Job[slot[F]], wj *wire.Job) Run {
+	d := &j.Val.d
+	h := wj.Headers
+	if len(d.Headers) > 0 {
+		h = make(map[string]string, len(wj.Headers)+len(d.Headers))
+		for k, v := range wj.Headers {
 			h[k] = v
 		}
-		for k, v := range s.d.Headers {
+		for k, v := range d.Headers {
 			h[k] = v
 		}
 	}
-	return Run{Queue: r.cfg.Queue, ID: s.d.ID, Job: &s.wj, Headers: h, Attempt: s.wj.Attempt + s.d.Prior + 1}
+	return Run{Queue: r.cfg.Queue, ID: d.ID, Job: *wj, Headers: h, Attempt: wj.Attempt + d.Prior + 1}
 }
 
 // process runs one job and settles the outcome. It reports true when the
@@ -500,13 +500,13 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 		r.pool.Settle(j)
 		return false
 	}
-	wj := &j.Val.wj
-	if err := wire.DecodeView(wj, r.fields(d)); err != nil {
+	var wj wire.Job
+	if err := wire.DecodeView(&wj, r.fields(d)); err != nil {
 		r.pool.Settle(j)
 		r.deadLetter(j, Run{Queue: r.cfg.Queue, ID: d.ID, Job: wj}, ReasonMalformed, err, 0, true)
 		return false
 	}
-	rn := r.runOf(j)
+	rn := r.runOf(j, &wj)
 	if made := rn.Attempt - 1; made >= r.cfg.MaxDeliveries {
 		// Its earlier starts all ended without a verdict: the workers
 		// running it crashed, hung or were cut off.
@@ -603,7 +603,7 @@ func (r *run[F]) fail(j *pool.Job[slot[F]], rn Run, err error) {
 // and is taken over later.
 func (r *run[F]) move(j *pool.Job[slot[F]], rn Run, cause error, charged bool, delay time.Duration, kind EventKind) {
 	d := &j.Val.d
-	next := *rn.Job
+	next := rn.Job
 	jid := stableID(d)
 	next.JobID = jid
 	errs := wire.ErrorsField(r.fields(d))

@@ -334,11 +334,14 @@ func decode(j *Job, values map[string]any, view bool) error {
 			// encoding/json would replace the invalid bytes with U+FFFD.
 			return fmt.Errorf("%w: field %q is not valid UTF-8", ErrMalformed, FieldHeaders)
 		}
-		if err := json.Unmarshal([]byte(headers), &j.Headers); err != nil {
+		// Into a variable of its own: &j.Headers would make j escape, and a
+		// Job decoded on the stack (the engine's) would cost an allocation.
+		var h map[string]string
+		if err := json.Unmarshal([]byte(headers), &h); err != nil {
 			return fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
 		}
-		if len(j.Headers) == 0 {
-			j.Headers = nil // "{}": none, as when the field is absent
+		if len(h) > 0 { // "{}": none, as when the field is absent
+			j.Headers = h
 		}
 	}
 	var err error
