@@ -287,17 +287,11 @@ func decode(j *Job, values map[string]any, view bool) error {
 	}
 	if len(values) > found {
 		for k, raw := range values {
-			var v string
-			switch k {
-			case FieldVersion, FieldPayload, FieldEnqueued:
-				continue
-			case FieldHeaders, FieldFirstFail, FieldAttempt, FieldKey, FieldKeyToken, FieldLastError, FieldCrashed, FieldJobID:
-				var ok bool
+			v, ok := raw.(string)
+			if !ok {
 				if v, ok = Str(raw); !ok {
 					continue
 				}
-			default:
-				continue
 			}
 			switch k {
 			case FieldHeaders:
