@@ -129,7 +129,7 @@ type EnqueueArgs struct {
 	one      []any
 	first    []any // the first job's fields (a window of one)
 	template bool  // every job so far is first with its own payload
-	pays     []any // the payloads, while template
+	pays     []any // the payloads of the jobs after the first, while template
 	args     []any // per job: its field count and fields, once not template
 }
 
@@ -152,55 +152,50 @@ func (a *EnqueueArgs) AddJob(j *wire.Job) {
 // AddLike adds a job with the first job's fields but for its payload, v.
 func (a *EnqueueArgs) AddLike(v any) {
 	if a.template {
-		if a.n == 1 {
-			a.pays = append(a.pays, a.first[wire.PayloadArg])
-		}
 		a.n++
 		a.pays = append(a.pays, v)
 		return
 	}
-	f := slices.Clone(a.first)
-	f[wire.PayloadArg] = v
-	a.add(f)
+	a.add(a.like(v))
 }
 
-// add adds a job with its own fields.
+// like returns the first job's fields with payload v.
+func (a *EnqueueArgs) like(v any) []any {
+	f := slices.Clone(a.first)
+	f[wire.PayloadArg] = v
+	return f
+}
+
+// add adds a job with its own fields; from then on every job brings its
+// fields.
 func (a *EnqueueArgs) add(fields []any) {
-	if a.template { // from now on every job brings its fields
+	if a.template {
 		a.template = false
-		if a.n == 1 {
-			a.pays = append(a.pays, a.first[wire.PayloadArg])
-		}
+		a.args = append(append(a.args, len(a.first)), a.first...)
 		for _, v := range a.pays {
-			f := slices.Clone(a.first)
-			f[wire.PayloadArg] = v
-			a.args = append(a.args, len(f))
-			a.args = append(a.args, f...)
+			f := a.like(v)
+			a.args = append(append(a.args, len(f)), f...)
 		}
 		a.pays = nil
 	}
 	a.n++
-	a.args = append(a.args, len(fields))
-	a.args = append(a.args, fields...)
+	a.args = append(append(a.args, len(fields)), fields...)
 }
 
-// Len returns the number of jobs added.
-func (a *EnqueueArgs) Len() int { return a.n }
-
-// argv returns the ARGV of the call, with the head (cap, n, token, TTL,
-// t) left for the caller to fill.
+// argv returns the ARGV of the call, with the head (cap, n, token, TTL)
+// left for the caller to fill.
 func (a *EnqueueArgs) argv() []any {
 	switch {
 	case a.n == 1:
 		a.one[enqueueHead-1], a.one[enqueueHead] = 0, len(a.first)
 		return a.one
 	case a.template:
-		out := make([]any, enqueueHead, enqueueHead+len(a.first)+1+len(a.pays))
+		out := make([]any, enqueueHead, enqueueHead+len(a.first)+2+len(a.pays))
 		out[enqueueHead-1] = len(a.first)
 		out = append(out, a.first[:wire.PayloadArg]...)
 		out = append(out, "")
 		out = append(out, a.first[wire.PayloadArg+1:]...)
-		out = append(out, wire.PayloadArg+1)
+		out = append(out, wire.PayloadArg+1, a.first[wire.PayloadArg])
 		return append(out, a.pays...)
 	}
 	out := make([]any, enqueueHead, enqueueHead+len(a.args))
