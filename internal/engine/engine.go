@@ -333,7 +333,11 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		now := time.Now()
 		r.mon.fetched(now)
 		var started int64
-		jobs = r.pool.RegisterAll(jobs[:0], len(ds), func(i int) (string, slot[F]) { return ds[i].Key, slot[F]{d: ds[i]} })
+		jobs = jobs[:0]
+		for i := range ds {
+			jobs = append(jobs, r.pool.NewJob(ds[i].Key, slot[F]{d: ds[i]}))
+		}
+		r.pool.RegisterAll(jobs)
 		clear(ds) // the backend may reuse it: drop its references to the fields
 		for _, j := range jobs {
 			if r.mustWait(&j.Val.d) {

@@ -220,37 +220,29 @@ func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool))
 // Register records a job the run owns, so that [Pool.KeepAlive] refreshes
 // its claim and [Pool.Owns] reports it.
 func (p *Pool[T]) Register(key string, v T) *Job[T] {
-	j := &Job[T]{Key: key, Val: v, shared: &p.shared}
-	p.mu.Lock()
-	p.jobs[key] = j
-	stopping := p.stopping
-	p.mu.Unlock()
-	if stopping {
-		j.cancelWith(p.cfg.ShutdownCause)
-	}
+	j := p.NewJob(key, v)
+	p.RegisterAll([]*Job[T]{j})
 	return j
 }
 
-// RegisterAll registers n jobs under one lock, the key and value of job i
-// given by kv, and appends them to jobs.
-func (p *Pool[T]) RegisterAll(jobs []*Job[T], n int, kv func(i int) (string, T)) []*Job[T] {
-	first := len(jobs)
-	for i := range n {
-		key, v := kv(i)
-		jobs = append(jobs, &Job[T]{Key: key, Val: v, shared: &p.shared})
-	}
+// NewJob returns a job of the pool, not registered yet (see RegisterAll).
+func (p *Pool[T]) NewJob(key string, v T) *Job[T] {
+	return &Job[T]{Key: key, Val: v, shared: &p.shared}
+}
+
+// RegisterAll registers jobs made by NewJob under one lock.
+func (p *Pool[T]) RegisterAll(jobs []*Job[T]) {
 	p.mu.Lock()
-	for _, j := range jobs[first:] {
+	for _, j := range jobs {
 		p.jobs[j.Key] = j
 	}
 	stopping := p.stopping
 	p.mu.Unlock()
 	if stopping {
-		for _, j := range jobs[first:] {
+		for _, j := range jobs {
 			j.cancelWith(p.cfg.ShutdownCause)
 		}
 	}
-	return jobs
 }
 
 // Unregister forgets a job and releases its context.
