@@ -225,43 +225,53 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 		return p.enqueueUnique(ctx, jobs[0], &o, enq, delayed)
 	}
 
+	var err error
 	if delayed {
-		if err := p.schedule(ctx, jobs, &o, enq, ids); err != nil {
-			return ids, err
-		}
+		err = p.schedule(ctx, jobs, &o, enq, ids)
 	} else {
-		for start := 0; start < len(jobs); start += MaxBatchChunk {
-			chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-			var a rdb.EnqueueArgs
-			var firstHeaders map[string]string
-			for i, j := range chunk {
-				h := p.headers(ctx, o.headers, j.Headers)
-				if err := core.Of(p.q).CheckJob(j.Payload, h); err != nil {
-					return ids, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
-				}
-				if i > 0 && maps.Equal(h, firstHeaders) {
-					a.AddLike(j.Payload) // the call carries the common fields once
-					continue
-				}
-				if i == 0 {
-					firstHeaders = h
-				}
-				a.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq})
-			}
-			err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), p.maxLen, &a, ids[start:])
-			if err != nil {
-				if !errors.Is(err, ErrNotReplicated) {
-					clear(ids[start:])
-				}
-				if !errors.Is(err, ErrQueueFull) {
-					err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
-				}
-				return ids, err
-			}
-		}
+		err = p.add(ctx, jobs, &o, enq, ids)
+	}
+	if err != nil {
+		return ids, err
 	}
 	core.OfProducer(p).Register(ctx, rdb.KindStream)
 	return ids, nil
+}
+
+// add adds jobs to the stream, in chunks of at most MaxBatchChunk (one
+// script call each), and sets their IDs in ids. A chunk whose jobs differ
+// only by payload carries their common fields once.
+func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, ids []string) error {
+	for start := 0; start < len(jobs); start += MaxBatchChunk {
+		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
+		var a rdb.EnqueueArgs
+		var firstHeaders map[string]string
+		for i, j := range chunk {
+			h := p.headers(ctx, o.headers, j.Headers)
+			if err := core.Of(p.q).CheckJob(j.Payload, h); err != nil {
+				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
+			}
+			if i > 0 && maps.Equal(h, firstHeaders) {
+				a.AddLike(j.Payload)
+				continue
+			}
+			if i == 0 {
+				firstHeaders = h
+			}
+			a.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq})
+		}
+		err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), p.maxLen, &a, ids[start:])
+		if err != nil {
+			if !errors.Is(err, ErrNotReplicated) {
+				clear(ids[start:])
+			}
+			if !errors.Is(err, ErrQueueFull) {
+				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // schedule stores delayed jobs in the delayed set, in chunks of at most
