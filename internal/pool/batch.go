@@ -1,6 +1,9 @@
 package pool
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Batcher hands items to a flush function in batches: under load it turns
 // many small Redis calls into a few large ones, at the price of settling an
@@ -14,21 +17,26 @@ import "time"
 // switch per job.)
 type Batcher[T any] struct {
 	in   chan T
-	full chan struct{} // a token: the queue reached want
+	full chan struct{} // a token: the queue reached need
 	want int
+	// need is how many queued items complete the batch that lingers: want
+	// less what it holds already.
+	need atomic.Int64
 }
 
 // NewBatcher returns a batcher whose queue holds up to buffer items (a
 // sender waits when it is full) and whose linger ends early once want items
 // are queued.
 func NewBatcher[T any](buffer, want int) *Batcher[T] {
-	return &Batcher[T]{in: make(chan T, max(buffer, 1)), full: make(chan struct{}, 1), want: max(want, 1)}
+	b := &Batcher[T]{in: make(chan T, max(buffer, 1)), full: make(chan struct{}, 1), want: max(want, 1)}
+	b.need.Store(int64(b.want))
+	return b
 }
 
 // Add queues an item. It waits only when the queue is full.
 func (b *Batcher[T]) Add(v T) {
 	b.in <- v
-	if len(b.in) >= b.want {
+	if int64(len(b.in)) >= b.need.Load() {
 		select {
 		case b.full <- struct{}{}:
 		default:
@@ -51,7 +59,7 @@ func (b *Batcher[T]) Run(most int, linger time.Duration, flush func([]T)) {
 		var open bool
 		batch, open = b.take(append(batch[:0], item), most)
 		if open && len(batch) < b.want && len(batch) < most {
-			b.linger(t, linger)
+			b.linger(t, linger, b.want-len(batch))
 			batch, open = b.take(batch, most)
 		}
 		flush(batch)
@@ -61,13 +69,15 @@ func (b *Batcher[T]) Run(most int, linger time.Duration, flush func([]T)) {
 	}
 }
 
-// linger waits up to d, or until a sender reports want items queued.
-func (b *Batcher[T]) linger(t *time.Timer, d time.Duration) {
+// linger waits up to d, or until a sender reports need more items queued.
+func (b *Batcher[T]) linger(t *time.Timer, d time.Duration, need int) {
 	select { // a token left by an earlier batch says nothing about this one
 	case <-b.full:
 	default:
 	}
-	if len(b.in) >= b.want {
+	b.need.Store(int64(need))
+	defer b.need.Store(int64(b.want))
+	if len(b.in) >= need { // a sender may have looked before need was set
 		return
 	}
 	t.Reset(d)

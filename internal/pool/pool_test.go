@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
@@ -328,39 +329,54 @@ func TestBatcher(t *testing.T) {
 
 	// A lone item is flushed after the linger, without waiting for want.
 	in2 := NewBatcher[int](10, 5)
-	flushed := make(chan []int, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		in2.Run(10, time.Millisecond, func(b []int) { flushed <- slices.Clone(b) })
-	}()
+	flushed, stop := runBatcher(t, in2, time.Millisecond)
 	in2.Add(7)
 	if b := recv(t, flushed, "a lingering batch"); !slices.Equal(b, []int{7}) {
 		t.Errorf("flushed %v, want [7]", b)
 	}
-	in2.Close()
-	<-done
+	stop()
 }
 
-// TestBatcher_WantEndsLinger checks that a batch that reaches want items is
-// flushed at once, not after the linger.
+// TestBatcher_WantEndsLinger checks that a batch that reaches want items,
+// counting the one it started with, is flushed at once, not after the
+// linger.
 func TestBatcher_WantEndsLinger(t *testing.T) {
 	t.Parallel()
 	b := NewBatcher[int](10, 3)
-	flushed := make(chan []int, 1)
+	flushed, stop := runBatcher(t, b, time.Hour)
+	var got []int
+	b.Add(0)
+	// Let the flusher take the first item, so that two more complete its
+	// batch: the queue alone never holds want items.
+	deadline := time.Now().Add(wait)
+	for len(b.in) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flusher never took the first item")
+		}
+		runtime.Gosched()
+	}
+	b.Add(1)
+	b.Add(2)
+	for len(got) < 3 {
+		got = append(got, recv(t, flushed, "a batch of want items")...)
+	}
+	if !slices.Equal(got, []int{0, 1, 2}) {
+		t.Errorf("flushed %v, want [0 1 2]", got)
+	}
+	stop()
+}
+
+// runBatcher runs b with linger until the returned stop, sending each
+// batch it flushes on the returned channel.
+func runBatcher(t *testing.T, b *Batcher[int], linger time.Duration) (<-chan []int, func()) {
+	t.Helper()
+	flushed := make(chan []int, 10)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		b.Run(10, time.Hour, func(batch []int) { flushed <- slices.Clone(batch) })
+		b.Run(10, linger, func(batch []int) { flushed <- slices.Clone(batch) })
 	}()
-	for i := range 3 {
-		b.Add(i)
-	}
-	if got := recv(t, flushed, "a batch of want items"); len(got) == 0 || !slices.IsSorted(got) {
-		t.Errorf("flushed %v, want the first items in order", got)
-	}
-	b.Close()
-	<-done
+	return flushed, func() { b.Close(); <-done }
 }
 
 func TestBackoff(t *testing.T) {
