@@ -150,13 +150,21 @@ func TestResend_EnqueueBatch(t *testing.T) {
 	for i := range jobs {
 		jobs[i].Payload = fmt.Appendf(nil, "job-%d", i)
 	}
+	r.resendBatch(jobs)
+}
+
+// resendBatch enqueues jobs in a batch whose first call's reply is lost,
+// checks that the stream holds each job once, and returns their IDs.
+func (r *resend) resendBatch(jobs []streamq.Job) []string {
+	r.t.Helper()
 	dropped := r.drop("enqueue")
 	ids, err := r.producer().EnqueueBatch(context.Background(), jobs)
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
 	dropped()
-	equalIDs(t, "stream after a re-sent EnqueueBatch chunk", r.streamIDs(r.keys.Stream), ids)
+	equalIDs(r.t, "stream after a re-sent EnqueueBatch call", r.streamIDs(r.keys.Stream), ids)
+	return ids
 }
 
 // A batch whose jobs have different headers carries every job's fields
@@ -168,13 +176,7 @@ func TestResend_EnqueueBatchOwnFields(t *testing.T) {
 	for i := range jobs {
 		jobs[i] = streamq.Job{Payload: fmt.Appendf(nil, "job-%d", i), Headers: map[string]string{"n": fmt.Sprint(i % 7)}}
 	}
-	dropped := r.drop("enqueue")
-	ids, err := r.producer().EnqueueBatch(context.Background(), jobs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dropped()
-	equalIDs(t, "stream after a re-sent EnqueueBatch of jobs with their own headers", r.streamIDs(r.keys.Stream), ids)
+	r.resendBatch(jobs)
 	es, err := r.direct.XRange(context.Background(), r.keys.Stream, "-", "+").Result()
 	if err != nil {
 		t.Fatal(err)
