@@ -22,22 +22,9 @@ type asynqBackend struct {
 
 const asynqTask = "peers:noop"
 
-func runAsynq(ctx context.Context, o *options) ([]result, error) {
-	return phases(ctx, o, "asynq", openAsynq)
-}
-
-func openAsynq(ctx context.Context, o *options) (backend, func() error, error) {
-	srv, err := startRedis(ctx, o)
-	if err != nil {
-		return nil, nil, err
-	}
-	c := asynq.NewClient(asynq.RedisClientOpt{Addr: srv.addr, PoolSize: o.concurrency + 10})
-	closeFn := func() error {
-		err := c.Close()
-		srv.stop()
-		return err
-	}
-	return &asynqBackend{o: o, addr: srv.addr, c: c, job: payload(o.payload)}, closeFn, nil
+func openAsynq(_ context.Context, o *options, addr string) (backend, func() error, error) {
+	c := asynq.NewClient(asynq.RedisClientOpt{Addr: addr, PoolSize: o.concurrency + 10})
+	return &asynqBackend{o: o, addr: addr, c: c, job: payload(o.payload)}, c.Close, nil
 }
 
 func (b *asynqBackend) enqueue(ctx context.Context) error {

@@ -94,6 +94,27 @@ func phases(ctx context.Context, o *options, name string, open opener) ([]result
 	return rs, err
 }
 
+// onRedis makes an opener of a Redis peer: a fresh private redis-server, and
+// the backend open makes on it, torn down before the server stops.
+func onRedis(open func(ctx context.Context, o *options, addr string) (backend, func() error, error)) opener {
+	return func(ctx context.Context, o *options) (backend, func() error, error) {
+		srv, err := startRedis(ctx, o)
+		if err != nil {
+			return nil, nil, err
+		}
+		b, closeFn, err := open(ctx, o, srv.addr)
+		if err != nil {
+			srv.stop()
+			return nil, nil, err
+		}
+		return b, func() error {
+			err := closeFn()
+			srv.stop()
+			return err
+		}, nil
+	}
+}
+
 func withBackend(ctx context.Context, o *options, open opener, f func(backend) error) (err error) {
 	b, closeFn, err := open(ctx, o)
 	if err != nil {

@@ -74,11 +74,19 @@ type peer struct {
 
 func peersByName() []peer {
 	return []peer{
-		{"streamq", runStreamq},
-		{"asynq", runAsynq},
-		{"river", runRiver},
+		timed("streamq", onRedis(openStreamq)),
+		timed("asynq", onRedis(openAsynq)),
+		timed("river", openRiver),
 		{"bullmq", runBullMQ},
 	}
+}
+
+// timed is the peer name whose phases are timed here on the backends open
+// makes.
+func timed(name string, open opener) peer {
+	return peer{name, func(ctx context.Context, o *options) ([]result, error) {
+		return phases(ctx, o, name, open)
+	}}
 }
 
 func main() {

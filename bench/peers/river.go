@@ -53,10 +53,6 @@ type riverBackend struct {
 	args   riverArgs
 }
 
-func runRiver(ctx context.Context, o *options) ([]result, error) {
-	return phases(ctx, o, "river", openRiver)
-}
-
 func openRiver(ctx context.Context, o *options) (backend, func() error, error) {
 	cfg, err := pgxpool.ParseConfig(o.postgres)
 	if err != nil {

@@ -20,26 +20,13 @@ type streamqBackend struct {
 	job []byte
 }
 
-func runStreamq(ctx context.Context, o *options) ([]result, error) {
-	return phases(ctx, o, "streamq", openStreamq)
-}
-
-func openStreamq(ctx context.Context, o *options) (backend, func() error, error) {
-	srv, err := startRedis(ctx, o)
-	if err != nil {
-		return nil, nil, err
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.addr, PoolSize: o.concurrency + 10})
-	closeFn := func() error {
-		err := rdb.Close()
-		srv.stop()
-		return err
-	}
+func openStreamq(ctx context.Context, o *options, addr string) (backend, func() error, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: o.concurrency + 10})
 	b, err := newStreamqBackend(ctx, o, rdb)
 	if err != nil {
-		return nil, nil, errors.Join(err, closeFn())
+		return nil, nil, errors.Join(err, rdb.Close())
 	}
-	return b, closeFn, nil
+	return b, rdb.Close, nil
 }
 
 func newStreamqBackend(ctx context.Context, o *options, rdb *redis.Client) (*streamqBackend, error) {
