@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -40,6 +41,7 @@ type benchObs struct {
 	metrics                    *middleware.Metrics
 	producer                   context.Context // holds a sampled span: jobs carry a traceparent
 	quiet                      *slog.Logger    // JSON to io.Discard at Info: failures only
+	silent                     *slog.Logger    // JSON to io.Discard, every level disabled
 }
 
 func newBenchObs(b *testing.B) *benchObs {
@@ -69,6 +71,7 @@ func newBenchObs(b *testing.B) *benchObs {
 		metrics:       m,
 		producer:      ctx,
 		quiet:         slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		silent:        slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 4})),
 	}
 }
 
@@ -134,6 +137,10 @@ func (o *benchObs) chains() []benchChain {
 // process per job, including the garbage collector's work on other threads;
 // unlike ns/op it does not grow when other processes take the CPU away.
 //
+// parallel/<chain> calls the same chains from 64 goroutines at once, as a
+// consumer at concurrency 64 does: what they share (the caches per queue,
+// the counters, the SDK's instruments) is contended there.
+//
 // e2e/<handler>/<chain> runs jobs through a real consumer, end to end: each
 // iteration enqueues the same number of jobs (5000; 3000 for sleep1ms) for a
 // bare consumer and for one with the chain (timer stopped), then drains
@@ -168,6 +175,7 @@ func BenchmarkChain(b *testing.B) {
 		one("recover", middleware.Recover()),
 		one("timeout", middleware.Timeout(time.Minute)),
 		one("logging", middleware.Logging(obs.quiet, nil)),
+		one("logging-disabled", middleware.Logging(obs.silent, nil)),
 		one("metrics-only", obs.metrics.Middleware()),
 		one("tracing-unsampled", middleware.Tracing(obs.unsampled)),
 		one("tracing-unsampled-nostart", middleware.Tracing(obs.unsampledLate)),
@@ -177,11 +185,7 @@ func BenchmarkChain(b *testing.B) {
 	}
 	for _, c := range append(single, obs.chains()...) {
 		b.Run("handler/"+c.name, func(b *testing.B) {
-			mws := c.chain(b, nil)
-			if mws == nil && c.name != "bare" {
-				b.Skip("end-to-end only")
-			}
-			h := streamq.Chain(noop, mws...)
+			h := withoutRedis(b, c, noop)
 			ctx := context.Background()
 			b.ReportAllocs()
 			cpu0 := cpuTime()
@@ -190,9 +194,31 @@ func BenchmarkChain(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if cpu := cpuTime() - cpu0; cpu > 0 {
-				b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
-			}
+			reportCPU(b, cpu0)
+		})
+	}
+
+	// The chains again, called by 64 goroutines at once (32 per P on 2
+	// cores), as a consumer at concurrency 64 calls them: shared state
+	// (the caches of queues, the counters, the SDK's instruments) is
+	// contended here, not in handler/.
+	for _, c := range obs.chains() {
+		b.Run("parallel/"+c.name, func(b *testing.B) {
+			h := withoutRedis(b, c, noop)
+			b.ReportAllocs()
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			cpu0 := cpuTime()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				m := *msg // each goroutine its own message, as in a consumer
+				for pb.Next() {
+					if err := h.Handle(ctx, &m); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			reportCPU(b, cpu0)
 		})
 	}
 
@@ -259,6 +285,23 @@ func BenchmarkChain(b *testing.B) {
 				b.ReportMetric(float64(b.N*jobs)/tf.Seconds(), "chain_jobs/s")
 			})
 		}
+	}
+}
+
+// withoutRedis returns the chain c around h, or skips b when c needs Redis.
+func withoutRedis(b *testing.B, c benchChain, h streamq.Handler) streamq.Handler {
+	b.Helper()
+	mws := c.chain(b, nil)
+	if mws == nil && c.name != "bare" {
+		b.Skip("end-to-end only")
+	}
+	return streamq.Chain(h, mws...)
+}
+
+// reportCPU reports the CPU time of the process per op since cpu0.
+func reportCPU(b *testing.B, cpu0 time.Duration) {
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 	}
 }
 

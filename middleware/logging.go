@@ -78,6 +78,12 @@ func Logging(logger *slog.Logger, cfg *LoggingConfig) streamq.Middleware {
 	}
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
+			if !l.log.Enabled(ctx, l.failLevel) && !l.log.Enabled(ctx, slog.LevelDebug) {
+				// No record this job could end in would be written: no
+				// clock reading, no deferred recover. Checked per job, as
+				// a handler's level may change at run time.
+				return next.Handle(ctx, msg)
+			}
 			start := time.Now()
 			defer func() {
 				if r := recover(); r != nil {

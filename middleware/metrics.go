@@ -184,6 +184,10 @@ type Metrics struct {
 	// its reads take no lock.
 	state sync.Map
 
+	// lastQueue is the queueState of the job started last: consumers
+	// mostly run one queue, so this spares most jobs hashing its name.
+	lastQueue atomic.Pointer[queueState]
+
 	// closeMu guards regs and closed. The callbacks never take it: the SDK
 	// may hold its own lock while running a callback, and Unregister takes
 	// that lock.
@@ -195,6 +199,7 @@ type Metrics struct {
 // queueState holds the counters of one queue and its prebuilt measurement
 // options, so that recording a job allocates nothing.
 type queueState struct {
+	queue   string
 	add     []metric.AddOption
 	record  []metric.RecordOption
 	observe metric.ObserveOption
@@ -214,6 +219,7 @@ func newQueueState(queue string) *queueState {
 	q := semconv.MessagingDestinationName(queue)
 	set := attribute.NewSet(q)
 	s := &queueState{
+		queue:   queue,
 		add:     []metric.AddOption{metric.WithAttributeSet(set)},
 		record:  []metric.RecordOption{metric.WithAttributeSet(set)},
 		observe: metric.WithAttributeSet(set),
@@ -480,7 +486,11 @@ func (m *Metrics) Close() error {
 func (m *Metrics) Middleware() streamq.Middleware {
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
-			q := m.queueState(msg.Queue)
+			q := m.lastQueue.Load()
+			if q == nil || q.queue != msg.Queue {
+				q = m.queueState(msg.Queue)
+				m.lastQueue.Store(q)
+			}
 			cs := m.consumerState(q, msg.Queue, msg.Group)
 			start := time.Now()
 			q.inFlight.Add(1)

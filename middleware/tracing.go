@@ -245,6 +245,11 @@ type tracing struct {
 
 	queues sync.Map     // spanKey -> *queueSpan; lock-free reads
 	cached atomic.Int32 // entries in queues, to bound it
+
+	// last is the queueSpan of the job started last: a consumer runs jobs
+	// of one queue and group, so this spares most jobs hashing both names
+	// for the lookup in queues.
+	last atomic.Pointer[queueSpan]
 }
 
 // spanKey identifies the spans that share a name and start options.
@@ -253,12 +258,22 @@ type spanKey struct{ queue, group string }
 // queueSpan holds what every span of one queue and group shares, built once
 // so that starting a span allocates nothing on this package's side.
 type queueSpan struct {
+	key   spanKey
 	name  string                  // "process <queue>"
 	opts  []trace.SpanStartOption // kind, and attrs unless NoStartAttributes
 	attrs []attribute.KeyValue    // the attributes known before the job
 }
 
 func (t *tracing) queueSpan(queue, group string) *queueSpan {
+	if qs := t.last.Load(); qs != nil && qs.key.queue == queue && qs.key.group == group {
+		return qs
+	}
+	qs := t.loadQueueSpan(queue, group)
+	t.last.Store(qs)
+	return qs
+}
+
+func (t *tracing) loadQueueSpan(queue, group string) *queueSpan {
 	k := spanKey{queue, group}
 	if qs, ok := t.queues.Load(k); ok {
 		return qs.(*queueSpan)
@@ -272,6 +287,7 @@ func (t *tracing) queueSpan(queue, group string) *queueSpan {
 	}
 	attrs = append(attrs, semconv.MessagingOperationTypeProcess, semconv.MessagingOperationName("process"))
 	qs := &queueSpan{
+		key:   k,
 		name:  "process " + queue,
 		opts:  []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)},
 		attrs: attrs,
@@ -292,8 +308,15 @@ func (t *tracing) queueSpan(queue, group string) *queueSpan {
 }
 
 func (t *tracing) start(ctx context.Context, msg *streamq.Message) (context.Context, trace.Span) {
+	// The creation context is the one extracted from the headers (remote),
+	// not a span the runtime's context may hold. Without headers there is
+	// none, and the context is not searched for one.
+	var link trace.Link
 	if len(msg.Headers) > 0 {
 		ctx = t.prop.Extract(ctx, propagation.MapCarrier(msg.Headers))
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsRemote() {
+			link.SpanContext = sc
+		}
 	}
 	group := msg.Group
 	if group == "" {
@@ -301,12 +324,6 @@ func (t *tracing) start(ctx context.Context, msg *streamq.Message) (context.Cont
 	}
 	qs := t.queueSpan(msg.Queue, group)
 	opts := qs.opts
-	// The creation context is the one extracted from the headers (remote),
-	// not a span the runtime's context may hold.
-	var link trace.Link
-	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && sc.IsRemote() {
-		link.SpanContext = sc
-	}
 	if t.root && link.SpanContext.IsValid() {
 		// A new root: the link is all samplers can go by, so it is given
 		// at the start.

@@ -64,6 +64,8 @@ type options struct {
 	cpuProfile   string
 	memProfile   string
 	middleware   bool
+	mwSampled    float64       // fraction of the middleware chain's spans sampled
+	mwTimeout    time.Duration // the middleware chain's Timeout; 0: none
 	memcheck     bool
 	memcheckJobs int
 	memcheckConc int
@@ -167,9 +169,11 @@ Scenarios (-scenarios, comma-separated; default all):
               ticker) offering -latency-load of the max pipeline rate (first
               measured for 5 s with producers and consumer running flat out)
               for -latency-duration; the baseline gets the same offered rate.
-  middleware  e2e with middleware.Default (Recover, Tracing, Metrics, Logging,
-              Timeout; OpenTelemetry SDK providers that drop what they record)
-              around the no-op handler, against the same baseline.
+  middleware  e2e with middleware.Default (Recover, Tracing, Metrics, Logging;
+              OpenTelemetry SDK providers that drop what they record; spans
+              sampled as -middleware-sampled says, none by default; Timeout
+              with -middleware-timeout) around the no-op handler, against the
+              same baseline.
 
 Each measurement runs -runs times, streamq and baseline alternating; lines show
 medians. -memcheck runs a consumer in a child process instead and samples its
@@ -206,6 +210,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file; the measured work is labelled side=streamq or side=baseline (go tool pprof -tagfocus side=streamq)")
 	fs.StringVar(&o.memProfile, "memprofile", "", "write an allocation profile at the end to this file")
 	fs.BoolVar(&o.middleware, "middleware", false, "run the e2e scenario with the middleware chain of the middleware scenario too")
+	fs.Float64Var(&o.mwSampled, "middleware-sampled", 0, "middleware scenario: fraction of spans the tracer samples (ParentBased(TraceIDRatioBased)); 1 samples every span")
+	fs.DurationVar(&o.mwTimeout, "middleware-timeout", 0, "middleware scenario: add middleware.Timeout with this limit; 0 leaves it out, as Default does by default")
 	fs.BoolVar(&o.memcheck, "memcheck", false, "measure consumer RSS over many jobs instead of running the scenarios")
 	fs.IntVar(&o.memcheckJobs, "memcheck-jobs", 1_000_000, "memcheck: jobs to process (RSS is sampled every 100,000)")
 	fs.IntVar(&o.memcheckConc, "memcheck-concurrency", 16, "memcheck: consumer concurrency")
@@ -258,6 +264,10 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-latency-rate %g: use 0 (derive it) or a rate up to 1e7 jobs/s", o.latRate)
 	case o.latLoad <= 0 || o.latLoad > 2:
 		return nil, fmt.Errorf("-latency-load %g: use a fraction in (0, 2]", o.latLoad)
+	case !(o.mwSampled >= 0 && o.mwSampled <= 1):
+		return nil, fmt.Errorf("-middleware-sampled %g: use a fraction in [0, 1]", o.mwSampled)
+	case o.mwTimeout < 0:
+		return nil, fmt.Errorf("-middleware-timeout %s: use 0 (no Timeout) or a positive duration", o.mwTimeout)
 	case o.maxTime <= 0:
 		return nil, fmt.Errorf("-max-time %s: use a positive duration", o.maxTime)
 	case o.runTimeout <= 0:
@@ -399,7 +409,7 @@ func (b *bench) runScenarios(ctx context.Context) error {
 			if b.o.middleware {
 				var note string
 				var cleanup func()
-				mw, note, cleanup = middlewareChain()
+				mw, note, cleanup = middlewareChain(b.o)
 				defer cleanup()
 				if mw == nil {
 					fmt.Fprintf(b.out, "%-28s -middleware has no effect: %s\n", "e2e", note)

@@ -262,7 +262,7 @@ func (b *bench) e2eBaseline(ctx context.Context, c, n, i int) (Run, error) {
 
 // scenarioMiddleware is the end-to-end scenario with a middleware chain.
 func (b *bench) scenarioMiddleware(ctx context.Context) error {
-	mw, note, cleanup := middlewareChain()
+	mw, note, cleanup := middlewareChain(b.o)
 	defer cleanup()
 	if mw == nil {
 		fmt.Fprintf(b.out, "%-28s skipped: %s\n", "middleware", note)

@@ -2,9 +2,9 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
-	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -25,14 +25,20 @@ func (discardSpans) ForceFlush(context.Context) error                { return ni
 
 // middlewareChain returns the chain the "middleware" scenario (and -middleware
 // on the e2e scenario) wraps the no-op handler with: middleware.Default with
-// Recover, Tracing (OpenTelemetry SDK, every span sampled, then dropped),
-// Metrics (SDK meter provider with a manual reader), Logging (JSON to
-// io.Discard) and Timeout. The rate limiter is left out: it costs one Redis
-// script call per job by design and is measured by the middleware package's
-// own benchmarks. Call cleanup when the consumers have stopped. A nil chain
-// comes with the reason in note.
-func middlewareChain() (mws []streamq.Middleware, note string, cleanup func()) {
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(discardSpans{}))
+// Recover, Tracing (OpenTelemetry SDK sampling -middleware-sampled of the
+// spans with ParentBased(TraceIDRatioBased), every one at 1, and dropping
+// what it records), Metrics (SDK meter provider with a manual reader),
+// Logging (JSON to io.Discard at Info: failures only) and, with
+// -middleware-timeout, Timeout. The rate limiter is left out: it costs one
+// Redis script call per job by design and is measured by the middleware
+// package's own benchmarks. Call cleanup when the consumers have stopped. A
+// nil chain comes with the reason in note.
+func middlewareChain(o *options) (mws []streamq.Middleware, note string, cleanup func()) {
+	sampler := sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.mwSampled))
+	if o.mwSampled >= 1 {
+		sampler = sdktrace.AlwaysSample()
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(discardSpans{}))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 	m, err := middleware.NewMetrics(&middleware.MetricsConfig{MeterProvider: mp})
 	if err != nil {
@@ -47,9 +53,13 @@ func middlewareChain() (mws []streamq.Middleware, note string, cleanup func()) {
 			Propagator:     propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 		},
 		Metrics: m,
-		Timeout: time.Minute,
+		Timeout: o.mwTimeout,
 	})
-	return mws, "Recover, Tracing (SDK, all sampled, dropped), Metrics (SDK), Logging (discarded), Timeout", func() {
+	note = fmt.Sprintf("Recover, Tracing (SDK, %g%% of spans sampled, dropped), Metrics (SDK), Logging (discarded)", o.mwSampled*100)
+	if o.mwTimeout > 0 {
+		note += fmt.Sprintf(", Timeout %s", o.mwTimeout)
+	}
+	return mws, note, func() {
 		_ = m.Close()
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
