@@ -391,6 +391,32 @@ func TestCLI_Bench(t *testing.T) {
 	if !strings.Contains(out, "enqueue/") || !strings.Contains(out, redistest.Addr()) {
 		t.Errorf("bench output:\n%s", out)
 	}
+	// --url wins over REDIS_URL (here a closed port), and a bare --json
+	// prints the results as JSON on stdout, the table on stderr.
+	r := runWithEnv(t, []string{"REDIS_URL=redis://127.0.0.1:1"}, "bench", "--url", "redis://"+redistest.Addr(), "--json",
+		"-scenarios", "enqueue", "-enqueue-jobs", "200", "-runs", "1", "-producers", "1", "-max-time", "30s")
+	var rep struct {
+		RedisAddr string `json:"redis_addr"`
+		Results   []struct{ Scenario string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil || rep.RedisAddr != redistest.Addr() || len(rep.Results) == 0 {
+		t.Errorf("bench --url --json: exit code %d, JSON error %v, report %+v; stdout:\n%s\nstderr:\n%s", r.code, err, rep, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "enqueue/") {
+		t.Errorf("bench --json: the table is not on stderr:\n%s", r.stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--url", "redis://:pw@127.0.0.1:1"}, "without credentials"},
+		{[]string{"bench", "--url", "redis://127.0.0.1:1", "-addr", "127.0.0.1:2"}, "not both"},
+		{[]string{"bench", "--prefix", "x"}, "does not use --prefix"},
+	} {
+		if r := e.run("", c.args...); r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("streamq %s: exit code %d, stderr %q; want %d and %q", strings.Join(c.args, " "), r.code, r.stderr, exitUsage, c.want)
+		}
+	}
 }
 
 // TestCLI_Topologies enqueues and lists through --cluster and --sentinel.
