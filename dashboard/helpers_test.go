@@ -333,6 +333,9 @@ func regexpFind(t testing.TB, s, re string) string {
 	return m[1]
 }
 
+// goodPassword is a basic-auth password strong enough for Auth.
+const goodPassword = "correct horse battery staple"
+
 // basic is the value of a basic Authorization header.
 func basic(user, password string) string {
 	return base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
