@@ -453,3 +453,41 @@ func TestQueuePage_NoHistoryAsBacklog(t *testing.T) {
 		t.Error("the overview shows Depth")
 	}
 }
+
+// TestEscaping checks that markup in payloads, headers, errors, queue names
+// and request parameters is shown as text, never run.
+func TestEscaping(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	ctx := context.Background()
+	const tag = `<img src=x onerror=alert(1)>`
+	base := f.prefix + ":{idle}"
+	id, err := f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: base + ":stream", Values: []any{
+		"v", "1", "payload", "<script>alert(1)</script>", "headers", `{"x":"\"` + tag + `"}`,
+	}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.XAdd(ctx, &redis.XAddArgs{Stream: base + ":dead", Values: []any{
+		"dl_queue", "idle", "dl_id", "1-1", "dl_reason", "permanent", "dl_error", "failed: " + tag, "dl_attempts", "1",
+		"dl_failed", "1700000000000", "v", "1", "payload", "x",
+	}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.rdb.HSet(ctx, f.prefix+":queues", `q"`+tag, "stream").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, newDashboard(t, f, dashboard.Options{}))
+	for _, p := range []string{
+		"/", "/queues/idle/jobs/" + escapeID(id), "/queues/idle", "/queues/idle/dead",
+		"/queues/idle?q=" + url.QueryEscape(tag) + "&header=" + url.QueryEscape("a="+tag),
+		"/queues/idle/dead?error=" + url.QueryEscape(`"`+tag),
+		"/queues/" + url.PathEscape(tag), "/queues/idle/jobs/" + url.PathEscape(tag),
+	} {
+		r := c.get(p)
+		if strings.Contains(r.Body, tag) || strings.Contains(r.Body, "<script>alert") {
+			t.Errorf("GET %s: markup from data shown raw (status %d)", p, r.Status)
+		}
+	}
+	c.mustGet("/queues/idle/jobs/"+escapeID(id), "&lt;script&gt;alert(1)&lt;/script&gt;", "&lt;img src=x onerror=alert(1)&gt;")
+}
