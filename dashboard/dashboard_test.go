@@ -369,7 +369,7 @@ func TestReadOnly(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, false)
-	token := "s3cret-token-of-32-characters-xx"
+	token := goodToken
 
 	t.Run("basic", func(t *testing.T) {
 		t.Parallel()

@@ -135,9 +135,8 @@ func TestAuth_Throttle(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, false)
 	var l logs
-	token := "s3cret-token-of-32-characters-xx"
 	c := newClient(t, newDashboard(t, f, dashboard.Options{Logger: l.logger(),
-		Auth: &dashboard.Auth{Username: "admin", Password: goodPassword, Token: token}}))
+		Auth: &dashboard.Auth{Username: "admin", Password: goodPassword, Token: goodToken}}))
 	try := func(user, password string) *response {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodGet, c.srv.URL+"/", nil)
@@ -159,7 +158,7 @@ func TestAuth_Throttle(t *testing.T) {
 		t.Errorf("right password while locked out: status %d, want 429:\n%s", r.Status, r.Body)
 	}
 	// The token sign-in form is throttled with the same count.
-	if r := c.post("/login", url.Values{"token": {token}}); r.Status != http.StatusTooManyRequests {
+	if r := c.post("/login", url.Values{"token": {goodToken}}); r.Status != http.StatusTooManyRequests {
 		t.Errorf("token sign-in while locked out: status %d, want 429", r.Status)
 	}
 	// Each failure is logged: client, user, method; never the password.
@@ -190,13 +189,12 @@ func TestTLS(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, false)
 	var audit logs
-	token := "s3cret-token-of-32-characters-xx"
 	cert, key, clientConf := redistest.TLSCertificate(t)
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewUnstartedServer(newDashboard(t, f, dashboard.Options{Auth: &dashboard.Auth{Token: token}, AuditLogger: audit.logger()}))
+	srv := httptest.NewUnstartedServer(newDashboard(t, f, dashboard.Options{Auth: &dashboard.Auth{Token: goodToken}, AuditLogger: audit.logger()}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
@@ -205,7 +203,7 @@ func TestTLS(t *testing.T) {
 	c.origin = srv.URL
 	c.hc.Transport = &http.Transport{TLSClientConfig: clientConf}
 
-	r := c.post("/login", url.Values{"token": {token}})
+	r := c.post("/login", url.Values{"token": {goodToken}})
 	if r.Status != http.StatusSeeOther {
 		t.Fatalf("sign in over TLS: status %d:\n%s", r.Status, r.Body)
 	}

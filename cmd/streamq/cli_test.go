@@ -401,7 +401,7 @@ func TestCLI_Bench(t *testing.T) {
 	}
 	// --url wins over REDIS_URL (here a closed port), and a bare --json
 	// prints the results as JSON on stdout, the table on stderr.
-	r := runWithEnv(t, []string{"REDIS_URL=redis://127.0.0.1:1"}, "bench", "--url", "redis://"+redistest.Addr(), "--json",
+	r := runIn(t, "", []string{"REDIS_URL=redis://127.0.0.1:1"}, "bench", "--url", "redis://"+redistest.Addr(), "--json",
 		"-scenarios", "enqueue", "-enqueue-jobs", "200", "-runs", "1", "-producers", "1", "-max-time", "30s")
 	var rep struct {
 		RedisAddr string `json:"redis_addr"`

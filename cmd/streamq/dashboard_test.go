@@ -228,7 +228,7 @@ func TestCLI_DashboardRefusesOpenListen(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.stderr, "STREAMQ_DASHBOARD_TOKEN") {
 		t.Fatalf("dashboard --listen 0.0.0.0:0 without auth: exit code %d (want 2), stderr:\n%s", r.code, r.stderr)
 	}
-	r = runWithEnv(t, []string{"REDIS_URL=redis://" + redistest.Addr(), envDashboardUser + "=ops", envDashboardPassword + "=hunter2"}, "dashboard", "--listen", "0.0.0.0:0")
+	r = runIn(t, "", []string{"REDIS_URL=redis://" + redistest.Addr(), envDashboardUser + "=ops", envDashboardPassword + "=hunter2"}, "dashboard", "--listen", "0.0.0.0:0")
 	if r.code != 2 || !strings.Contains(r.stderr, "at least 15") {
 		t.Errorf("a weak password: exit code %d (want 2), stderr:\n%s", r.code, r.stderr)
 	}

@@ -71,7 +71,7 @@ func TestCLI_RedactsURL(t *testing.T) {
 				if viaFlag {
 					args, env = append([]string{"--url", u}, line...), "REDIS_URL="
 				}
-				r := runWithEnv(t, []string{env}, args...)
+				r := runIn(t, "", []string{env}, args...)
 				if strings.Contains(r.stdout+r.stderr, secret) {
 					t.Errorf("streamq %s (%s, flag %v) shows the password:\nstdout: %s\nstderr: %s", strings.Join(args, " "), kind, viaFlag, r.stdout, r.stderr)
 				}
@@ -101,24 +101,4 @@ func TestDemo_RedactsURL(t *testing.T) {
 			t.Errorf("demo with a bad %s in REDIS_URL: err %v, output:\n%s\nwant a failure naming the redacted URL, without the password", kind, err, out)
 		}
 	}
-}
-
-// runWithEnv runs the binary with the clean environment plus env, and no
-// stdin.
-func runWithEnv(t *testing.T, env []string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(cleanEnv(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(""), &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	if ee, ok := err.(*exec.ExitError); ok {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("streamq %s: %v", strings.Join(args, " "), err)
-	}
-	return r
 }
