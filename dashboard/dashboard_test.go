@@ -82,7 +82,7 @@ func TestPages(t *testing.T) {
 	for name, want := range map[string]string{
 		"Content-Security-Policy": "default-src 'none'; script-src 'self'",
 		"X-Content-Type-Options":  "nosniff",
-		"Referrer-Policy":         "no-referrer",
+		"Referrer-Policy":         "same-origin",
 		"X-Frame-Options":         "DENY",
 	} {
 		if got := r.Header.Get(name); !strings.Contains(got, want) {

@@ -37,7 +37,8 @@
 //   - Headers: a Content-Security-Policy allowing only the dashboard's own
 //     script and style sheet (no inline script, no other origin, no framing),
 //     X-Content-Type-Options nosniff, X-Frame-Options DENY,
-//     Referrer-Policy no-referrer, Cache-Control no-store.
+//     Referrer-Policy same-origin (no referrer leaves the dashboard, and
+//     forms carry their origin), Cache-Control no-store.
 //   - Text from jobs is escaped, and characters that would not show as
 //     themselves (right-to-left overrides, zero-width spaces, control
 //     characters) are written as escapes like \u202e.
