@@ -52,16 +52,20 @@ type Options struct {
 
 	// Auth, when set, requires HTTP basic authentication or a bearer token on
 	// every request. Defaults to nil: no authentication (serve on loopback
-	// only, or put your own authentication in Middleware).
+	// only, where only loopback host names are answered, or put your own
+	// authentication in Middleware and list your host in AllowedHosts).
 	Auth *Auth
 
 	// Middleware, when set, wraps the dashboard's handler after the security
-	// headers and before the built-in authentication: plug your own
-	// authentication, logging or rate limiting here. Defaults to nil.
+	// headers and the Host check (AllowedHosts) and before the built-in
+	// authentication: plug your own authentication, logging or rate limiting
+	// here, or set r.RemoteAddr from a reverse proxy's header so that failed
+	// sign-ins are throttled per real client. Defaults to nil.
 	Middleware func(http.Handler) http.Handler
 
-	// HidePayloads replaces payloads and results with a notice and disables
-	// the search by payload substring. Defaults to false.
+	// HidePayloads replaces payloads, results, headers and error messages
+	// (which often quote the payload) with a notice, and refuses the searches
+	// by payload, header and error text. Defaults to false.
 	HidePayloads bool
 
 	// Refresh is how often pages refresh their live part (counts, charts,
