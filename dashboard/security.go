@@ -68,10 +68,13 @@ func (s *server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		login := a.Token != "" && r.Method == http.MethodPost && s.isPath(r, "/login", false)
+		if login {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+		}
 		user, method, tried := s.credentials(r, login)
 		if tried {
 			client := clientAddr(r)
-			if wait := s.throttle.wait(client, s.now()); wait > 0 {
+			if wait := s.throttle.admit(client, s.now()); wait > 0 {
 				s.tooMany(w, wait)
 				return
 			}

@@ -90,20 +90,36 @@ type throttle struct {
 
 // failures is one client's record.
 type failures struct {
-	n     int       // failed sign-ins in a row
-	last  time.Time // the last one
-	until time.Time // refused until then
+	n       int       // failed sign-ins in a row
+	pending int       // sign-ins admitted and not yet judged
+	last    time.Time // the last failure
+	until   time.Time // refused until then
 }
 
 func newThrottle() *throttle { return &throttle{clients: map[string]*failures{}} }
 
-// wait returns how long client is still refused at now (0: not refused).
-func (t *throttle) wait(client string, now time.Time) time.Duration {
+// admit returns how long client must wait before its sign-in attempt at now
+// may be checked (0: check it now, and report the outcome with fail or
+// succeed). Attempts of one client run side by side only while its failures
+// and pending attempts together stay within freeFailures: a burst of
+// parallel guesses cannot overtake the count.
+func (t *throttle) admit(client string, now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if f := t.clients[client]; f != nil && f.until.After(now) {
+	f := t.clients[client]
+	switch {
+	case f == nil:
+		if len(t.clients) >= maxClients {
+			t.evict(now)
+		}
+		f = &failures{}
+		t.clients[client] = f
+	case f.until.After(now):
 		return f.until.Sub(now)
+	case f.pending > 0 && f.n+f.pending >= freeFailures:
+		return firstLockout
 	}
+	f.pending++
 	return 0
 }
 
@@ -113,15 +129,18 @@ func (t *throttle) fail(client string, now time.Time) (int, time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.clients[client]
-	if f != nil && now.Sub(f.last) > forgetFailures {
-		f = nil
-	}
 	if f == nil {
 		if len(t.clients) >= maxClients {
 			t.evict(now)
 		}
 		f = &failures{}
 		t.clients[client] = f
+	}
+	if f.pending > 0 {
+		f.pending--
+	}
+	if f.n > 0 && now.Sub(f.last) > forgetFailures {
+		f.n = 0
 	}
 	f.n++
 	f.last = now
@@ -141,7 +160,7 @@ func (t *throttle) fail(client string, now time.Time) (int, time.Duration) {
 func (t *throttle) evict(now time.Time) {
 	oldest := ""
 	for k, f := range t.clients {
-		if now.Sub(f.last) > forgetFailures && !f.until.After(now) {
+		if now.Sub(f.last) > forgetFailures && !f.until.After(now) && f.pending == 0 {
 			delete(t.clients, k)
 		} else if oldest == "" || f.last.Before(t.clients[oldest].last) {
 			oldest = k

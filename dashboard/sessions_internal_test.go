@@ -17,6 +17,9 @@ func TestThrottle(t *testing.T) {
 	th := newThrottle()
 	now := time.Unix(1_800_000_000, 0)
 	for i := 1; i <= freeFailures; i++ {
+		if w := th.admit("a", now); w != 0 {
+			t.Fatalf("attempt %d: wait %v, want none", i, w)
+		}
 		if n, d := th.fail("a", now); n != i || d != 0 {
 			t.Fatalf("failure %d: %d, %v; want %d, no lockout", i, n, d, i)
 		}
@@ -28,13 +31,21 @@ func TestThrottle(t *testing.T) {
 		if d != want {
 			t.Fatalf("failure %d: locked %v, want %v", freeFailures+1+i, d, want)
 		}
-		if got := th.wait("a", now.Add(d-time.Millisecond)); got != time.Millisecond {
+		if got := th.admit("a", now.Add(d-time.Millisecond)); got != time.Millisecond {
 			t.Fatalf("wait just before the end = %v, want 1ms", got)
 		}
 		want = min(2*want, maxLockout)
 	}
-	if th.wait("b", now) != 0 {
+	if th.admit("b", now) != 0 {
 		t.Error("another client is refused")
+	}
+	// Parallel attempts cannot overtake the count: with 4 failures, one
+	// attempt may be pending, not two.
+	for range 4 {
+		th.fail("c", now)
+	}
+	if th.admit("c", now) != 0 || th.admit("c", now) == 0 {
+		t.Error("a second parallel attempt was admitted past the free failures")
 	}
 	th.succeed("a")
 	if n, d := th.fail("a", now); n != 1 || d != 0 {
