@@ -215,6 +215,17 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("flash after the bulk requeue: %q", got)
 	}
 	waitDead(t, work, 0)
+
+	// With a token: sign in on the form, act, and sign out (the browser's
+	// forms carry their origin, which the dashboard checks).
+	authed := httptest.NewServer(newDashboard(t, f, dashboard.Options{Auth: &dashboard.Auth{Token: goodToken}}))
+	t.Cleanup(authed.Close)
+	do("sign in", chromedp.Navigate(authed.URL+"/queues/idle"), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name="token"]`), goodToken), chromedp.Submit(chromedp.CSS(`input[name="token"]`)),
+		chromedp.WaitVisible(chromedp.ID("logout")))
+	do("pause signed in", chromedp.Navigate(authed.URL+"/queues/idle"), chromedp.Click(chromedp.ID("pause")),
+		chromedp.WaitVisible(chromedp.ID("paused-badge")))
+	do("sign out", chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.CSS(`input[name="token"]`)))
 }
 
 // paused reports whether queue is paused in qs.

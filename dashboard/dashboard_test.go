@@ -32,7 +32,16 @@ func TestNew_Validation(t *testing.T) {
 		{"user without password", dashboard.Options{Auth: &dashboard.Auth{Username: "u"}}, "both Username and Password"},
 		{"password without user", dashboard.Options{Auth: &dashboard.Auth{Password: "p"}}, "both Username and Password"},
 		{"empty auth", dashboard.Options{Auth: &dashboard.Auth{}}, "Auth is set but empty"},
-		{"colon in user", dashboard.Options{Auth: &dashboard.Auth{Username: "a:b", Password: "p"}}, `":"`},
+		{"colon in user", dashboard.Options{Auth: &dashboard.Auth{Username: "a:b", Password: goodPassword}}, `":"`},
+		{"short password", dashboard.Options{Auth: &dashboard.Auth{Username: "ops", Password: "a"}}, "use at least 15"},
+		{"14-character password", dashboard.Options{Auth: &dashboard.Auth{Username: "ops", Password: "abcdefghijklmn"}}, "use at least 15"},
+		{"repetitive password", dashboard.Options{Auth: &dashboard.Auth{Username: "ops", Password: "abababababababababab"}}, "too few characters"},
+		{"password with the user name", dashboard.Options{Auth: &dashboard.Auth{Username: "admin", Password: "Admin-rocks-2026!"}}, "user name"},
+		{"session too short", dashboard.Options{SessionTTL: time.Second}, "at least 1m0s"},
+		{"allowed host as a URL", dashboard.Options{AllowedHosts: []string{"https://jobs.example.com"}}, "not a host name"},
+		{"empty allowed host", dashboard.Options{AllowedHosts: []string{" "}}, "empty name"},
+		{"trusted origin with a path", dashboard.Options{TrustedOrigins: []string{"https://jobs.example.com/admin"}}, "not an origin"},
+		{"trusted origin without scheme", dashboard.Options{TrustedOrigins: []string{"jobs.example.com"}}, "not an origin"},
 		{"short token", dashboard.Options{Auth: &dashboard.Auth{Token: "short"}}, "at least 16"},
 		{"refresh too short", dashboard.Options{Refresh: 10 * time.Millisecond}, "at least 1s"},
 		{"nil middleware result", dashboard.Options{Middleware: func(http.Handler) http.Handler { return nil }}, "nil handler"},
@@ -48,14 +57,16 @@ func TestNew_Validation(t *testing.T) {
 	}
 	for _, ok := range []dashboard.Options{
 		{}, {BasePath: "/admin/jobs"}, {Refresh: -1}, {Refresh: 2 * time.Second},
-		{Auth: &dashboard.Auth{Username: "u", Password: "p"}}, {Auth: &dashboard.Auth{Token: strings.Repeat("x", 16)}},
+		{Auth: &dashboard.Auth{Username: "u", Password: goodPassword}}, {Auth: &dashboard.Auth{Token: strings.Repeat("x", 16)}},
+		{AllowedHosts: []string{"jobs.example.com", "jobs.example.com:8443", "*"}, TrustedOrigins: []string{"https://jobs.example.com", "http://10.0.0.1:8080/"}},
+		{SessionTTL: time.Hour},
 	} {
 		if _, err := dashboard.New(rdb, &ok); err != nil {
 			t.Errorf("New(%+v) = %v, want nil", ok, err)
 		}
 	}
 	// New never changes the caller's options.
-	o := dashboard.Options{Auth: &dashboard.Auth{Username: "u", Password: "p"}}
+	o := dashboard.Options{Auth: &dashboard.Auth{Username: "u", Password: goodPassword}}
 	if _, err := dashboard.New(rdb, &o); err != nil || o.Prefix != "" || o.Refresh != 0 || o.Logger != nil {
 		t.Errorf("New changed the options: %+v (err %v)", o, err)
 	}
@@ -71,7 +82,7 @@ func TestPages(t *testing.T) {
 	for name, want := range map[string]string{
 		"Content-Security-Policy": "default-src 'none'; script-src 'self'",
 		"X-Content-Type-Options":  "nosniff",
-		"Referrer-Policy":         "no-referrer",
+		"Referrer-Policy":         "same-origin",
 		"X-Frame-Options":         "DENY",
 	} {
 		if got := r.Header.Get(name); !strings.Contains(got, want) {
@@ -358,11 +369,11 @@ func TestReadOnly(t *testing.T) {
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, false)
-	token := "s3cret-token-of-32-characters-xx"
+	token := goodToken
 
 	t.Run("basic", func(t *testing.T) {
 		t.Parallel()
-		c := newClient(t, newDashboard(t, f, dashboard.Options{Auth: &dashboard.Auth{Username: "admin", Password: "pw"}}))
+		c := newClient(t, newDashboard(t, f, dashboard.Options{Auth: &dashboard.Auth{Username: "admin", Password: goodPassword}}))
 		r := c.get("/")
 		if r.Status != http.StatusUnauthorized || !strings.HasPrefix(r.Header.Get("WWW-Authenticate"), "Basic ") {
 			t.Fatalf("no credentials: status %d, WWW-Authenticate %q", r.Status, r.Header.Get("WWW-Authenticate"))
@@ -370,7 +381,7 @@ func TestAuth(t *testing.T) {
 		if strings.Contains(r.Body, "work") {
 			t.Error("the 401 answer shows queue names")
 		}
-		for _, pw := range []string{"wrong", "pw "} {
+		for _, pw := range []string{"wrong", goodPassword + " "} {
 			req := httptest.NewRequest(http.MethodGet, c.srv.URL+"/", nil)
 			req.RequestURI = ""
 			req.SetBasicAuth("admin", pw)
@@ -378,7 +389,7 @@ func TestAuth(t *testing.T) {
 				t.Errorf("password %q: status %d, want 401", pw, r.Status)
 			}
 		}
-		c.header.Set("Authorization", "Basic "+basic("admin", "pw"))
+		c.header.Set("Authorization", "Basic "+basic("admin", goodPassword))
 		c.mustGet("/", "work")
 		c.mustGet("/queues/work")
 		if r := c.post("/queues/work/pause", nil); r.Status != http.StatusSeeOther {

@@ -333,6 +333,13 @@ func regexpFind(t testing.TB, s, re string) string {
 	return m[1]
 }
 
+// goodPassword is a basic-auth password strong enough for Auth, and
+// goodToken a bearer token.
+const (
+	goodPassword = "correct horse battery staple"
+	goodToken    = "s3cret-token-of-32-characters-xx"
+)
+
 // basic is the value of a basic Authorization header.
 func basic(user, password string) string {
 	return base64.StdEncoding.EncodeToString([]byte(user + ":" + password))

@@ -12,7 +12,6 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 )
 
@@ -23,9 +22,6 @@ const (
 	maxQueues = 500
 	// defaultLimit and maxLimit bound the jobs of one listing page.
 	defaultLimit, maxLimit = 50, 1000
-	// deadScanPages bounds the listing calls one dead-letter page makes to
-	// find jobs matching its filters.
-	deadScanPages = 20
 	// pageTimeout bounds the Redis work of one page.
 	pageTimeout = 10 * time.Second
 )
@@ -42,12 +38,13 @@ func (s *server) routes() {
 	m.HandleFunc("GET /queues/{queue}/consumers", s.consumers)
 	m.HandleFunc("GET /queues/{queue}/priority", s.priority)
 	m.HandleFunc("GET /queues/{queue}/writebehind", s.writeBehind)
-	m.HandleFunc("POST /queues/{queue}/{action}", s.action(s.queueAction))
-	m.HandleFunc("POST /queues/{queue}/jobs/{id}/{action}", s.action(s.jobAction))
-	m.HandleFunc("POST /queues/{queue}/dead/{action}", s.action(s.bulkAction))
+	m.HandleFunc("POST /queues/{queue}/{action}", s.action("", s.queueAction))
+	m.HandleFunc("POST /queues/{queue}/jobs/{id}/{action}", s.action("", s.jobAction))
+	m.HandleFunc("POST /queues/{queue}/dead/{action}", s.action("dead-", s.bulkAction))
 	m.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, s.opts.BasePath+"/", http.StatusSeeOther)
 	})
+	m.HandleFunc("POST /logout", s.logout)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		s.render(w, r, http.StatusNotFound, "error", &view{Title: "Not found", Error: "no such page: " + r.URL.Path})
 	})
@@ -69,7 +66,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		status = http.StatusServiceUnavailable
-	case errors.Is(err, errBadRequest):
+	case errors.Is(err, errBadRequest), errors.Is(err, inspect.ErrInvalidCursor), errors.Is(err, inspect.ErrUnknownReason):
 		status = http.StatusBadRequest
 	default:
 		s.log.ErrorContext(r.Context(), "dashboard: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
@@ -252,8 +249,8 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 		}
 		opts.Header = map[string]string{strings.TrimSpace(k): strings.TrimSpace(v)}
 	}
-	if d.Grep != "" && s.opts.HidePayloads {
-		s.fail(w, r, badRequest("payloads are hidden on this dashboard: search by payload is off"))
+	if (d.Grep != "" || d.Header != "") && s.opts.HidePayloads {
+		s.fail(w, r, badRequest("payloads and headers are hidden on this dashboard: search by payload and by header is off"))
 		return
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -365,9 +362,9 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		if j.Result != nil {
 			d.Result, d.ResultKind = pretty(j.Result)
 		}
-	}
-	for k, v := range j.Headers {
-		d.Headers = append(d.Headers, [2]string{k, v})
+		for k, v := range j.Headers {
+			d.Headers = append(d.Headers, [2]string{k, v})
+		}
 	}
 	slices.SortFunc(d.Headers, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
 	switch j.State {
@@ -396,13 +393,18 @@ type deadData struct {
 	Reasons                     []string
 }
 
-// knownReasons are the dead-letter reasons offered in the filter.
-var knownReasons = []string{streamq.ReasonMaxDeliveries, streamq.ReasonPermanent, streamq.ReasonMalformed, streamq.ReasonCancelled}
-
 // deadFilter reads the filter of the dead-letter page or a bulk action.
-func deadFilter(form url.Values) (inspect.DeadFilter, error) {
+func (s *server) deadFilter(form url.Values) (inspect.DeadFilter, error) {
 	f := inspect.DeadFilter{Reason: strings.TrimSpace(form.Get("reason")), Error: form.Get("error")}
 	var err error
+	if f.Reason != "" {
+		if _, err := inspect.ParseReason(f.Reason); err != nil {
+			return f, err
+		}
+	}
+	if f.Error != "" && s.opts.HidePayloads {
+		return f, badRequest("errors are hidden on this dashboard: the filter by error text is off")
+	}
 	if f.Since, err = parseTime(form.Get("since")); err != nil {
 		return f, err
 	}
@@ -447,23 +449,6 @@ func parseTime(v string) (time.Time, error) {
 	return time.Time{}, badRequest("time " + strconv.Quote(v) + " must look like 2006-01-02T15:04 (UTC) or RFC 3339")
 }
 
-// matches reports whether the dead letter j passes f.
-func matches(j *inspect.Job, f inspect.DeadFilter) bool {
-	if f.Reason != "" && j.Reason != f.Reason {
-		return false
-	}
-	if f.Error != "" && !strings.Contains(j.LastError, f.Error) {
-		return false
-	}
-	if !f.Since.IsZero() && j.DeadAt.Before(f.Since) {
-		return false
-	}
-	if !f.Until.IsZero() && j.DeadAt.After(f.Until) {
-		return false
-	}
-	return true
-}
-
 func (s *server) dead(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 	defer cancel()
@@ -473,14 +458,14 @@ func (s *server) dead(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	form := r.URL.Query()
-	f, err := deadFilter(form)
+	f, err := s.deadFilter(form)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	f.IDs = nil
 	d := &deadData{State: inspect.StateDead, Reason: f.Reason, Error: f.Error, Since: form.Get("since"), Until: form.Get("until"),
-		Reasons: knownReasons, Cursor: form.Get("cursor")}
+		Reasons: inspect.Reasons(), Cursor: form.Get("cursor")}
 	if form.Get("state") == string(inspect.StateCancelled) {
 		d.State = inspect.StateCancelled
 	}
@@ -500,33 +485,17 @@ func (s *server) dead(w http.ResponseWriter, r *http.Request) {
 		d.Count, d.Partial, err = countDead(gctx, q, ov, f)
 		return err
 	})
-	var jobs []inspect.Job
-	cursor := form.Get("cursor")
-	g.Go(func() error {
-		// The listing has no dead-letter filters: read pages and keep the
-		// matching jobs, a bounded number of calls per page view.
-		for range deadScanPages {
-			p, err := q.Jobs(gctx, inspect.ListOptions{State: d.State, Cursor: cursor, Limit: limit})
-			if err != nil {
-				return err
-			}
-			d.Scanned += p.Scanned
-			for i := range p.Jobs {
-				if matches(&p.Jobs[i], f) {
-					jobs = append(jobs, p.Jobs[i])
-				}
-			}
-			cursor = p.Cursor
-			if cursor == "" || len(jobs) >= limit {
-				return nil
-			}
-		}
-		return nil
+	var page *inspect.Page
+	g.Go(func() (err error) {
+		page, err = q.Jobs(gctx, inspect.ListOptions{State: d.State, Cursor: d.Cursor, Limit: limit, Dead: f})
+		return err
 	})
 	if err := g.Wait(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	d.Scanned = page.Scanned
+	jobs, cursor := page.Jobs, page.Cursor
 	d.Rows = s.jobRows(q.Name(), jobs)
 	base := pathOf(s.opts.BasePath, "queues", q.Name(), "dead")
 	keep := url.Values{}
@@ -535,6 +504,9 @@ func (s *server) dead(w http.ResponseWriter, r *http.Request) {
 	}
 	if d.State == inspect.StateCancelled {
 		keep.Set("state", string(d.State))
+	}
+	if limit != defaultLimit {
+		keep.Set("limit", strconv.Itoa(limit))
 	}
 	d.FirstURL = base + "?" + keep.Encode()
 	if cursor != "" {

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/visible"
 )
 
 //go:embed templates/*.html static/*
@@ -34,6 +35,7 @@ type view struct {
 	CSRF         string
 	ReadOnly     bool
 	HidePayloads bool
+	SignedIn     bool // in a session started on the sign-in form: offer to sign out
 	RefreshMS    int64
 	LiveURL      string // "" = nothing refreshes on this page
 	Flash        string
@@ -110,7 +112,8 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, status int, page
 	} else {
 		v.LiveURL = ""
 	}
-	if !s.opts.ReadOnly || page == "login" {
+	_, v.SignedIn = s.session(r)
+	if !s.opts.ReadOnly || page == "login" || v.SignedIn {
 		v.CSRF = s.csrfToken(w, r)
 	}
 	if v.Flash == "" {
@@ -128,14 +131,75 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, status int, page
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(visibleText(buf.Bytes()))
+}
+
+// visibleText writes every character of page that would not show as itself
+// (a right-to-left override in a payload, a zero-width space in a queue
+// name, a control character in an error: see visible.Hidden) as an escape
+// like \u202e, in text and in attribute values (a confirmation dialog shows
+// one), but not in the value attributes of form fields, which must post
+// back what they hold. The templates' escaping leaves no "<", ">" or quote
+// in data, so every "<" opens a tag, the next ">" closes it, and quotes in
+// a tag delimit attribute values.
+func visibleText(page []byte) []byte {
+	var out []byte // nil until a change is needed
+	inTag, quote, keep := false, byte(0), false
+	for i := 0; i < len(page); {
+		c := page[i]
+		switch {
+		case quote != 0 && c == quote:
+			quote, keep = 0, false
+		case quote == 0 && inTag && (c == '"' || c == '\''):
+			quote = c
+			keep = attrName(page[:i]) == "value"
+		case quote == 0 && c == '<':
+			inTag = true
+		case quote == 0 && c == '>':
+			inTag = false
+		case !keep && (c >= utf8.RuneSelf || (c < 0x20 && c != '\n' && c != '\t' && c != '\r') || c == 0x7f):
+			r, size := utf8.DecodeRune(page[i:])
+			if (r == utf8.RuneError && size == 1) || (visible.Hidden(r) && r != '\n' && r != '\t' && r != '\r') {
+				if out == nil {
+					out = append(make([]byte, 0, len(page)+64), page[:i]...)
+				}
+				out = append(out, visible.Escape(string(page[i:i+size]), true)...)
+			} else if out != nil {
+				out = append(out, page[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		if out != nil {
+			out = append(out, c)
+		}
+		i++
+	}
+	if out == nil {
+		return page
+	}
+	return out
+}
+
+// attrName returns the name of the attribute whose value starts after
+// before (which ends with `name=`), lower-cased.
+func attrName(before []byte) string {
+	end := len(before)
+	if end == 0 || before[end-1] != '=' {
+		return ""
+	}
+	start := end - 1
+	for start > 0 && (before[start-1] == '-' || before[start-1] >= 'a' && before[start-1] <= 'z' || before[start-1] >= 'A' && before[start-1] <= 'Z') {
+		start--
+	}
+	return strings.ToLower(string(before[start : end-1]))
 }
 
 // setFlash keeps msg for the next page this browser loads.
-func (s *server) setFlash(w http.ResponseWriter, msg string) {
+func (s *server) setFlash(w http.ResponseWriter, r *http.Request, msg string) {
 	http.SetCookie(w, &http.Cookie{
 		Name: flashCookie, Value: url.QueryEscape(msg), Path: s.cookiePath(),
-		MaxAge: 60, HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		MaxAge: 60, HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode,
 	})
 }
 
@@ -148,7 +212,7 @@ func (s *server) takeFlash(w http.ResponseWriter, r *http.Request) string {
 	if err != nil {
 		return ""
 	}
-	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: s.cookiePath(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: s.cookiePath(), MaxAge: -1, HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
 	msg, err := url.QueryUnescape(c.Value)
 	if err != nil {
 		return ""

@@ -108,14 +108,33 @@ func TestSameOrigin(t *testing.T) {
 		{"cross-site fetch", map[string]string{"Origin": "http://dash.local:8080", "Sec-Fetch-Site": "cross-site"}, false},
 		{"same-site fetch", map[string]string{"Sec-Fetch-Site": "same-site"}, false},
 		{"no browser headers", nil, true},
+		{"null origin", map[string]string{"Origin": "null"}, false},
+		{"null origin with a same-origin referer", map[string]string{"Origin": "null", "Referer": "http://dash.local:8080/queues/x"}, false},
+		{"trusted origin behind a proxy", map[string]string{"Origin": "https://Jobs.Example.com"}, true},
+		{"trusted origin's referer", map[string]string{"Referer": "https://jobs.example.com/admin/queues/x"}, true},
+		{"trusted host on another scheme", map[string]string{"Origin": "http://jobs.example.com"}, false},
 	}
+	s := &server{trusted: []string{normalOrigin("https://jobs.example.com/")}}
 	for _, tt := range tests {
 		r := httptest.NewRequest("POST", "http://dash.local:8080/queues/x/pause", nil)
 		for k, v := range tt.headers {
 			r.Header.Set(k, v)
 		}
-		if got := sameOrigin(r); got != tt.want {
+		if got := s.sameOrigin(r); got != tt.want {
 			t.Errorf("%s: sameOrigin = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+func TestVisibleText(t *testing.T) {
+	t.Parallel()
+	in := "<p title=\"a\u202eb\">x\u202ey</p><input name=\"error\" value=\"a\u202eb\"><form data-confirm='Delete \u200b?'>\u00e9</form>"
+	want := "<p title=\"a\\u202eb\">x\\u202ey</p><input name=\"error\" value=\"a\u202eb\"><form data-confirm='Delete \\u200b?'>\u00e9</form>"
+	if got := string(visibleText([]byte(in))); got != want {
+		t.Errorf("visibleText:\n got %q\nwant %q", got, want)
+	}
+	plain := []byte("<p>plain</p>")
+	if got := visibleText(plain); &got[0] != &plain[0] {
+		t.Error("visibleText copied a page that needs no change")
 	}
 }

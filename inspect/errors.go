@@ -12,6 +12,12 @@ var (
 	ErrQueueNotFound = errors.New("inspect: queue not found")
 	// ErrJobNotFound: no job of that ID is in the queue (in any state).
 	ErrJobNotFound = errors.New("inspect: job not found")
+	// ErrInvalidCursor: ListOptions.Cursor is not a cursor a page of that
+	// state returned (see [Page.Cursor]).
+	ErrInvalidCursor = errors.New("inspect: invalid cursor")
+	// ErrUnknownReason: a dead-letter reason that streamq does not write
+	// (see [ParseReason]).
+	ErrUnknownReason = errors.New("inspect: unknown dead-letter reason")
 )
 
 // NotFoundError says which queue or job was not found, and which names are

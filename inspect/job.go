@@ -81,8 +81,12 @@ func traceID(tp string) string {
 	return parts[1]
 }
 
-// matches reports whether j passes o's header and payload filters.
+// matches reports whether j passes o's header, payload and dead-letter
+// filters.
 func matches(j *Job, o *ListOptions) bool {
+	if (o.State == StateDead || o.State == StateCancelled) && !o.Dead.match(j) {
+		return false
+	}
 	for k, v := range o.Header {
 		if got, ok := j.Headers[k]; !ok || got != v {
 			return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,9 @@ func (q *Queue) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 	case o.Limit < 0 || o.Limit > MaxListLimit:
 		return nil, fmt.Errorf("inspect: ListOptions.Limit %d: use 1 to %d, or 0 for the default (%d)", o.Limit, MaxListLimit, DefaultListLimit)
 	}
+	if err := q.checkCursor(o.State, o.Cursor); err != nil {
+		return nil, err
+	}
 	var fetch fetchFunc
 	switch o.State {
 	case StateWaiting, StateRunning, StateDelayed, StateRetrying:
@@ -73,7 +77,7 @@ func (q *Queue) list(ctx context.Context, o *ListOptions, fetch fetchFunc) (*Pag
 	// A listing that skips entries (filters, or a state that shares its
 	// structure with another: delayed and retrying, dead and cancelled)
 	// reads full pages; one that keeps every entry reads what it returns.
-	filtered := len(o.Header) > 0 || o.Grep != "" || o.State != StateWaiting && o.State != StateRunning
+	filtered := len(o.Header) > 0 || o.Grep != "" || o.State != StateWaiting && o.State != StateRunning || o.Dead.Reason != "" || o.Dead.Error != ""
 	budget := q.in.opts.ScanLimit
 	for page.Scanned < budget {
 		n := min(pageSize, budget-page.Scanned)
@@ -329,6 +333,34 @@ func (q *Queue) priorityFetch(st State) fetchFunc {
 		}
 		return items, more, nil
 	}
+}
+
+// checkCursor returns an error (errors.Is [ErrInvalidCursor]) when cursor
+// is not "" and not of the form a page of state st returns: a stream entry
+// ID, or "<score> <member>" for a sorted set.
+func (q *Queue) checkCursor(st State, cursor string) error {
+	if cursor == "" {
+		return nil
+	}
+	zset := q.kind == KindPriority || st == StateDelayed || st == StateRetrying
+	if st == StateDead || st == StateCancelled {
+		zset = false
+	}
+	ok := false
+	if zset {
+		score, member, found := strings.Cut(cursor, " ")
+		f, err := strconv.ParseFloat(score, 64)
+		ok = found && member != "" && err == nil && !math.IsNaN(f)
+	} else {
+		ms, seq, found := strings.Cut(cursor, "-")
+		_, err1 := strconv.ParseUint(ms, 10, 64)
+		_, err2 := strconv.ParseUint(seq, 10, 64)
+		ok = found && err1 == nil && err2 == nil
+	}
+	if !ok {
+		return fmt.Errorf("%w %q for %s jobs: pass the cursor of the previous page as it was given, or none to start at the beginning", ErrInvalidCursor, cursor, st)
+	}
+	return nil
 }
 
 // zpos is the cursor after sorted-set element z: "<score> <member>".

@@ -2,7 +2,11 @@ package inspect
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/streamq/streamq"
 )
 
 // Overview is a snapshot of one queue's counts.
@@ -70,6 +74,22 @@ func ParseState(s string) (State, error) {
 	return "", fmt.Errorf("inspect: unknown state %q: use one of waiting, running, delayed, retrying, dead, cancelled, done", s)
 }
 
+// Reasons are the dead-letter reasons streamq writes (dl_reason), in the
+// order the CLI and the dashboard offer them.
+var reasons = []string{streamq.ReasonMaxDeliveries, streamq.ReasonPermanent, streamq.ReasonMalformed, streamq.ReasonCancelled}
+
+// Reasons returns the dead-letter reasons streamq writes.
+func Reasons() []string { return slices.Clone(reasons) }
+
+// ParseReason checks a dead-letter reason typed by a person: one of
+// [Reasons], else an error (errors.Is [ErrUnknownReason]) that lists them.
+func ParseReason(s string) (string, error) {
+	if slices.Contains(reasons, s) {
+		return s, nil
+	}
+	return "", fmt.Errorf("%w %q: use one of %s", ErrUnknownReason, s, strings.Join(reasons, ", "))
+}
+
 // Limits of a listing.
 const (
 	DefaultListLimit = 50
@@ -90,6 +110,10 @@ type ListOptions struct {
 	Header map[string]string
 	// Grep keeps jobs whose payload contains this substring.
 	Grep string
+	// Dead keeps the dead letters (StateDead, StateCancelled) it selects:
+	// reason, error text and time (its IDs are not used). A filtered page
+	// examines up to the inspector's ScanLimit letters to fill it.
+	Dead DeadFilter
 }
 
 // Page is one page of a listing.

@@ -32,11 +32,15 @@ const (
 	MetricInFlight     = "streamq.jobs.in_flight"     // up-down counter: handlers running now
 	MetricDuration     = "streamq.job.duration"       // histogram, seconds: handler duration; attribute error.type on failures
 	MetricLatency      = "streamq.job.latency"        // histogram, seconds: enqueue to handler start, first attempts only
-	MetricQueueLength  = "streamq.queue.length"       // gauge: stream entries, including acknowledged history
+	MetricQueueLength  = "streamq.queue.length"       // gauge: jobs of the stream not finished: lag plus pending (the backlog)
 	MetricQueuePending = "streamq.queue.pending"      // gauge: delivered, not yet acknowledged
 	MetricQueueLag     = "streamq.queue.lag"          // gauge: not yet delivered to the group
 	MetricQueueDelayed = "streamq.queue.delayed"      // gauge: scheduled or waiting for a retry
 	MetricQueueDead    = "streamq.queue.dead_letters" // gauge: entries in the dead-letter stream
+	// MetricQueueEntries is a gauge: entries in the queue's stream,
+	// including acknowledged history not trimmed yet (what
+	// MetricQueueLength counted before: memory, not backlog).
+	MetricQueueEntries = "streamq.queue.stream_entries"
 	// MetricQueueOldestWaiting is a gauge, seconds: age of the oldest job not
 	// yet delivered to the group (0 when none waits), the number an on-call
 	// person watches.
@@ -125,7 +129,8 @@ type MetricsConfig struct {
 // MetricReclaimed, MetricDeleted and MetricClaimsLost; the up-down counter
 // MetricInFlight; the histograms MetricDuration and MetricLatency in seconds;
 // and, for MetricsConfig.Queues, the gauges MetricQueueLength,
-// MetricQueuePending, MetricQueueLag, MetricQueueDelayed and MetricQueueDead.
+// MetricQueuePending, MetricQueueLag, MetricQueueDelayed, MetricQueueDead
+// and MetricQueueEntries.
 // Every measurement has the attribute messaging.destination.name with the
 // queue name.
 //
@@ -163,6 +168,7 @@ type Metrics struct {
 	postponed                                     metric.Int64Counter
 	duration, latency                             metric.Float64Histogram
 	length, pending, lag, delayed, deadLetters    metric.Int64ObservableGauge
+	entries                                       metric.Int64ObservableGauge
 	oldestWaiting                                 metric.Float64ObservableGauge
 
 	// The semantic-convention instruments.
@@ -415,7 +421,8 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	m.opDuration, err = meter.Float64Histogram(MetricOperationDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of messaging operation initiated by a producer or consumer client."), messagingBuckets())
 	errs = append(errs, err)
-	m.length = gauge(MetricQueueLength, "{entry}", "Entries in the queue's stream, including acknowledged history.")
+	m.length = gauge(MetricQueueLength, "{job}", "Jobs in the queue's stream not finished yet: not yet delivered plus delivered and not acknowledged.")
+	m.entries = gauge(MetricQueueEntries, "{entry}", "Entries in the queue's stream, including acknowledged history not trimmed yet.")
 	m.pending = gauge(MetricQueuePending, "{job}", "Jobs delivered to a consumer and not yet acknowledged.")
 	m.lag = gauge(MetricQueueLag, "{job}", "Jobs not yet delivered to the consumer group.")
 	m.delayed = gauge(MetricQueueDelayed, "{job}", "Jobs scheduled for later or waiting for a retry.")
@@ -432,7 +439,7 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	}
 	m.regs = append(m.regs, reg)
 	if len(m.queues) > 0 {
-		reg, err := meter.RegisterCallback(m.observeQueues, m.length, m.pending, m.lag, m.delayed, m.deadLetters, m.oldestWaiting)
+		reg, err := meter.RegisterCallback(m.observeQueues, m.length, m.entries, m.pending, m.lag, m.delayed, m.deadLetters, m.oldestWaiting)
 		if err != nil {
 			_ = m.Close()
 			return nil, fmt.Errorf("streamq: register queue gauges: %w", err)
@@ -620,10 +627,11 @@ func (m *Metrics) observeQueues(ctx context.Context, o metric.Observer) error {
 		}
 		s := stats[i]
 		opt := m.queueState(q.Name()).observe
-		o.ObserveInt64(m.length, s.Length, opt)
+		o.ObserveInt64(m.entries, s.Length, opt)
 		o.ObserveInt64(m.pending, s.Pending, opt)
 		if s.Lag >= 0 { // -1: Redis cannot tell
 			o.ObserveInt64(m.lag, s.Lag, opt)
+			o.ObserveInt64(m.length, s.Lag+s.Pending, opt)
 		}
 		o.ObserveInt64(m.delayed, s.Delayed, opt)
 		o.ObserveInt64(m.deadLetters, s.DeadLetters, opt)

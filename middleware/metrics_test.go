@@ -172,8 +172,13 @@ func TestMetrics_EndToEnd(t *testing.T) {
 	if got, want := s.count(middleware.MetricLatency, queue), uint64(okJobs+failJobs); got != want {
 		t.Errorf("latency histogram count = %d, want %d (first attempts only)", got, want)
 	}
-	if got := s.value(middleware.MetricQueueLength, queue); got < okJobs {
-		t.Errorf("queue length = %d, want at least the %d acknowledged jobs", got, okJobs)
+	// Length is the backlog, not the acknowledged history the stream still
+	// holds.
+	if got, want := s.value(middleware.MetricQueueLength, queue), s.value(middleware.MetricQueueLag, queue)+s.value(middleware.MetricQueuePending, queue); got != want {
+		t.Errorf("queue length = %d, want lag + pending = %d", got, want)
+	}
+	if got := s.value(middleware.MetricQueueEntries, queue); got < okJobs {
+		t.Errorf("stream entries = %d, want at least the %d acknowledged jobs", got, okJobs)
 	}
 	for name := range s {
 		for _, p := range s.points(name) {

@@ -39,7 +39,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 		{"job_done", []string{"job", "orders", f.done, "--json"}},
 		{"job_waiting_binary", []string{"job", "orders", f.waiting[1], "--json"}},
 		{"dead_ls", []string{"dead", "ls", "orders", "--json"}},
-		{"dead_ls_filtered", []string{"dead", "ls", "orders", "--reason", "no-such-reason", "--json"}},
+		{"dead_ls_filtered", []string{"dead", "ls", "orders", "--reason", "malformed", "--json"}},
 		{"dead_show", []string{"dead", "show", "orders", f.dead, "--json"}},
 		{"consumers", []string{"consumers", "orders", "--json"}},
 		{"schedules", []string{"schedules", "--json"}},
@@ -63,7 +63,7 @@ func TestCLI_ReadOnly(t *testing.T) {
 			{[]string{"stats", "orders"}, []string{"Queue:", "orders", "waiting 2", "Throughput per minute"}},
 			{[]string{"stats", "cache"}, []string{"stream+writebehind", "Write-behind:    2 unpersisted"}},
 			{[]string{"jobs", "orders", "--state", "dead"}, []string{"dead", "no such customer", `{"order":2,"do":"die"}`}},
-			{[]string{"jobs", "orders", "--limit", "1"}, []string{f.waiting[0], "more: streamq jobs orders --state waiting --cursor "}},
+			{[]string{"jobs", "orders", "--limit", "1"}, []string{f.waiting[0], "more: streamq jobs orders --state waiting --limit 1 --cursor "}},
 			{[]string{"job", "orders", f.waiting[0]}, []string{"tenant: acme", `"order": 4`}},
 			{[]string{"job", "orders", f.waiting[1]}, []string{`plain text \xff payload`}},
 			{[]string{"job", "orders", f.retrying}, []string{"retrying", "card declined"}},
@@ -309,6 +309,11 @@ func TestCLI_ExitCodes(t *testing.T) {
 		{[]string{"queues", "extra"}, exitUsage, "takes none"},
 		{[]string{"jobs"}, exitUsage, "<queue>"},
 		{[]string{"jobs", "orders", "--state", "sleeping"}, exitUsage, "--state"},
+		{[]string{"jobs", "orders", "--state", "done"}, exitUsage, "finished jobs are not listed"},
+		{[]string{"jobs", "orders", "--cursor", "zzz"}, exitUsage, "cursor"},
+		{[]string{"jobs", "orders", "--state", "delayed", "--cursor", "zzz"}, exitUsage, "previous page"},
+		{[]string{"dead", "ls", "orders", "--reason", "bogus"}, exitUsage, "max_deliveries, permanent, malformed, cancelled"},
+		{[]string{"dead", "purge", "orders", "--reason", "bogus", "--yes"}, exitUsage, "use one of"},
 		{[]string{"jobs", "orders", "--limit", "0"}, exitUsage, "--limit"},
 		{[]string{"jobs", "orders", "--header", "novalue"}, exitUsage, "key=value"},
 		{[]string{"dead", "ls", "orders", "--since", "yesterday"}, exitUsage, "--since"},
@@ -378,6 +383,9 @@ func TestCLI_Help(t *testing.T) {
 			t.Errorf("streamq %s -h has no example:\n%s", c, out)
 		}
 	}
+	if out := e.ok("run-now", "-h"); !strings.Contains(out, "end of the jobs already waiting") || strings.Contains(out, "front") {
+		t.Errorf("run-now -h does not say where the jobs go:\n%s", out)
+	}
 	if out := e.run("", "bench", "-h"); out.code != 0 || !strings.Contains(out.stderr, "-scenarios") {
 		t.Errorf("streamq bench -h: exit code %d, stderr %s", out.code, out.stderr)
 	}
@@ -390,6 +398,32 @@ func TestCLI_Bench(t *testing.T) {
 	out := e.ok("bench", "-scenarios", "enqueue", "-enqueue-jobs", "500", "-runs", "1", "-producers", "1", "-max-time", "30s")
 	if !strings.Contains(out, "enqueue/") || !strings.Contains(out, redistest.Addr()) {
 		t.Errorf("bench output:\n%s", out)
+	}
+	// --url wins over REDIS_URL (here a closed port), and a bare --json
+	// prints the results as JSON on stdout, the table on stderr.
+	r := runIn(t, "", []string{"REDIS_URL=redis://127.0.0.1:1"}, "bench", "--url", "redis://"+redistest.Addr(), "--json",
+		"-scenarios", "enqueue", "-enqueue-jobs", "200", "-runs", "1", "-producers", "1", "-max-time", "30s")
+	var rep struct {
+		RedisAddr string `json:"redis_addr"`
+		Results   []struct{ Scenario string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); r.code != 0 || err != nil || rep.RedisAddr != redistest.Addr() || len(rep.Results) == 0 {
+		t.Errorf("bench --url --json: exit code %d, JSON error %v, report %+v; stdout:\n%s\nstderr:\n%s", r.code, err, rep, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "enqueue/") {
+		t.Errorf("bench --json: the table is not on stderr:\n%s", r.stderr)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "--url", "redis://:pw@127.0.0.1:1"}, "without credentials"},
+		{[]string{"bench", "--url", "redis://127.0.0.1:1", "-addr", "127.0.0.1:2"}, "not both"},
+		{[]string{"bench", "--prefix", "x"}, "does not use --prefix"},
+	} {
+		if r := e.run("", c.args...); r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("streamq %s: exit code %d, stderr %q; want %d and %q", strings.Join(c.args, " "), r.code, r.stderr, exitUsage, c.want)
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/redact"
 )
 
 // Environment variables read by streamq (flags win).
@@ -123,9 +124,9 @@ func (c *connFlags) newClient() (redis.UniversalClient, string, error) {
 				Username: c.user, Password: c.password, TLSConfig: tlsConf, DialerRetries: dialerRetries}),
 			"master " + master + " of sentinels " + addrs + " (from " + source + ")", nil
 	}
-	o, err := redis.ParseURL(c.url)
+	o, err := redact.ParseURL(c.url)
 	if err != nil {
-		return nil, "", usageErr(fmt.Errorf("%s %q: %v: use redis://host:port, rediss://host:port or unix:///path/redis.sock", source, c.url, err))
+		return nil, "", usageErr(fmt.Errorf("%s %v: use redis://host:port, rediss://host:port or unix:///path/redis.sock", source, err))
 	}
 	if tlsConf != nil && o.TLSConfig == nil {
 		o.TLSConfig = tlsConf

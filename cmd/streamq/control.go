@@ -216,8 +216,11 @@ on a terminal and needs --yes otherwise.`,
 func newRunNowCmd(a *app) *cobra.Command {
 	return newJobVerbCmd(a, verb{
 		use: "run-now", action: "run-now", past: "due now:",
-		short:   "Make delayed or retrying jobs due at once",
-		long:    `Move delayed or retrying jobs to the front of their wait: they run as soon as a consumer is free.`,
+		short: "Make delayed or retrying jobs due at once (they join the end of the waiting jobs)",
+		long: `Make delayed or retrying jobs due at once: each moves from the delayed set into
+the stream, at the end of the jobs already waiting (a stream only grows at its
+end), and runs when those have started; in a priority queue it moves into the
+ready set at its priority. It does not jump the queue.`,
 		example: `  streamq run-now orders 1732500000000-0`,
 		call:    (*inspect.Queue).RunNow,
 	})

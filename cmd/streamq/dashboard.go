@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -22,9 +24,13 @@ const (
 
 func newDashboardCmd(a *app) *cobra.Command {
 	var (
-		listen   string
-		readOnly bool
-		basePath string
+		listen          string
+		readOnly, hide  bool
+		basePath        string
+		hosts, origins  []string
+		tlsCert, tlsKey string
+		sessionTTL      time.Duration
+		secureCookies   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -35,13 +41,23 @@ consumers, schedules, priority bands and write-behind status, and the actions
 (pause, resume, cancel, delete, run now, requeue, purge) unless --read-only.
 
 Authentication comes from the environment, never from flags (they show in ps):
-  STREAMQ_DASHBOARD_USER and STREAMQ_DASHBOARD_PASSWORD   basic authentication
+  STREAMQ_DASHBOARD_USER and STREAMQ_DASHBOARD_PASSWORD   basic authentication (a password
+                                                           of 15+ characters)
   STREAMQ_DASHBOARD_TOKEN                                  bearer token (16+ characters);
                                                            browsers sign in once on a form
-Without them the dashboard only listens on a loopback address.`,
+                                                           for --session-ttl, and sign out
+Without them the dashboard only listens on a loopback address, and answers only
+to loopback host names (localhost, 127.0.0.1, [::1]) and --allowed-host ones.
+Failed sign-ins are throttled per client and logged on stderr, with an audit line
+for every action (who, what, which queue and job, how many).
+
+Beyond loopback, serve TLS with --tls-cert and --tls-key (cookies are then
+Secure), or put it behind a TLS proxy (--secure-cookies; --trusted-origin for
+the public origin when the proxy rewrites Host).`,
 		Example: `  streamq dashboard
-  streamq dashboard --listen 127.0.0.1:9090 --read-only
-  STREAMQ_DASHBOARD_TOKEN=$(openssl rand -hex 24) streamq dashboard --listen :8080`,
+  streamq dashboard --listen 127.0.0.1:9090 --read-only --hide-payloads
+  STREAMQ_DASHBOARD_TOKEN=$(openssl rand -hex 24) streamq dashboard --listen :8443 \
+      --tls-cert /etc/streamq/tls.crt --tls-key /etc/streamq/tls.key --allowed-host jobs.example.com`,
 		Args: exactArgs(0, ""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var auth *dashboard.Auth
@@ -56,16 +72,33 @@ Without them the dashboard only listens on a loopback address.`,
 			if ip := net.ParseIP(host); auth == nil && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 				return usagef("--listen %s is not a loopback address: set %s (or %s and %s) so that the dashboard asks for credentials", listen, envDashboardToken, envDashboardUser, envDashboardPassword)
 			}
+			if (tlsCert == "") != (tlsKey == "") {
+				return usagef("--tls-cert and --tls-key go together: the certificate (PEM, with its chain) and its private key")
+			}
+			var tlsConf *tls.Config
+			if tlsCert != "" {
+				pair, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+				if err != nil {
+					return usagef("--tls-cert %s, --tls-key %s: %v", tlsCert, tlsKey, err)
+				}
+				tlsConf = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+			}
 			client, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			h, err := dashboard.New(client, &dashboard.Options{
-				Prefix:   a.conn.prefix, // resolved by connect (flag, env, default)
-				Group:    a.conn.group,
-				BasePath: basePath,
-				ReadOnly: readOnly,
-				Auth:     auth,
+				Prefix:         a.conn.prefix, // resolved by connect (flag, env, default)
+				Group:          a.conn.group,
+				BasePath:       basePath,
+				ReadOnly:       readOnly,
+				HidePayloads:   hide,
+				Auth:           auth,
+				AllowedHosts:   hosts,
+				TrustedOrigins: origins,
+				SecureCookies:  secureCookies,
+				SessionTTL:     sessionTTL,
+				Logger:         slog.New(slog.NewTextHandler(a.stderr, nil)),
 			})
 			if err != nil {
 				return usageErr(err)
@@ -85,11 +118,22 @@ Without them the dashboard only listens on a loopback address.`,
 				ReadTimeout:       30 * time.Second,
 				WriteTimeout:      3 * time.Minute, // a bulk requeue or purge of many dead letters
 				IdleTimeout:       2 * time.Minute,
+				TLSConfig:         tlsConf,
 			}
-			fmt.Fprintf(a.stderr, "streamq dashboard on http://%s%s/ (prefix %s%s)\n", ln.Addr(), basePath, a.conn.prefix,
-				map[bool]string{true: ", read-only", false: ""}[readOnly])
+			scheme := "http"
+			if tlsConf != nil {
+				scheme = "https"
+			}
+			fmt.Fprintf(a.stderr, "streamq dashboard on %s://%s%s/ (prefix %s%s%s)\n", scheme, ln.Addr(), basePath, a.conn.prefix,
+				map[bool]string{true: ", read-only", false: ""}[readOnly], map[bool]string{true: ", payloads hidden", false: ""}[hide])
 			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
+			go func() {
+				if tlsConf != nil {
+					errc <- srv.ServeTLS(ln, "", "")
+					return
+				}
+				errc <- srv.Serve(ln)
+			}()
 			select {
 			case err := <-errc:
 				return err
@@ -110,5 +154,12 @@ Without them the dashboard only listens on a loopback address.`,
 	f.StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on (host:port); beyond loopback only with authentication")
 	f.BoolVar(&readOnly, "read-only", false, "hide and refuse every action (pause, cancel, delete, requeue, purge, ...)")
 	f.StringVar(&basePath, "base-path", "", `serve under this path, like "/streamq" (for a reverse proxy)`)
+	f.BoolVar(&hide, "hide-payloads", false, "hide payloads, results, headers and errors, and the searches by them")
+	f.StringArrayVar(&hosts, "allowed-host", nil, `also answer to this host name (repeatable; "*" for any, only with authentication you trust)`)
+	f.StringArrayVar(&origins, "trusted-origin", nil, "accept actions from pages of this origin, like https://jobs.example.com (repeatable; for a proxy that rewrites Host)")
+	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM file, with its chain); needs --tls-key")
+	f.StringVar(&tlsKey, "tls-key", "", "the private key of --tls-cert (PEM file)")
+	f.BoolVar(&secureCookies, "secure-cookies", false, "mark cookies Secure on plain HTTP too (a proxy in front terminates TLS)")
+	f.DurationVar(&sessionTTL, "session-ttl", dashboard.DefaultSessionTTL, "how long a browser stays signed in with the token")
 	return cmd
 }

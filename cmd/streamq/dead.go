@@ -2,11 +2,14 @@ package main
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 )
 
@@ -42,7 +45,7 @@ type deadFlags struct {
 
 func (f *deadFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.reason, "reason", "", "only dead letters with this reason (e.g. exhausted, permanent, cancelled)")
+	fs.StringVar(&f.reason, "reason", "", "only dead letters with this reason: "+strings.Join(inspect.Reasons(), ", "))
 	fs.StringVar(&f.errText, "error", "", "only dead letters whose last error contains this text")
 	fs.StringVar(&f.since, "since", "", "only dead letters dead at or after this time (RFC 3339, or a duration ago: 2h)")
 	fs.StringVar(&f.until, "until", "", "only dead letters dead before this time (RFC 3339, or a duration ago: 24h)")
@@ -51,6 +54,11 @@ func (f *deadFlags) register(cmd *cobra.Command) {
 func (f *deadFlags) filter(now time.Time, ids []string) (inspect.DeadFilter, error) {
 	df := inspect.DeadFilter{Reason: f.reason, Error: f.errText, IDs: ids}
 	var err error
+	if f.reason != "" {
+		if _, err := inspect.ParseReason(f.reason); err != nil {
+			return df, usagef("--reason %q: use one of %s", f.reason, strings.Join(inspect.Reasons(), ", "))
+		}
+	}
 	if df.Since, err = parseWhen("since", f.since, now); err != nil {
 		return df, err
 	}
@@ -97,15 +105,23 @@ func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 	return time.Time{}, usagef("--%s %q: use an RFC 3339 time (2026-11-25T08:00:00Z), a date (2026-11-25) or a duration ago (2h)", flag, s)
 }
 
-func (f *deadFlags) match(j *inspect.Job, df inspect.DeadFilter) bool {
-	switch {
-	case df.Reason != "" && j.Reason != df.Reason,
-		df.Error != "" && !strings.Contains(j.LastError, df.Error),
-		!df.Since.IsZero() && j.DeadAt.Before(df.Since),
-		!df.Until.IsZero() && !j.DeadAt.Before(df.Until):
-		return false
+// again returns the filter flags of df for the next-page command, with
+// times made absolute (a duration ago would move).
+func (f *deadFlags) again(df inspect.DeadFilter) []string {
+	var out []string
+	if df.Reason != "" {
+		out = append(out, "--reason", df.Reason)
 	}
-	return true
+	if df.Error != "" {
+		out = append(out, "--error", df.Error)
+	}
+	if !df.Since.IsZero() {
+		out = append(out, "--since", df.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !df.Until.IsZero() {
+		out = append(out, "--until", df.Until.UTC().Format(time.RFC3339Nano))
+	}
+	return out
 }
 
 func newDeadLsCmd(a *app) *cobra.Command {
@@ -115,8 +131,10 @@ func newDeadLsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls <queue>",
 		Short: "List dead letters (or cancelled jobs with --cancelled), a page at a time",
-		Long: `List a queue's dead letters, oldest first, a page at a time. The filters apply
-to the jobs of each page, so a filtered page may be short while more follow.
+		Long: `List a queue's dead letters, oldest first, a page at a time. A filtered page
+examines up to 10,000 dead letters to fill it, so it may be short while more
+follow: the command for the next page is printed after the table, with the
+filters. --reason cancelled lists the cancelled jobs.
 
 JSON: as 'streamq jobs --json'.`,
 		Example: `  streamq dead ls orders
@@ -124,28 +142,23 @@ JSON: as 'streamq jobs --json'.`,
   streamq dead ls orders --cancelled`,
 		Args: exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			filter, err := df.filter(time.Now(), nil)
+			if err != nil {
+				return err
+			}
+			cancelled = cancelled || filter.Reason == streamq.ReasonCancelled
+			lf.state = string(inspect.StateDead)
+			again := []string{"dead", "ls", args[0]}
 			if cancelled {
 				lf.state = string(inspect.StateCancelled)
-			} else {
-				lf.state = string(inspect.StateDead)
+				again = append(again, "--cancelled")
 			}
 			o, err := lf.options()
 			if err != nil {
 				return err
 			}
-			filter, err := df.filter(time.Now(), nil)
-			if err != nil {
-				return err
-			}
-			var keep func(*inspect.Job) bool
-			if df.filtered() {
-				keep = func(j *inspect.Job) bool { return df.match(j, filter) }
-			}
-			again := "dead ls " + args[0]
-			if cancelled {
-				again += " --cancelled"
-			}
-			return a.listJobs(cmd, args[0], o, again, keep)
+			o.Dead = filter
+			return a.listJobs(cmd, args[0], o, slices.Concat(again, df.again(filter), lf.again()))
 		},
 	}
 	lf.register(cmd, false)
@@ -221,10 +234,7 @@ JSON: {"queue","action":"` + verb + `","matched":<jobs selected>,"done":<jobs ` 
 			ctx := cmd.Context()
 			n := len(ids)
 			if n == 0 {
-				cctx, cancel := a.ctx(cmd)
-				n, err = q.CountDead(cctx, f)
-				cancel()
-				if err != nil {
+				if n, err = a.countDead(cmd, q, f, df.all); err != nil {
 					return err
 				}
 			}
@@ -262,6 +272,32 @@ JSON: {"queue","action":"` + verb + `","matched":<jobs selected>,"done":<jobs ` 
 	cmd.Flags().BoolVar(&df.all, "all", false, "take every dead letter of the queue")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (needed when stdin is not a terminal)")
 	return cmd
+}
+
+// countDead counts the dead letters f selects, all of them (not the first
+// ScanLimit only, as inspect's CountDead does): the length of the
+// dead-letter stream for --all, else a walk over every letter, a bounded
+// number per Redis call, until done or interrupted.
+func (a *app) countDead(cmd *cobra.Command, q *inspect.Queue, f inspect.DeadFilter, all bool) (int, error) {
+	ctx, cancel := a.ctx(cmd)
+	ov, err := q.Overview(ctx)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	total := int(ov.Dead + ov.Cancelled)
+	if all || total == 0 {
+		return total, nil
+	}
+	in, err := inspect.New(a.client, &inspect.Options{Prefix: a.conn.prefix, Group: a.conn.group, ScanLimit: math.MaxInt})
+	if err != nil {
+		return 0, err
+	}
+	full, err := in.Queue(cmd.Context(), q.Name())
+	if err != nil {
+		return 0, err
+	}
+	return full.CountDead(cmd.Context(), f)
 }
 
 func (a *app) bulkDone(out bulkJSON, past string) error {

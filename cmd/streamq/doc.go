@@ -12,7 +12,7 @@
 //
 //	queues                           every queue: kind, jobs by state, oldest waiting, paused
 //	stats <queue>                    one queue: counters, throughput per minute, priority levels, write-behind
-//	watch [queue]                    refreshing view of depth and rates (plain or JSON lines off a terminal)
+//	watch [queue]                    refreshing view of counts and rates (plain or JSON lines off a terminal)
 //	jobs <queue> --state S           jobs in one state, a page at a time (--limit --cursor --header --grep)
 //	job <queue> <id>                 one job wherever it is: payload, headers, attempts, errors, progress, result
 //	pause|resume <queue>             stop and restart taking jobs
@@ -20,7 +20,8 @@
 //	dead ls|show|requeue|purge       dead letters, with the filters --reason --error --since --until
 //	consumers <queue>                consumers/workers; consumers prune <queue> --idle D
 //	schedules [queue]                periodic schedules with their last and next tick
-//	enqueue <queue> [payload|-]      one job (--header --in --at --unique --ttl --priority)
+//	enqueue <queue> [payload|-]      one job (--header --in --at --unique --ttl --priority), or many (--jsonl FILE|-)
+//	dashboard                        the web dashboard (--listen --tls-cert --tls-key --allowed-host --hide-payloads ...)
 //	bench                            the benchmark of docs/performance.md (also cmd/streamq-bench)
 //	version                          the streamq version
 //

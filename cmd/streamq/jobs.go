@@ -8,8 +8,11 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -95,7 +98,7 @@ func (f *listFlags) register(cmd *cobra.Command, withState bool) {
 	if withState {
 		fs.StringVar(&f.state, "state", "waiting", "waiting, running, delayed, retrying, dead or cancelled")
 	}
-	fs.IntVar(&f.limit, "limit", 50, "most jobs to list (1..1000)")
+	fs.IntVar(&f.limit, "limit", defaultListLimit, "most jobs to list (1..1000)")
 	fs.StringVar(&f.cursor, "cursor", "", "where to go on: the cursor printed by the previous page")
 	fs.StringArrayVar(&f.headers, "header", nil, "only jobs with header key=value (repeatable; all must match)")
 	fs.StringVar(&f.grep, "grep", "", "only jobs whose payload contains this text")
@@ -105,8 +108,12 @@ func (f *listFlags) options() (inspect.ListOptions, error) {
 	var o inspect.ListOptions
 	if f.state != "" {
 		s, err := inspect.ParseState(f.state)
-		if err != nil {
-			return o, usagef("--state %q: use waiting, running, delayed, retrying, dead or cancelled", f.state)
+		if err != nil || s == inspect.StateDone {
+			msg := "use waiting, running, delayed, retrying, dead or cancelled"
+			if s == inspect.StateDone {
+				msg = "finished jobs are not listed (only their results are kept, by job ID: 'streamq job <queue> <id>' shows one); " + msg
+			}
+			return o, usagef("--state %q: %s", f.state, msg)
 		}
 		o.State = s
 	}
@@ -143,15 +150,35 @@ each job as 'streamq job --json' prints it.`,
 			if err != nil {
 				return err
 			}
-			return a.listJobs(cmd, args[0], o, "jobs "+args[0]+" --state "+string(o.State), nil)
+			return a.listJobs(cmd, args[0], o, append([]string{"jobs", args[0], "--state", string(o.State)}, f.again()...))
 		},
 	}
 	f.register(cmd, true)
 	return cmd
 }
 
-// listJobs prints one page; keep, when set, drops jobs of the page.
-func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, again string, keep func(*inspect.Job) bool) error {
+// again returns the flags of the listing that a next-page command keeps
+// (the state aside): limit, headers, grep.
+func (f *listFlags) again() []string {
+	var out []string
+	if f.limit != defaultListLimit {
+		out = append(out, "--limit", strconv.Itoa(f.limit))
+	}
+	for _, h := range f.headers {
+		out = append(out, "--header", h)
+	}
+	if f.grep != "" {
+		out = append(out, "--grep", f.grep)
+	}
+	return out
+}
+
+// defaultListLimit is the default of --limit.
+const defaultListLimit = 50
+
+// listJobs prints one page; again is the command line (without "streamq"
+// and the cursor) that lists the next one.
+func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, again []string) error {
 	q, err := a.queue(cmd, queue)
 	if err != nil {
 		return err
@@ -160,12 +187,12 @@ func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, 
 	defer cancel()
 	page, err := q.Jobs(ctx, o)
 	if err != nil {
+		if errors.Is(err, inspect.ErrInvalidCursor) {
+			return usageErr(err)
+		}
 		return err
 	}
 	jobs := page.Jobs
-	if keep != nil {
-		jobs = slices.DeleteFunc(slices.Clone(jobs), func(j inspect.Job) bool { return !keep(&j) })
-	}
 	if a.json {
 		out := pageJSON{Jobs: []jobJSON{}, Cursor: page.Cursor, Scanned: page.Scanned}
 		for i := range jobs {
@@ -195,9 +222,29 @@ func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, 
 		fmt.Fprintf(a.stdout, "(no %s jobs on this page; %d entries examined)\n", o.State, page.Scanned)
 	}
 	if page.Cursor != "" {
-		fmt.Fprintf(a.stdout, "more: streamq %s --cursor %s\n", again, page.Cursor)
+		fmt.Fprintf(a.stdout, "more: %s\n", shellLine(append(append([]string{"streamq"}, again...), "--cursor", page.Cursor)))
 	}
 	return nil
+}
+
+// shellLine joins words into a command line a POSIX shell reads back as
+// those words: a word with anything but letters, digits and -_./:=@%+, is
+// single-quoted.
+func shellLine(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = shellQuote(w)
+	}
+	return strings.Join(out, " ")
+}
+
+func shellQuote(w string) string {
+	if w != "" && strings.IndexFunc(w, func(r rune) bool {
+		return !(r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-_./:=@%+,", r)))
+	}) < 0 {
+		return w
+	}
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 }
 
 // when is the time that matters for a job in its state.
@@ -272,7 +319,7 @@ func jobErr(queue, id string, err error) error {
 }
 
 func writeJob(w io.Writer, j *inspect.Job, now time.Time) {
-	line := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k+":", v) }
+	line := func(k, v string) { fmt.Fprintf(w, "%-12s %s\n", k+":", escape([]byte(v))) }
 	line("ID", j.ID)
 	if j.EntryID != "" && j.EntryID != j.ID {
 		line("Entry", j.EntryID)
@@ -322,7 +369,7 @@ func writeJob(w io.Writer, j *inspect.Job, now time.Time) {
 			fmt.Fprintf(w, "  attempt %d, %s: %s\n", f.Attempt, clock(f.At), escape([]byte(f.Error)))
 		}
 	} else if j.LastError != "" {
-		line("Last error", escape([]byte(j.LastError)))
+		line("Last error", j.LastError)
 	}
 }
 

@@ -79,10 +79,17 @@ func newEnv(t *testing.T) *env {
 // stdin (not a terminal) and a bounded time.
 func (e *env) run(stdin string, args ...string) result {
 	e.t.Helper()
+	return runIn(e.t, stdin, []string{"REDIS_URL=redis://" + redistest.Addr(), "STREAMQ_PREFIX=" + e.prefix}, args...)
+}
+
+// runIn runs the binary with args, the clean environment plus env, and
+// stdin (not a terminal), in a bounded time.
+func runIn(t *testing.T, stdin string, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(cleanEnv(), "REDIS_URL=redis://"+redistest.Addr(), "STREAMQ_PREFIX="+e.prefix)
+	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -93,7 +100,7 @@ func (e *env) run(stdin string, args ...string) result {
 	case errors.As(err, &ee):
 		r.code = ee.ExitCode()
 	case err != nil:
-		e.t.Fatalf("streamq %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("streamq %s: %v", strings.Join(args, " "), err)
 	}
 	return r
 }

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/visible"
 )
 
 // Exit codes.
@@ -108,12 +108,15 @@ func anySlice(s []string) []any {
 	return out
 }
 
+// row writes one row; text is shown escaped (see escape), so that a name
+// with a right-to-left override or a newline cannot disguise itself or the
+// table.
 func (t *table) row(cells ...any) {
 	for i, c := range cells {
 		if i > 0 {
 			fmt.Fprint(t.tw, "\t")
 		}
-		fmt.Fprint(t.tw, c)
+		fmt.Fprint(t.tw, visible.Escape(fmt.Sprint(c), false))
 	}
 	fmt.Fprintln(t.tw)
 }
@@ -166,26 +169,11 @@ func short(b []byte, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
-// escape shows bytes as one line of text: control characters and bytes
-// that are not UTF-8 are escaped Go-style (\n, \x00, \xff), the rest is
-// shown as it is.
-func escape(b []byte) string {
-	var sb strings.Builder
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		switch {
-		case r == utf8.RuneError && size == 1:
-			fmt.Fprintf(&sb, `\x%02x`, b[0])
-		case unicode.IsControl(r):
-			q := strconv.QuoteRune(r)
-			sb.WriteString(q[1 : len(q)-1])
-		default:
-			sb.Write(b[:size])
-		}
-		b = b[size:]
-	}
-	return sb.String()
-}
+// escape shows bytes as one line of text: control characters, characters
+// that would not show as themselves (right-to-left overrides, zero-width
+// spaces) and bytes that are not UTF-8 are escaped Go-style (\n, \u202e,
+// \xff), the rest is shown as it is.
+func escape(b []byte) string { return visible.Escape(string(b), false) }
 
 // jsonTime is a time in JSON: RFC 3339 in UTC with milliseconds, omitted when zero.
 func jsonTime(t time.Time) *time.Time {

@@ -224,8 +224,8 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int) error {
 		return printJSON(a.stdout, out)
 	}
 	w := a.stdout
-	fmt.Fprintf(w, "Queue:           %s (%s, %s)\n", o.Name, kindName(o.Kind, o.WriteBehind), state(o.Paused))
-	fmt.Fprintf(w, "Stream length:   %d\n", o.Length)
+	fmt.Fprintf(w, "Queue:           %s (%s, %s)\n", escape([]byte(o.Name)), kindName(o.Kind, o.WriteBehind), state(o.Paused))
+	fmt.Fprintf(w, "Stream entries:  %d (finished jobs too, until trimmed: not a backlog)\n", o.Length)
 	fmt.Fprintf(w, "Jobs:            waiting %d, running %d, delayed %d, retrying %d, dead %d, cancelled %d\n",
 		o.Waiting, o.Running, o.Delayed, o.Retrying, o.Dead, o.Cancelled)
 	fmt.Fprintf(w, "Consumers:       %d\n", o.Consumers)
@@ -233,7 +233,7 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int) error {
 	if wb != nil {
 		fmt.Fprintf(w, "Write-behind:    %d unpersisted (oldest %s), %d retrying, %d dead", wb.Unpersisted, age(wb.OldestAge), wb.Retrying, wb.Dead)
 		if wb.LastError != "" {
-			fmt.Fprintf(w, ", last error: %s", wb.LastError)
+			fmt.Fprintf(w, ", last error: %s", escape([]byte(wb.LastError)))
 		}
 		fmt.Fprintln(w)
 	}

@@ -31,7 +31,7 @@ func newWatchCmd(a *app) *cobra.Command {
 	var count int
 	cmd := &cobra.Command{
 		Use:   "watch [queue]",
-		Short: "Refresh the depth and rates of every queue (or one) until interrupted",
+		Short: "Refresh the counts and rates of every queue (or one) until interrupted",
 		Long: `Show the jobs of every queue (or one) by state, with the jobs processed and
 failed in the last complete minute, every --interval. On a terminal the view is
 redrawn in place; otherwise one plain line per queue and refresh is printed, and

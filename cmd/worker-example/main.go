@@ -40,6 +40,7 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
 	keyspace "github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/redact"
 	"github.com/streamq/streamq/middleware"
 )
 
@@ -222,9 +223,9 @@ func connect(ctx context.Context) (*redis.Client, func(), error) {
 	if !explicit {
 		url = defaultURL
 	}
-	opts, err := redis.ParseURL(url)
+	opts, err := redact.ParseURL(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL %q: %w (want e.g. %s)", url, err, defaultURL)
+		return nil, nil, fmt.Errorf("REDIS_URL %w (want e.g. %s)", err, defaultURL)
 	}
 	rdb := redis.NewClient(opts)
 	pingErr := ping(ctx, rdb)

@@ -24,9 +24,16 @@ end
 // Minute returns the counter minute of t (Unix seconds / 60).
 func Minute(t time.Time) int64 { return t.Unix() / 60 }
 
-// Register records queue name of kind in the registry of prefix (one HSET,
-// no hash tag: see [Registry]).
+// Register records queue name of kind in the registry of prefix (no hash
+// tag: see [Registry]). A priority queue has a stream too (priority.Forward
+// feeds its set from it), so KindStream is recorded only for a queue not
+// recorded yet (HSETNX), and KindPriority always (HSET): the stream side
+// starting after a restart never turns a priority queue back into a stream
+// queue.
 func Register(ctx context.Context, c redis.Cmdable, prefix, name, kind string) error {
+	if kind == KindStream {
+		return c.HSetNX(ctx, Registry(prefix), name, kind).Err()
+	}
 	return c.HSet(ctx, Registry(prefix), name, kind).Err()
 }
 

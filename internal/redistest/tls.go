@@ -75,6 +75,20 @@ func (s *Server) URL() string {
 	return scheme + "://" + s.Addr()
 }
 
+// TLSCertificate makes a throwaway CA and a server certificate it signs, for
+// 127.0.0.1, [::1] and [TLSServerName], as [StartTLSServer] does, for a test
+// server of another kind (an HTTPS server). It returns the PEM files of the
+// certificate and its key (in t.TempDir()) and a client configuration that
+// trusts the CA and no other.
+func TLSCertificate(t testing.TB) (certFile, keyFile string, client *tls.Config) {
+	t.Helper()
+	files, clientConf, err := writeCertificates(t.TempDir())
+	if err != nil {
+		t.Fatalf("redistest: TLSCertificate: %v", err)
+	}
+	return files.cert, files.key, clientConf
+}
+
 // certFiles are the PEM files written by writeCertificates.
 type certFiles struct {
 	ca   string // the CA's certificate
