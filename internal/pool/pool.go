@@ -210,11 +210,26 @@ func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool))
 		cfg:    cfg,
 		work:   work,
 		slots:  newSlots(int64(cfg.Concurrency)),
-		shared: jobShared{base: context.WithoutCancel(ctx), timeout: cfg.TimeoutCause},
+		shared: jobShared{base: detach(ctx), timeout: cfg.TimeoutCause},
 		tasks:  make(chan task[T]),
 		closed: make(chan struct{}),
 		jobs:   make(map[string]*Job[T]),
 	}
+}
+
+// detachedKey marks the pool's detached parent context (see detach).
+type detachedKey struct{}
+
+// detach returns ctx without its cancellation, as context.WithoutCancel
+// does, wrapped in a value context. A look-up of a key on a
+// context.WithoutCancel value itself allocates (its Value method passes
+// the receiver on as an interface), and every job context without a
+// cancelable context of its own asks its parent: span and metric look-ups
+// by middleware cost an allocation each. Through a value context the
+// look-up walks the chain without one; context.Cause still sees no
+// cancellation above it.
+func detach(ctx context.Context) context.Context {
+	return context.WithValue(context.WithoutCancel(ctx), detachedKey{}, nil)
 }
 
 // Register records a job the run owns, so that [Pool.KeepAlive] refreshes

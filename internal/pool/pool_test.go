@@ -512,3 +512,33 @@ func TestJob_LazyContext(t *testing.T) {
 		t.Errorf("cause after a second cancel: %v, want the first", context.Cause(waiter))
 	}
 }
+
+// TestJob_DetachedParent checks the job context's parent: the run's
+// cancellation does not reach it (context.Cause sees none), and a look-up
+// of a key nobody set, which middleware makes for every job (spans,
+// metrics), allocates nothing. Not parallel: testing.AllocsPerRun
+// refuses to run beside parallel tests.
+func TestJob_DetachedParent(t *testing.T) {
+	type key struct{}
+	type missing struct{}
+	runCtx, cancelRun := context.WithCancelCause(context.WithValue(context.Background(), key{}, "v"))
+	p := New(runCtx, Config{Concurrency: 1, LostCause: errLost}, noWork(t))
+	t.Cleanup(p.Close)
+	j := p.Register("job", 0)
+	cancelRun(errShutdown)
+
+	if j.Err() != nil || context.Cause(j) != nil {
+		t.Errorf("job under a cancelled run: err %v cause %v, want none", j.Err(), context.Cause(j))
+	}
+	if got := j.Value(key{}); got != "v" {
+		t.Errorf("value of the run's context: %v, want v", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = j.Value(missing{}) }); n != 0 {
+		t.Errorf("a look-up of a missing key allocates %v times, want 0", n)
+	}
+	child, cancel := context.WithCancel(j)
+	defer cancel()
+	if child.Err() != nil || context.Cause(child) != nil {
+		t.Errorf("derived context under a cancelled run: err %v cause %v, want none", child.Err(), context.Cause(child))
+	}
+}
