@@ -7,6 +7,7 @@ import (
 
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
+	"github.com/streamq/streamq/streamqtype"
 )
 
 // Sentinel errors. Check them with [errors.Is].
@@ -24,7 +25,7 @@ var (
 	// acknowledged it in time. The write is stored on the master and its
 	// result (the job's ID, the change's version) is returned with the
 	// error; it may be lost if the master fails over before replicating it.
-	ErrNotReplicated = rdb.ErrNotReplicated
+	ErrNotReplicated = streamqtype.ErrNotReplicated
 
 	// ErrMalformed marks a stream entry that does not follow the wire format.
 	// Consumers dead-letter such entries with the reason instead of running them.
@@ -72,8 +73,9 @@ var (
 )
 
 // NotReplicatedError says how many replicas acknowledged a write that
-// waited for more ([ErrNotReplicated]).
-type NotReplicatedError = rdb.NotReplicatedError
+// waited for more ([ErrNotReplicated]). It is [streamqtype.NotReplicatedError],
+// whose documentation lists its fields.
+type NotReplicatedError = streamqtype.NotReplicatedError
 
 // ConfigError reports an invalid configuration value and how to fix it.
 type ConfigError struct {

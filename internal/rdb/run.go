@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/streamqtype"
 )
 
 // Replicas asks a write to return only once that many replicas acknowledged
@@ -19,24 +21,6 @@ type Replicas struct {
 	N       int           // replicas that must acknowledge; 0: do not wait
 	Timeout time.Duration // how long WAIT may block
 }
-
-// ErrNotReplicated is what a write returns, wrapped in a
-// [*NotReplicatedError], when fewer replicas than asked acknowledged it in
-// time. The root package exports the same value as streamq.ErrNotReplicated.
-var ErrNotReplicated = errors.New("streamq: write not replicated")
-
-// NotReplicatedError says how many replicas acknowledged a write.
-type NotReplicatedError struct {
-	Acked, Want int
-	Timeout     time.Duration
-}
-
-func (e *NotReplicatedError) Error() string {
-	return fmt.Sprintf("%s: %d of %d replicas acknowledged it within %s; it is stored on the master, which may lose it if it fails over now", ErrNotReplicated, e.Acked, e.Want, e.Timeout)
-}
-
-// Unwrap returns [ErrNotReplicated].
-func (e *NotReplicatedError) Unwrap() error { return ErrNotReplicated }
 
 // Recovery budget on Redis Cluster (see [Redo]).
 const (
@@ -121,7 +105,7 @@ func transient(err error) bool {
 // re-sent call changes nothing more), again on a cluster's transient
 // errors ([Redo]), and followed by WAIT when rep asks for replicas. A
 // write that was not replicated in time returns its reply and a
-// [*NotReplicatedError].
+// [*streamqtype.NotReplicatedError].
 func runWrite(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
 	return runScript(ctx, c, s, m, rep, m.keys(keys...), m.args(args...))
 }
@@ -193,10 +177,10 @@ func runWait(ctx context.Context, c redis.Scripter, s *redis.Script, rep Replica
 		return cmd, nil
 	}
 	if err := wait.Err(); err != nil {
-		return cmd, fmt.Errorf("%w: WAIT failed: %w", ErrNotReplicated, err)
+		return cmd, fmt.Errorf("%w: WAIT failed: %w", streamqtype.ErrNotReplicated, err)
 	}
 	if n := int(wait.Val()); n < rep.N {
-		return cmd, &NotReplicatedError{Acked: n, Want: rep.N, Timeout: rep.Timeout}
+		return cmd, &streamqtype.NotReplicatedError{Acked: n, Want: rep.N, Timeout: rep.Timeout}
 	}
 	return cmd, nil
 }

@@ -207,7 +207,7 @@ func (a *EnqueueArgs) argv() []any {
 // MaxBatchChunk jobs) with maxLen, the cap (an int64, 0 or less: none),
 // and sets their entry IDs in ids. A refusal wraps [ErrQueueFull]; a
 // write that rep's replicas did not acknowledge sets its IDs and returns a
-// [*NotReplicatedError].
+// [*streamqtype.NotReplicatedError].
 func Enqueue(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, maxLen any, a *EnqueueArgs, ids []string) error {
 	args := a.argv()
 	args[0], args[1], args[2], args[3] = maxLen, a.n, m.Token, m.TTL
@@ -300,7 +300,7 @@ return njobs
 
 // Schedule runs scriptSchedule; args are ARGV from ARGV[1] on, up to the
 // memo. A write that rep's replicas did not acknowledge returns a
-// [*NotReplicatedError].
+// [*streamqtype.NotReplicatedError].
 func Schedule(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, args []any) error {
 	cmd, werr := runWrite(ctx, c, scriptSchedule, m, rep, []string{k.Delayed, k.DelayedJobs}, args)
 	if err := cmd.Err(); err != nil {
@@ -872,7 +872,7 @@ return {1, id}
 // the key is taken). A refusal wraps [ErrQueueFull].
 //
 // A write that rep's replicas did not acknowledge returns its result and
-// a [*NotReplicatedError].
+// a [*streamqtype.NotReplicatedError].
 func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, m Memo, rep Replicas, args []any) (bool, string, error) {
 	cmd, werr := runWrite(ctx, c, scriptEnqueueUnique, m, rep, []string{k.Stream, lock, k.Delayed, k.DelayedJobs}, args)
 	res, err := cmd.Slice()

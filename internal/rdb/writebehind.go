@@ -142,7 +142,7 @@ func WriteKeys(k Keys, cacheKey, versionKey string) []string {
 // Write runs scriptWrite (args are ARGV from ARGV[1] on, up to the memo)
 // and returns the version, or an error translated: a QUEUEFULL reply wraps
 // [ErrQueueFull]. A write that rep's replicas did not acknowledge returns
-// its version and a [*NotReplicatedError].
+// its version and a [*streamqtype.NotReplicatedError].
 func Write(ctx context.Context, c redis.Scripter, keys []string, m Memo, rep Replicas, args []any) (string, error) {
 	cmd, werr := runWrite(ctx, c, scriptWrite, m, rep, keys, args)
 	v, err := cmd.Text()
