@@ -50,8 +50,10 @@ func newResendQueue(t *testing.T, cfg *streamq.QueueConfig, opt func(*redis.Opti
 	direct := redistest.NewClient(t)
 	// Load the scripts, so that the first EVALSHA runs: a NOSCRIPT reply
 	// dropped would test nothing.
-	if err := rdb.Load(ctx, direct); err != nil {
-		t.Fatal(err)
+	for name, s := range rdb.Scripts() {
+		if err := s.Load(ctx, direct).Err(); err != nil {
+			t.Fatalf("load script %s: %v", name, err)
+		}
 	}
 	dq, _ := relQueue(t, direct, cfg)
 	proxy, err := faultproxy.New(redistest.Addr())

@@ -193,12 +193,6 @@ func current(ctx context.Context) (*Config, string, bool) {
 	return cfg, ref.jobID(), true
 }
 
-// JobID returns the stable ID of the job whose handler runs with ctx.
-func JobID(ctx context.Context) (string, bool) {
-	_, id, ok := current(ctx)
-	return id, ok
-}
-
 // SetProgress records the progress of the job whose handler runs with ctx:
 // percent from 0 to 100 and a short message, kept for ResultRetention.
 func SetProgress(ctx context.Context, percent int, msg string) error {

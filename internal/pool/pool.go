@@ -217,14 +217,6 @@ func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool))
 	}
 }
 
-// Register records a job the run owns, so that [Pool.KeepAlive] refreshes
-// its claim and [Pool.Owns] reports it.
-func (p *Pool[T]) Register(key string, v T) *Job[T] {
-	j := p.NewJob(key, v)
-	p.RegisterAll([]*Job[T]{j})
-	return j
-}
-
 // NewJob returns a job of the pool, not registered yet (see RegisterAll).
 func (p *Pool[T]) NewJob(key string, v T) *Job[T] {
 	return &Job[T]{Key: key, Val: v, shared: &p.shared}

@@ -145,12 +145,6 @@ func PriorityDropCancels(ctx context.Context, c redis.Scripter, pk PriorityKeys,
 	return scriptPriorityDropCancels.Run(ctx, c, []string{pk.Jobs, pk.Cancel}, args...).Int()
 }
 
-// DropCancel removes the cancel request of job id (after the engine acted
-// on it without a script that does).
-func DropCancel(ctx context.Context, c redis.Cmdable, k Keys, id string) error {
-	return c.HDel(ctx, k.Cancel, id).Err()
-}
-
 // Progress is the stored form of a job's progress.
 type Progress struct {
 	Percent int    `json:"pct"`
