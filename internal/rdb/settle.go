@@ -1,0 +1,226 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Settling an attempt of a stream job: acknowledge it, write it again as a
+// new copy (retry, postpone, hand back), dead-letter it; and requeue dead
+// letters.
+
+// scriptMove settles an attempt by writing the job again as a new copy:
+// into the delayed set when it is due later (a retry, a postponement), or
+// straight back into the stream (a hand-back, a retry without delay). The
+// new copy is written before the old entry is acknowledged and deleted; the
+// trail records where the job lives now, and a failed attempt is counted in
+// the minute's throughput counters.
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
+// KEYS[4] trail hash, KEYS[5] the minute's counters; KEYS[6] memo hash
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (Unix
+// ms; 0: into the stream now), ARGV[5] delayed-set ID, ARGV[6] the job's
+// stable ID, ARGV[7] "1" to count a failure, ARGV[8..] field/value
+// arguments of the new copy; then the memo token and TTL.
+// Returns 1 when moved; 0 when the entry is no longer pending for this
+// consumer (another consumer took it over), in which case nothing changed.
+// A re-sent call returns what the first returned (the pending check alone
+// keeps it from moving anything again, but would say 0).
+var scriptMove = redis.NewScript(idempotent(streamLib+statsLib, `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+local at
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 8)}))
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  at = 'd:' .. ARGV[5]
+else
+  at = 's:' .. redis.call('XADD', KEYS[1], '*', unpack(ARGV, 8))
+end
+redis.call('HSET', KEYS[4], ARGV[6], at)
+if ARGV[7] == '1' then count(KEYS[5], 'failed', 1) end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+return 1
+`))
+
+// Settle is what a settlement records besides moving the job: its stable
+// ID (for the trail), whether the attempt counts as a failure in the
+// throughput counters, and the minute it happens in.
+type Settle struct {
+	JobID  string
+	Failed bool
+	Minute int64 // Unix seconds / 60
+}
+
+func (s Settle) failed() string {
+	if s.Failed {
+		return "1"
+	}
+	return "0"
+}
+
+// Move runs scriptMove. dueMillis 0 puts the copy straight into the stream.
+func Move(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dueMillis int64, token string, st Settle, fields []any) (bool, error) {
+	args := append([]any{group, consumer, id, dueMillis, token, st.JobID, st.failed()}, fields...)
+	cmd, _ := runWrite(ctx, c, scriptMove, k.NewMemo(), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(st.Minute)}, args)
+	n, err := cmd.Int()
+	return n == 1, err
+}
+
+// scriptDeadLetter moves a job from the stream to the dead-letter stream,
+// records it in the trail and the minute's failures, removes its cancel
+// request, and releases its unique-key lock.
+//
+// KEYS[1] stream, KEYS[2] dead-letter stream, KEYS[3] trail hash, KEYS[4]
+// the minute's counters, KEYS[5] cancel requests, KEYS[6] (optional) the
+// job's unique-key lock; last, the memo hash
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] dead-letter cap
+// (0: none), ARGV[5] the job's lock token ("" without a lock), ARGV[6] the
+// job's stable ID, ARGV[7..] field/value arguments of the dead letter; then
+// the memo token and TTL.
+// Returns the dead letter's entry ID, or false when the entry is no longer
+// pending for this consumer, in which case nothing changed. A re-sent call
+// returns what the first returned.
+var scriptDeadLetter = redis.NewScript(idempotent(streamLib+statsLib, `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
+local id
+local cap = tonumber(ARGV[4])
+if cap > 0 then
+  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 7))
+else
+  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 7))
+end
+redis.call('HSET', KEYS[3], ARGV[6], 'x:' .. id)
+count(KEYS[4], 'failed', 1)
+redis.call('HDEL', KEYS[5], ARGV[6])
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+if KEYS[6] then unlock(KEYS[6], ARGV[5]) end
+return id
+`))
+
+// DeadLetter runs scriptDeadLetter. lock is the job's unique-key lock ("":
+// none). It returns "" when the entry is no longer pending for consumer.
+func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dlCap int64, lock, token string, st Settle, fields []any) (string, error) {
+	keys := []string{k.Stream, k.Dead, k.Trail, k.Stats(st.Minute), k.Cancel}
+	if lock != "" {
+		keys = append(keys, lock)
+	}
+	args := append([]any{group, consumer, id, dlCap, token, st.JobID}, fields...)
+	cmd, _ := runWrite(ctx, c, scriptDeadLetter, k.NewMemo(), Replicas{}, keys, args)
+	dl, err := cmd.Text()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return dl, err
+}
+
+// scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
+// counters, failure times, last error and the crashed mark dropped; headers,
+// payload, stable ID and error history kept). A dead letter without a jid
+// field gets its dl_id as one (the ID of the copy that was dead-lettered).
+// The new entry is written and recorded in the trail before the dead letter
+// is deleted.
+//
+// KEYS[1] dead-letter stream, KEYS[2] stream, KEYS[3] trail hash, KEYS[4]
+// memo hash
+// ARGV: dead-letter entry IDs; then the memo token and TTL.
+// Returns an array with the new stream entry ID per argument, or false for a
+// dead letter that does not exist. A re-sent call returns what the first
+// returned (without the memo it would find the letters gone).
+var scriptRequeue = redis.NewScript(idempotent("", `
+local out = {}
+for i = 1, #ARGV do
+  local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if #e == 0 then
+    out[i] = false
+  else
+    local f = e[1][2]
+    local fields = {}
+    local jid, dlid
+    for k = 1, #f, 2 do
+      local name = f[k]
+      if name == 'jid' then jid = f[k + 1] elseif name == 'dl_id' then dlid = f[k + 1] end
+      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' then
+        fields[#fields + 1] = name
+        fields[#fields + 1] = f[k + 1]
+      end
+    end
+    if #fields == 0 then fields = {'v', ''} end
+    if not jid and dlid and dlid ~= '' then
+      jid = dlid
+      fields[#fields + 1] = 'jid'
+      fields[#fields + 1] = jid
+    end
+    out[i] = redis.call('XADD', KEYS[2], '*', unpack(fields))
+    if jid then redis.call('HSET', KEYS[3], jid, 's:' .. out[i]) end
+    redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+return out
+`))
+
+// Requeue runs scriptRequeue for ids and returns the new entry IDs ("" for
+// a dead letter that does not exist).
+func Requeue(ctx context.Context, c redis.Scripter, k Keys, ids []string) ([]string, error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	cmd, _ := runWrite(ctx, c, scriptRequeue, k.NewMemo(), Replicas{}, []string{k.Dead, k.Stream, k.Trail}, args)
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(res))
+	for i, v := range res {
+		out[i], _ = v.(string)
+	}
+	return out, nil
+}
+
+// scriptAck acknowledges finished jobs, forgets the trail of those that
+// were moved (retried or requeued copies), and releases their unique-key
+// locks.
+//
+// KEYS[1] stream, KEYS[2] trail hash, KEYS[3..] unique-key locks of some of
+// the jobs
+// ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3] number of stable
+// IDs m; then n entry IDs, m stable IDs of moved jobs, and one lock token
+// per lock key, in the same order.
+// Returns the number of entries acknowledged.
+var scriptAck = redis.NewScript(streamLib + `
+local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
+if m > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 4 + n, 3 + n + m)) end
+for i = 3, #KEYS do unlock(KEYS[i], ARGV[n + m + i + 1]) end
+return acked
+`)
+
+// Ack acknowledges ids in one XACK, or, when some of the jobs hold
+// unique-key locks (locks[i] and tokens[i]) or were moved (their stable IDs
+// jids, whose trail is forgotten), in one script that also releases the
+// locks and forgets the trail. Jobs that were never moved cost nothing
+// more than the XACK.
+func Ack(ctx context.Context, c redis.UniversalClient, k Keys, group string, ids, jids, locks, tokens []string) error {
+	if len(locks) == 0 && len(jids) == 0 {
+		return c.XAck(ctx, k.Stream, group, ids...).Err()
+	}
+	keys := make([]string, 0, 2+len(locks))
+	keys = append(keys, k.Stream, k.Trail)
+	keys = append(keys, locks...)
+	args := make([]any, 0, 3+len(ids)+len(jids)+len(tokens))
+	args = append(args, group, len(ids), len(jids))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	for _, id := range jids {
+		args = append(args, id)
+	}
+	for _, t := range tokens {
+		args = append(args, t)
+	}
+	return scriptAck.Run(ctx, c, keys, args...).Err()
+}
