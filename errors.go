@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 	"github.com/streamq/streamq/streamqtype"
@@ -66,7 +67,7 @@ var (
 
 	// ErrRunning is returned by Run ([Consumer.Run], and the Run of a priority
 	// worker or a periodic scheduler) when it is already running.
-	ErrRunning = errors.New("streamq: already running")
+	ErrRunning = core.ErrRunning
 
 	// ErrNotFound is returned when a job or dead letter does not exist.
 	ErrNotFound = errors.New("streamq: not found")

@@ -34,32 +34,18 @@ type backend struct {
 	run     string
 	pops    uint64
 	credits []int64
+	bands   []rdb.PopBand // the weighted pop's bands, reused
 	budget  *engine.FetchBudget
 }
 
 // Start warns when Redis may evict keys (see core.Queue.WarnEvictionPolicy).
 func (b *backend) Start(ctx context.Context) error {
-	b.pq.core.WarnEvictionPolicy(ctx, b.w.mon.Log)
-	err := rdb.Register(ctx, b.pq.core.RDB, b.pq.core.Prefix, b.pq.core.Name, rdb.KindPriority)
+	b.pq.core.WarnEvictionPolicy(ctx, b.w.run.Mon.Log)
+	err := b.pq.core.DB.Register(ctx, rdb.KindPriority)
 	if err != nil && !rdb.IsOOM(err) {
 		return fmt.Errorf("priority: register queue %s: %w", b.pq.core.Name, err)
 	}
 	return nil
-}
-
-// workerForget is how long a worker that stopped sending heartbeats stays
-// in the queue's workers set.
-const workerForget = 24 * time.Hour
-
-// heartbeat returns the control loop's addition: the worker's last-seen
-// time in the workers set, and the removal of workers silent for a day.
-func heartbeat(key, name string) func(redis.Pipeliner) {
-	return func(pipe redis.Pipeliner) {
-		ctx := context.Background()
-		now := time.Now()
-		pipe.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMilli()), Member: name})
-		pipe.ZRemRangeByScore(ctx, key, "-inf", "("+strconv.FormatInt(now.Add(-workerForget).UnixMilli(), 10))
-	}
 }
 
 // Fetch leases up to n jobs and waits for a wake-up when there are none.
@@ -71,15 +57,12 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 	w := b.w
 	b.pops++
 	prefix := w.cfg.Name + ":" + b.run + "." + strconv.FormatUint(b.pops, 36) + ":"
-	var bands []any
-	if len(w.bands) > 0 {
-		bands = make([]any, 0, 4*len(w.bands))
-		for i, bd := range w.bands {
-			bands = append(bands, bd.lo, bd.hi, bd.weight, b.credits[i])
-		}
+	b.bands = b.bands[:0]
+	for i, bd := range w.bands {
+		b.bands = append(b.bands, rdb.PopBand{Min: bd.lo, Max: bd.hi, Weight: bd.weight, Credit: b.credits[i]})
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
-	res, err := rdb.Pop(pctx, b.pq.core.RDB, b.pq.keys, b.run, w.cfg.Lease.Milliseconds(), int64(b.budget.Count(min(n, MaxPopBatch))), prefix, bands)
+	res, err := b.pq.db.Pop(pctx, rdb.PopParams{Run: b.run, Lease: w.cfg.Lease, N: b.budget.Count(min(n, MaxPopBatch)), Prefix: prefix, Bands: b.bands})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("priority: pop from %s: %w", b.pq.keys.Ready, err)
@@ -88,9 +71,9 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 		copy(b.credits, res.Credits)
 	}
 	if res.Missing > 0 {
-		w.mon.Log.ErrorContext(ctx, "priority: jobs in the ready set had no data (deleted by someone else); they are lost", "count", res.Missing)
+		w.run.Mon.Log.ErrorContext(ctx, "priority: jobs in the ready set had no data (deleted by someone else); they are lost", "count", res.Missing)
 		for range res.Missing {
-			w.mon.Event(ctx, engine.Event{Kind: engine.EventDeleted})
+			w.run.Mon.Event(ctx, engine.Event{Kind: engine.EventDeleted})
 		}
 	}
 	if len(res.Jobs) == 0 {
@@ -174,19 +157,19 @@ func (b *backend) Wake() {
 		Stream: b.pq.keys.Notify, MaxLen: 100, Approx: true, Values: []any{"w", "0"},
 	}).Err()
 	if err != nil {
-		b.w.mon.Log.Debug("priority: cannot wake the worker; it notices the shutdown within Block", "error", err)
+		b.w.run.Mon.Log.Debug("priority: cannot wake the worker; it notices the shutdown within Block", "error", err)
 	}
 }
 
 // Charge marks the lease charged (its expiry counts a crashed start) or
 // waiting (its expiry counts nothing).
 func (b *backend) Charge(ctx context.Context, d *engine.Delivery, charge bool) (bool, error) {
-	return rdb.MarkWaiting(ctx, b.pq.core.RDB, b.pq.keys, d.Key, !charge)
+	return b.pq.db.MarkWaiting(ctx, rdb.MarkWaitingParams{Lease: d.Key, Waiting: !charge})
 }
 
 // Touch extends the leases of held jobs.
 func (b *backend) Touch(ctx context.Context, leases []string) ([]string, error) {
-	return rdb.KeepAlive(ctx, b.pq.core.RDB, b.pq.keys, b.w.cfg.Lease.Milliseconds(), leases)
+	return b.pq.db.KeepAlive(ctx, rdb.KeepAliveParams{Lease: b.w.cfg.Lease, Leases: leases})
 }
 
 // Finish removes finished jobs.
@@ -196,9 +179,9 @@ func (b *backend) Finish(ctx context.Context, done []engine.Finished) error {
 	for i, f := range done {
 		leases[i], ids[i] = f.Key, f.ID
 	}
-	_, left, err := rdb.Finish(ctx, b.pq.core.RDB, b.pq.keys, leases, ids)
+	_, left, err := b.pq.db.Finish(ctx, rdb.FinishParams{Leases: leases, IDs: ids})
 	if err == nil && left > 0 {
-		b.w.mon.Log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
+		b.w.run.Mon.Log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
 	}
 	return err
 }
@@ -206,18 +189,17 @@ func (b *backend) Finish(ctx context.Context, done []engine.Finished) error {
 // Move puts the job back with new fields: into the delayed set, or straight
 // into the ready set without delay; either way with its priority and place.
 func (b *backend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration, st rdb.Settle) (bool, error) {
-	ms := int64((delay + time.Millisecond - 1) / time.Millisecond)
-	return rdb.Retry(ctx, b.pq.core.RDB, b.pq.keys, d.Key, ms, wire.Pack(fields), st)
+	return b.pq.db.Retry(ctx, rdb.RetryParams{Lease: d.Key, Delay: delay, Data: wire.Pack(fields), Settle: st})
 }
 
 // DeadLetter moves the job to the queue's dead-letter stream.
 func (b *backend) DeadLetter(ctx context.Context, d *engine.Delivery, _, _ string, st rdb.Settle, fields []any) (string, error) {
-	return rdb.PriorityDeadLetter(ctx, b.pq.core.RDB, b.pq.core.Keys, b.pq.keys, d.Key, b.pq.core.DeadLetterMaxLen, st, fields)
+	return b.pq.db.DeadLetter(ctx, rdb.PriorityDeadLetterParams{Lease: d.Key, Settle: st, Fields: fields})
 }
 
 // DropCancels removes cancel requests of jobs whose data is gone.
 func (b *backend) DropCancels(ctx context.Context, ids []string) error {
-	_, err := rdb.PriorityDropCancels(ctx, b.pq.core.RDB, b.pq.keys, ids)
+	_, err := b.pq.db.DropCancels(ctx, ids)
 	return err
 }
 
@@ -235,14 +217,14 @@ func (b *backend) Loops() []engine.Loop {
 // reap returns expired leases and due retries to the ready set. Any number
 // of workers may run it; the script moves each job exactly once.
 func (b *backend) reap(ctx context.Context) (bool, error) {
-	ids, due, err := rdb.Reap(ctx, b.pq.core.RDB, b.pq.keys, reapBatch)
+	ids, due, err := b.pq.db.Reap(ctx, reapBatch)
 	if err != nil {
 		return false, err
 	}
 	if len(ids) > 0 {
-		b.w.mon.Log.InfoContext(ctx, "priority: returned jobs with expired leases to the ready set (their worker died, hung or lost Redis)", "count", len(ids))
+		b.w.run.Mon.Log.InfoContext(ctx, "priority: returned jobs with expired leases to the ready set (their worker died, hung or lost Redis)", "count", len(ids))
 		for _, id := range ids {
-			b.w.mon.Event(ctx, engine.Event{Kind: engine.EventReclaimed, ID: id})
+			b.w.run.Mon.Event(ctx, engine.Event{Kind: engine.EventReclaimed, ID: id})
 		}
 	}
 	return len(ids) == reapBatch || due == reapBatch, nil

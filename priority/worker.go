@@ -6,8 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/streamq/streamq"
@@ -159,12 +157,10 @@ type WorkerStats struct {
 // panics, timeouts and shutdown. Create it with [NewWorker] and start it with
 // [Worker.Run].
 type Worker struct {
-	pq      *Queue
-	cfg     WorkerConfig
-	bands   []band
-	eng     engine.Runner
-	mon     *engine.Monitor
-	running atomic.Bool
+	pq    *Queue
+	cfg   WorkerConfig
+	bands []band
+	run   *core.Run
 }
 
 // NewWorker returns a worker that runs h for the jobs of pq. cfg may be nil.
@@ -182,136 +178,34 @@ func NewWorker(pq *Queue, h streamq.Handler, cfg *WorkerConfig) (*Worker, error)
 		c.Middleware = append([]streamq.Middleware(nil), cfg.Middleware...)
 		c.Bands = append([]Band(nil), cfg.Bands...)
 	}
-	if err := c.setDefaults(); err != nil {
+	// The lease token holds the name, and '|' ends it.
+	run, err := pq.core.NewRun(&core.RunConfig{Role: "worker", Forbid: "|", FinishBatch: finishBatch, Claim: &c.Lease, Heartbeat: true,
+		Own:  []core.Duration{{Field: "Lease", V: &c.Lease, Def: DefaultLease}, {Field: "ReapInterval", V: &c.ReapInterval, Def: DefaultReapInterval, Off: true}},
+		Name: &c.Name, Concurrency: &c.Concurrency, MaxDeliveries: &c.MaxDeliveries, Block: &c.Block, JobTimeout: &c.JobTimeout, ShutdownTimeout: &c.ShutdownTimeout,
+		ControlInterval: &c.ControlInterval, ResultRetention: &c.ResultRetention, MaxFetchBytes: &c.MaxFetchBytes, MaxResultBytes: &c.MaxResultBytes,
+		Backoff: (*func(int) time.Duration)(&c.Backoff), NilMiddleware: core.NilAt(c.Middleware), Logger: c.Logger, OnEvent: c.OnEvent,
+		Check: c.check, Handler: func() any { return streamq.Chain(h, c.Middleware...) },
+	}, configErr)
+	if err != nil {
 		return nil, err
 	}
 	bands, err := bandRanges(c.Bands, pq.cfg.LowerFirst)
 	if err != nil {
 		return nil, err
 	}
-	log := c.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	eng := pq.core.NewEngine(streamq.Chain(h, c.Middleware...), c.OnEvent, "", engine.Config{
-		Queue:           pq.core.Name,
-		Concurrency:     c.Concurrency,
-		Block:           c.Block,
-		JobTimeout:      max(c.JobTimeout, 0),
-		ShutdownTimeout: c.ShutdownTimeout,
-		TouchEvery:      max(c.Lease/4, 5*time.Millisecond),
-		TouchTimeout:    min(c.Lease/2, opTimeout),
-		MaxDeliveries:   c.MaxDeliveries,
-		Backoff:         c.Backoff,
-		FinishBatch:     finishBatch,
-		ShutdownCause:   streamq.ErrShutdown,
-		LostCause:       streamq.ErrClaimLost,
-		TimeoutCause:    streamq.ErrJobTimeout,
-		CancelCause:     streamq.ErrCancelled,
-		Logger:          log.With("queue", pq.core.Name, "worker", c.Name),
-
-		Client:          pq.core.RDB,
-		Keys:            pq.core.Keys,
-		ControlInterval: c.ControlInterval,
-		ResultRetention: c.ResultRetention,
-		MaxResultBytes:  c.MaxResultBytes,
-		Heartbeat:       heartbeat(pq.core.Keys.Workers, c.Name),
-	})
-	return &Worker{pq: pq, cfg: c, bands: bands, eng: eng, mon: eng.Monitor()}, nil
+	return &Worker{pq: pq, cfg: c, bands: bands, run: run}, nil
 }
 
 func configErr(field, format string, args ...any) error {
 	return &streamq.ConfigError{Field: "priority.WorkerConfig." + field, Reason: fmt.Sprintf(format, args...)}
 }
 
-func (c *WorkerConfig) setDefaults() error {
-	if c.Name == "" {
-		c.Name = defaultName()
-	}
-	if err := validName(c.Name); err != nil {
-		return err
-	}
-	if err := core.Durations([]core.Duration{
-		{Field: "Block", V: &c.Block, Def: DefaultBlock},
-		{Field: "Lease", V: &c.Lease, Def: DefaultLease},
-		{Field: "JobTimeout", V: &c.JobTimeout, Def: DefaultJobTimeout, Off: true},
-		{Field: "ShutdownTimeout", V: &c.ShutdownTimeout, Def: DefaultShutdownTimeout},
-		{Field: "ReapInterval", V: &c.ReapInterval, Def: DefaultReapInterval, Off: true},
-		{Field: "ControlInterval", V: &c.ControlInterval, Def: streamq.DefaultControlInterval},
-		{Field: "ResultRetention", V: &c.ResultRetention, Def: streamq.DefaultResultRetention},
-	}, configErr); err != nil {
-		return err
-	}
-	if err := core.Control(c.ControlInterval, streamq.MinControlInterval, streamq.DefaultControlInterval,
-		c.ResultRetention, streamq.DefaultResultRetention, configErr); err != nil {
-		return err
-	}
-	if err := core.Sizes([]core.Bytes{
-		{Field: "MaxResultBytes", V: &c.MaxResultBytes, Def: streamq.DefaultMaxResultBytes},
-		{Field: "MaxFetchBytes", V: &c.MaxFetchBytes, Def: streamq.DefaultMaxFetchBytes},
-	}, configErr); err != nil {
-		return err
-	}
-	if c.Block < time.Millisecond {
-		return configErr("Block", "%s is below 1ms, which Redis reads as 'block forever': use at least 1ms (default %s)", c.Block, DefaultBlock)
-	}
+// check validates the worker's own fields, after core.RunConfig.Apply.
+func (c *WorkerConfig) check() error {
 	if c.Lease < minLease {
 		return configErr("Lease", "%s is too short for running jobs to extend their leases in time: use at least %s (default %s)", c.Lease, minLease, DefaultLease)
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Concurrency < 0 {
-		return configErr("Concurrency", "%d is negative: use a positive number of handler goroutines, or 0 for %d", c.Concurrency, DefaultConcurrency)
-	}
-	if c.MaxDeliveries == 0 {
-		c.MaxDeliveries = DefaultMaxDeliveries
-	}
-	if c.MaxDeliveries < 0 {
-		return configErr("MaxDeliveries", "%d is negative: use a positive number of attempts, or 0 for %d", c.MaxDeliveries, DefaultMaxDeliveries)
-	}
-	if c.Backoff == nil {
-		c.Backoff = streamq.DefaultBackoff
-	}
-	for i, m := range c.Middleware {
-		if m == nil {
-			return configErr(fmt.Sprintf("Middleware[%d]", i), "is nil: remove it")
-		}
-	}
 	return nil
-}
-
-// validName accepts 1..200 bytes of printable ASCII without spaces, braces or
-// '|' (which separates a lease token from the job's member).
-func validName(s string) error {
-	if len(s) > streamq.MaxNameLen {
-		return configErr("Name", "is %d bytes long: use at most %d", len(s), streamq.MaxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if ch <= ' ' || ch >= 0x7f || ch == '{' || ch == '}' || ch == '|' {
-			return configErr("Name", "%q contains %q at byte %d: use letters, digits and punctuation other than '{', '}' and '|', without spaces", s, ch, i)
-		}
-	}
-	return nil
-}
-
-func defaultName() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "host"
-	}
-	name := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randHex(4))
-	if validName(name) != nil { // exotic host names
-		name = fmt.Sprintf("worker-%d-%s", os.Getpid(), randHex(4))
-	}
-	return name
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return hex.EncodeToString(b)
 }
 
 // Name returns the worker's name.
@@ -322,7 +216,7 @@ func (w *Worker) Queue() *Queue { return w.pq }
 
 // Stats returns the worker's counters.
 func (w *Worker) Stats() WorkerStats {
-	s := w.mon.Stats()
+	s := w.run.Mon.Stats()
 	return WorkerStats{
 		Processed:    s.Processed,
 		Failed:       s.Failed,
@@ -337,7 +231,7 @@ func (w *Worker) Stats() WorkerStats {
 
 // Health reports the state of the worker's run, for readiness and liveness
 // probes.
-func (w *Worker) Health() streamq.Health { return streamq.Health(w.mon.Health()) }
+func (w *Worker) Health() streamq.Health { return streamq.Health(w.run.Mon.Health()) }
 
 // Run runs jobs until ctx is cancelled, then shuts down gracefully: it stops
 // taking jobs at once (also while it waits for work), lets running handlers
@@ -355,9 +249,11 @@ func (w *Worker) Health() streamq.Health { return streamq.Health(w.mon.Health())
 // Run composes with errgroup. A Worker runs at most once at a time; a second
 // Run returns [streamq.ErrRunning].
 func (w *Worker) Run(ctx context.Context) error {
-	if !w.running.CompareAndSwap(false, true) {
-		return streamq.ErrRunning
-	}
-	defer w.running.Store(false)
-	return w.eng.Run(ctx, &backend{w: w, pq: w.pq, run: randHex(3), credits: make([]int64, len(w.bands)), budget: engine.NewFetchBudget(w.cfg.MaxFetchBytes)})
+	return w.run.Run(ctx, &backend{w: w, pq: w.pq, run: randHex(3), credits: make([]int64, len(w.bands)), budget: engine.NewFetchBudget(w.cfg.MaxFetchBytes)})
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
 }

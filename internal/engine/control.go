@@ -32,7 +32,7 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, min(opTimeout, 2*r.cfg.ControlInterval))
 	defer cancel()
 	counts := r.takeCounts()
-	paused, ids, err := rdb.Control(cctx, r.cfg.Client, r.cfg.Keys, counts, r.cfg.Heartbeat)
+	paused, ids, err := r.cfg.DB.Control(cctx, rdb.ControlParams{Processed: counts, Worker: r.cfg.Heartbeat})
 	if err != nil {
 		r.putCounts(counts)
 		if ctx.Err() == nil {
@@ -78,10 +78,10 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 // the next control tick adds to the queue's throughput counters (no command
 // per job or per batch).
 func (r *run[F]) counted(n int) {
-	if r.cfg.ControlInterval <= 0 || r.cfg.Client == nil {
+	if r.cfg.ControlInterval <= 0 || r.cfg.DB == nil {
 		return
 	}
-	m := rdb.Minute(time.Now())
+	m := rdb.Minute(r.cfg.DB.Now())
 	r.countMu.Lock()
 	if r.counts == nil {
 		r.counts = make(map[int64]int64, 2)
@@ -122,7 +122,7 @@ func (r *run[F]) flushCounts() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := rdb.AddProcessed(ctx, r.cfg.Client, r.cfg.Keys, c); err != nil {
+	if err := r.cfg.DB.AddProcessed(ctx, c); err != nil {
 		r.mon.Log.Warn("streamq: cannot write the throughput counters", "error", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 	"unicode/utf8"
 
 	"github.com/streamq/streamq/internal/pool"
@@ -39,7 +38,7 @@ func current(ctx context.Context) (*Config, string, bool) {
 		return nil, "", false
 	}
 	cfg, ok := ctx.Value(cfgKey{}).(*Config)
-	if !ok || cfg.Client == nil {
+	if !ok || cfg.DB == nil {
 		return nil, "", false
 	}
 	return cfg, ref.jobID(), true
@@ -61,8 +60,8 @@ func SetProgress(ctx context.Context, percent int, msg string) error {
 	if !utf8.ValidString(msg) {
 		return fmt.Errorf("%w: the progress message is not valid UTF-8", wire.ErrInvalidHeader)
 	}
-	p := rdb.Progress{Percent: percent, Message: msg, At: time.Now().UnixMilli()}
-	if err := rdb.SetProgress(ctx, cfg.Client, cfg.Keys, id, p, cfg.ResultRetention); err != nil {
+	p := rdb.ProgressParams{JobID: id, Percent: percent, Message: msg, Retention: cfg.ResultRetention}
+	if err := cfg.DB.SetProgress(ctx, p); err != nil {
 		return fmt.Errorf("streamq: set progress of job %s: %w", id, err)
 	}
 	return nil
@@ -79,7 +78,7 @@ func SetResult(ctx context.Context, result []byte) error {
 		return fmt.Errorf("%w: the result is %d bytes, the limit is %d (MaxResultBytes): store large results elsewhere and record a reference",
 			wire.ErrTooLarge, len(result), cfg.MaxResultBytes)
 	}
-	if err := rdb.SetResult(ctx, cfg.Client, cfg.Keys, id, result, cfg.ResultRetention); err != nil {
+	if err := cfg.DB.SetResult(ctx, rdb.ResultParams{JobID: id, Result: result, Retention: cfg.ResultRetention}); err != nil {
 		return fmt.Errorf("streamq: set result of job %s: %w", id, err)
 	}
 	return nil

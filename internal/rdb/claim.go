@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -31,14 +32,21 @@ end
 return lost
 `)
 
-// Touch runs scriptTouch and returns the IDs consumer no longer owns.
-func Touch(ctx context.Context, c redis.Scripter, k Keys, group, consumer string, ids []string) ([]string, error) {
-	args := make([]any, 0, 2+len(ids))
-	args = append(args, group, consumer)
-	for _, id := range ids {
+// TouchParams are one call of scriptTouch.
+type TouchParams struct {
+	Consumer string   // the consumer that holds the entries
+	IDs      []string // the entries
+}
+
+// Touch runs scriptTouch and returns the IDs p.Consumer no longer owns. A
+// call sent again only resets the idle times again.
+func (q *Queue) Touch(ctx context.Context, p TouchParams) ([]string, error) {
+	args := make([]any, 0, 2+len(p.IDs))
+	args = append(args, q.group, p.Consumer)
+	for _, id := range p.IDs {
 		args = append(args, id)
 	}
-	return scriptTouch.Run(ctx, c, []string{k.Stream}, args...).StringSlice()
+	return scriptTouch.Run(ctx, q.client, []string{q.keys.Stream}, args...).StringSlice()
 }
 
 // scriptCharge sets the delivery counter of an entry the consumer owns: the
@@ -55,9 +63,17 @@ redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'RETRYCOUNT', ARGV[4
 return 1
 `)
 
-// Charge runs scriptCharge.
-func Charge(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, count int) (bool, error) {
-	n, err := scriptCharge.Run(ctx, c, []string{k.Stream}, group, consumer, id, count).Int()
+// ChargeParams are one call of scriptCharge.
+type ChargeParams struct {
+	Consumer string // the consumer that holds the entry
+	ID       string // the entry
+	Count    int    // the delivery counter to set: the entry's handler starts
+}
+
+// Charge runs scriptCharge and reports whether p.Consumer holds the entry.
+// A call sent again sets the same count: it changes nothing more.
+func (q *Queue) Charge(ctx context.Context, p ChargeParams) (bool, error) {
+	n, err := scriptCharge.Run(ctx, q.client, []string{q.keys.Stream}, q.group, p.Consumer, p.ID, p.Count).Int()
 	return n == 1, err
 }
 
@@ -96,12 +112,26 @@ type Claimed struct {
 	Fields map[string]any
 }
 
-// Reclaim runs scriptReclaim.
-func Reclaim(ctx context.Context, c redis.Scripter, k Keys, group, consumer string, minIdleMillis int64, cursor string, count int64, token string, memoMillis int64) (next string, jobs []Claimed, deleted []string, err error) {
-	res, err := scriptReclaim.Run(ctx, c, []string{k.Stream, k.Claims(consumer)},
-		group, consumer, minIdleMillis, cursor, count, token, memoMillis).Slice()
+// ReclaimParams are one call of scriptReclaim.
+type ReclaimParams struct {
+	Consumer string        // the consumer that takes the entries over
+	MinIdle  time.Duration // how long an entry must be idle
+	Cursor   string        // where the pass over the pending list stands ("0-0": at the start)
+	Count    int           // the most entries to take over
+	// Token names the call: a call sent again with the same token returns
+	// what the first took over, and takes nothing more.
+	Token string
+	// MemoTTL is how long the call is remembered for that.
+	MemoTTL time.Duration
+}
+
+// Reclaim runs scriptReclaim. It returns the cursor of the next call, the
+// entries taken over, and the IDs of pending entries whose data was gone.
+func (q *Queue) Reclaim(ctx context.Context, p ReclaimParams) (next string, jobs []Claimed, deleted []string, err error) {
+	res, err := scriptReclaim.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Claims(p.Consumer)},
+		q.group, p.Consumer, p.MinIdle.Milliseconds(), p.Cursor, p.Count, p.Token, p.MemoTTL.Milliseconds()).Slice()
 	if err != nil {
-		return cursor, nil, nil, err
+		return p.Cursor, nil, nil, err
 	}
 	return parseClaimed(res)
 }
@@ -129,14 +159,22 @@ claimed(KEYS[1], ARGV[1], ARGV[2], ids, out, deleted)
 return out
 `)
 
-// Adopt runs scriptAdopt.
-func Adopt(ctx context.Context, c redis.Scripter, k Keys, group, consumer string, ids []string) ([]Claimed, []string, error) {
-	args := make([]any, 0, 2+len(ids))
-	args = append(args, group, consumer)
-	for _, id := range ids {
+// AdoptParams are one call of scriptAdopt.
+type AdoptParams struct {
+	Consumer string   // the consumer the entries were delivered to
+	IDs      []string // the entries
+}
+
+// Adopt runs scriptAdopt and returns the entries taken back and the IDs of
+// those whose data was gone. A call sent again takes back the same entries
+// (still pending for p.Consumer) and resets their counters again.
+func (q *Queue) Adopt(ctx context.Context, p AdoptParams) ([]Claimed, []string, error) {
+	args := make([]any, 0, 2+len(p.IDs))
+	args = append(args, q.group, p.Consumer)
+	for _, id := range p.IDs {
 		args = append(args, id)
 	}
-	res, err := scriptAdopt.Run(ctx, c, []string{k.Stream}, args...).Slice()
+	res, err := scriptAdopt.Run(ctx, q.client, []string{q.keys.Stream}, args...).Slice()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -214,7 +252,14 @@ end
 return gone
 `)
 
-// Prune runs scriptPrune.
-func Prune(ctx context.Context, c redis.Scripter, k Keys, group string, idleMillis int64, self string) ([]string, error) {
-	return scriptPrune.Run(ctx, c, []string{k.Stream}, group, idleMillis, self).StringSlice()
+// PruneParams are one call of scriptPrune.
+type PruneParams struct {
+	Idle time.Duration // how long a consumer without pending entries must be idle
+	Self string        // the calling consumer, never deleted
+}
+
+// Prune runs scriptPrune and returns the names of the consumers it
+// deleted. A call sent again finds them gone and deletes nothing more.
+func (q *Queue) Prune(ctx context.Context, p PruneParams) ([]string, error) {
+	return scriptPrune.Run(ctx, q.client, []string{q.keys.Stream}, q.group, p.Idle.Milliseconds(), p.Self).StringSlice()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,11 +36,39 @@ end
 return njobs
 `))
 
-// Schedule runs scriptSchedule; args are ARGV from ARGV[1] on, up to the
-// memo. A write that rep's replicas did not acknowledge returns a
-// [*streamqtype.NotReplicatedError].
-func Schedule(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, args []any) error {
-	cmd, werr := runWrite(ctx, c, scriptSchedule, m, rep, []string{k.Delayed, k.DelayedJobs}, args)
+// ScheduleParams are one call of scriptSchedule: the jobs, added with Add,
+// all due at Due.
+type ScheduleParams struct {
+	// Due is when the jobs are due.
+	Due time.Time
+	// Replicas is what the write waits for (zero: none).
+	Replicas Replicas
+	// Memo is the call's memo; zero: a fresh one.
+	Memo Memo
+
+	n    int
+	args []any // room for the due time and n, then per job: its ID, field count and fields
+}
+
+// Add adds a job with delayed-set ID id (its stable ID, see [NewDelayedID])
+// and wire fields.
+func (p *ScheduleParams) Add(id string, fields []any) {
+	if p.args == nil {
+		p.args = make([]any, 2, 2+3*len(fields))
+	}
+	p.n++
+	p.args = append(append(p.args, id, len(fields)), fields...)
+}
+
+// Schedule runs scriptSchedule. A write that p.Replicas did not acknowledge
+// returns a [*streamqtype.NotReplicatedError].
+func (q *Queue) Schedule(ctx context.Context, p *ScheduleParams) error {
+	if p.n == 0 {
+		return nil
+	}
+	args := p.args
+	args[0], args[1] = DueMillis(p.Due), p.n
+	cmd, werr := q.runWrite(ctx, scriptSchedule, q.memoOr(p.Memo), p.Replicas, []string{q.keys.Delayed, q.keys.DelayedJobs}, args)
 	if err := cmd.Err(); err != nil {
 		return err
 	}
@@ -108,14 +137,23 @@ end
 return {#due, dead}
 `)
 
-// Promote runs scriptPromote: it moves up to limit jobs due at nowMillis
-// into the stream and returns how many due jobs it handled, and the
-// delayed-set IDs of those it dead-lettered (with reason) because their data
-// was corrupt.
-func Promote(ctx context.Context, c redis.Scripter, k Keys, queue string, nowMillis int64, limit int, dlCap int64, reason string) (int, []string, error) {
+// PromoteParams are one call of scriptPromote.
+type PromoteParams struct {
+	Limit  int    // the most due jobs to move
+	Reason string // the dead-letter reason of a job whose data is corrupt
+}
+
+// Promote runs scriptPromote: it moves up to p.Limit jobs due now (by the
+// queue's clock) into the stream and returns how many due jobs it handled,
+// and the delayed-set IDs of those it dead-lettered (with p.Reason) because
+// their data was corrupt. A call sent again moves only what is still due:
+// each job is moved once.
+func (q *Queue) Promote(ctx context.Context, p PromoteParams) (int, []string, error) {
+	k := &q.keys
+	now := q.clock.Now().UnixMilli()
 	var res []any
-	err := Redo(ctx, c, func() (err error) {
-		res, err = scriptPromote.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead, k.Trail}, nowMillis, limit, queue, dlCap, reason).Slice()
+	err := q.redo(ctx, func() (err error) {
+		res, err = scriptPromote.Run(ctx, q.client, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead, k.Trail}, now, p.Limit, q.name, q.dlCap, p.Reason).Slice()
 		return err
 	})
 	if err != nil {
@@ -153,8 +191,8 @@ return {key, tok}
 
 // DelayedKey runs scriptDelayedKey; found is false when the job is not in
 // the delayed set.
-func DelayedKey(ctx context.Context, c redis.Scripter, k Keys, id string) (key, token string, found bool, err error) {
-	res, err := scriptDelayedKey.Run(ctx, c, []string{k.DelayedJobs}, id).StringSlice()
+func (q *Queue) DelayedKey(ctx context.Context, id string) (key, token string, found bool, err error) {
+	res, err := scriptDelayedKey.Run(ctx, q.client, []string{q.keys.DelayedJobs}, id).StringSlice()
 	if errors.Is(err, redis.Nil) {
 		return "", "", false, nil
 	}
@@ -184,13 +222,20 @@ if n == 1 and KEYS[3] then unlock(KEYS[3], ARGV[2]) end
 return n
 `))
 
-// Cancel runs scriptCancel; lock is the job's unique-key lock ("": none).
-func Cancel(ctx context.Context, c redis.Scripter, k Keys, id, lock, token string) (bool, error) {
-	keys := []string{k.Delayed, k.DelayedJobs}
-	if lock != "" {
-		keys = append(keys, lock)
+// CancelParams are one call of scriptCancel.
+type CancelParams struct {
+	ID    string // the job's delayed-set ID
+	Key   string // its unique key ("": none)
+	Token string // the lock token of its unique key
+}
+
+// Cancel runs scriptCancel and reports whether the job was removed.
+func (q *Queue) Cancel(ctx context.Context, p CancelParams) (bool, error) {
+	keys := []string{q.keys.Delayed, q.keys.DelayedJobs}
+	if p.Key != "" {
+		keys = append(keys, q.keys.Unique(p.Key))
 	}
-	cmd, _ := runWrite(ctx, c, scriptCancel, k.NewMemo(), Replicas{}, keys, []any{id, token})
+	cmd, _ := q.runWrite(ctx, scriptCancel, q.NewMemo(), Replicas{}, keys, []any{p.ID, p.Token})
 	n, err := cmd.Int()
 	return n == 1, err
 }

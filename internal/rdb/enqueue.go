@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -120,11 +121,21 @@ if ARGV[4] ~= '0' then call('PEXPIRE', memo, ARGV[4]) end
 return ids or first
 `)
 
-// EnqueueArgs builds the arguments of one enqueue call (scriptEnqueue).
-// While every job has the fields of the first but for its payload (added
-// with AddLike), the call carries those fields once (a template) and each
-// job only its payload.
-type EnqueueArgs struct {
+// EnqueueParams are one enqueue call (scriptEnqueue) of at most
+// MaxBatchChunk jobs: the jobs, added with AddJob and AddLike, and how to
+// send them. While every job has the fields of the first but for its
+// payload (added with AddLike), the call carries those fields once (a
+// template) and each job only its payload.
+type EnqueueParams struct {
+	// IDs receives the entry IDs of the jobs, in order; it must have room
+	// for every job.
+	IDs []string
+	// Replicas is what the write waits for (zero: none).
+	Replicas Replicas
+	// Memo is the call's memo; zero: a fresh one. A call sent again with
+	// the same memo answers the first send's IDs and adds nothing.
+	Memo Memo
+
 	n int
 	// one is the ARGV of a call of the first job alone: room for the head
 	// (enqueueHead), the field count and the first job's fields.
@@ -140,7 +151,7 @@ type EnqueueArgs struct {
 const enqueueHead = 5
 
 // AddJob adds job j.
-func (a *EnqueueArgs) AddJob(j *wire.Job) {
+func (a *EnqueueParams) AddJob(j *wire.Job) {
 	if a.n == 0 {
 		a.n = 1
 		a.one = j.AppendArgs(make([]any, enqueueHead+1, enqueueHead+1+16))
@@ -152,7 +163,7 @@ func (a *EnqueueArgs) AddJob(j *wire.Job) {
 }
 
 // AddLike adds a job with the first job's fields but for its payload, v.
-func (a *EnqueueArgs) AddLike(v any) {
+func (a *EnqueueParams) AddLike(v any) {
 	if a.template {
 		a.n++
 		a.pays = append(a.pays, v)
@@ -162,7 +173,7 @@ func (a *EnqueueArgs) AddLike(v any) {
 }
 
 // like returns the first job's fields with payload v.
-func (a *EnqueueArgs) like(v any) []any {
+func (a *EnqueueParams) like(v any) []any {
 	f := slices.Clone(a.first)
 	f[wire.PayloadArg] = v
 	return f
@@ -170,7 +181,7 @@ func (a *EnqueueArgs) like(v any) []any {
 
 // add adds a job with its own fields; from then on every job brings its
 // fields.
-func (a *EnqueueArgs) add(fields []any) {
+func (a *EnqueueParams) add(fields []any) {
 	if a.template {
 		a.template = false
 		a.args = append(append(a.args, len(a.first)), a.first...)
@@ -186,7 +197,7 @@ func (a *EnqueueArgs) add(fields []any) {
 
 // argv returns the ARGV of the call, with the head (cap, n, token, TTL)
 // left for the caller to fill.
-func (a *EnqueueArgs) argv() []any {
+func (a *EnqueueParams) argv() []any {
 	switch {
 	case a.n == 1:
 		a.one[enqueueHead-1], a.one[enqueueHead] = 0, len(a.first)
@@ -205,19 +216,19 @@ func (a *EnqueueArgs) argv() []any {
 	return append(out, a.args...)
 }
 
-// Enqueue runs scriptEnqueue for the jobs of a (a call of at most
-// MaxBatchChunk jobs) with maxLen, the cap (an int64, 0 or less: none),
-// and sets their entry IDs in ids. A refusal wraps [ErrQueueFull]; a
-// write that rep's replicas did not acknowledge sets its IDs and returns a
+// Enqueue runs scriptEnqueue for the jobs of p under the queue's cap, and
+// sets their entry IDs in p.IDs. A refusal wraps [ErrQueueFull]; a write
+// that p.Replicas did not acknowledge sets its IDs and returns a
 // [*streamqtype.NotReplicatedError].
-func Enqueue(ctx context.Context, c redis.Scripter, k Keys, m Memo, rep Replicas, maxLen any, a *EnqueueArgs, ids []string) error {
-	args := a.argv()
-	args[0], args[1], args[2], args[3] = maxLen, a.n, m.Token, m.TTL
-	cmd, werr := runScript(ctx, c, scriptEnqueue, m, rep, []string{k.Stream, m.Key}, args)
+func (q *Queue) Enqueue(ctx context.Context, p *EnqueueParams) error {
+	m := q.memoOr(p.Memo)
+	args := p.argv()
+	args[0], args[1], args[2], args[3] = q.maxLen, p.n, m.Token, m.TTL
+	cmd, werr := q.runScript(ctx, scriptEnqueue, m, p.Replicas, []string{q.keys.Stream, m.Key}, args)
 	if err := cmd.Err(); err != nil {
 		return Translate(err)
 	}
-	if err := entryIDs(cmd.Val(), ids[:a.n]); err != nil {
+	if err := entryIDs(cmd.Val(), p.IDs[:p.n]); err != nil {
 		return err
 	}
 	return werr
@@ -287,14 +298,35 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return {1, id}
 `))
 
-// EnqueueUnique runs scriptEnqueueUnique; args are ARGV from ARGV[1] on. It
-// reports whether the job was enqueued and its ID (the existing job's when
-// the key is taken). A refusal wraps [ErrQueueFull].
-//
-// A write that rep's replicas did not acknowledge returns its result and
-// a [*streamqtype.NotReplicatedError].
-func EnqueueUnique(ctx context.Context, c redis.Scripter, k Keys, lock string, m Memo, rep Replicas, args []any) (bool, string, error) {
-	cmd, werr := runWrite(ctx, c, scriptEnqueueUnique, m, rep, []string{k.Stream, lock, k.Delayed, k.DelayedJobs}, args)
+// EnqueueUniqueParams are one call of scriptEnqueueUnique.
+type EnqueueUniqueParams struct {
+	// Job is the job; its Key is the unique key and its KeyToken the lock's
+	// token. A delayed job's JobID is its delayed-set ID.
+	Job *wire.Job
+	// LockTTL is how long the lock lives at most.
+	LockTTL time.Duration
+	// Due is when a delayed job is due (zero: the job goes into the stream
+	// now, under the queue's cap).
+	Due time.Time
+	// Replicas is what the write waits for (zero: none).
+	Replicas Replicas
+	// Memo is the call's memo; zero: a fresh one.
+	Memo Memo
+}
+
+// EnqueueUnique runs scriptEnqueueUnique. It reports whether the job was
+// enqueued and its ID (the existing job's when the key is taken). A refusal
+// wraps [ErrQueueFull]. A write that p.Replicas did not acknowledge returns
+// its result and a [*streamqtype.NotReplicatedError].
+func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool, string, error) {
+	var due int64
+	if !p.Due.IsZero() {
+		due = DueMillis(p.Due)
+	}
+	j := p.Job
+	args := append([]any{q.maxLen, p.LockTTL.Milliseconds(), j.KeyToken, due, j.JobID}, j.Args()...)
+	keys := []string{q.keys.Stream, q.keys.Unique(j.Key), q.keys.Delayed, q.keys.DelayedJobs}
+	cmd, werr := q.runWrite(ctx, scriptEnqueueUnique, q.memoOr(p.Memo), p.Replicas, keys, args)
 	res, err := cmd.Slice()
 	if err != nil {
 		return false, "", Translate(err)
@@ -319,10 +351,10 @@ return trim_acked(KEYS[1])
 // Trim runs scriptTrim until it deletes nothing more, and returns the
 // number of entries deleted. Each call is bounded; the history goes in as
 // many calls as it takes.
-func Trim(ctx context.Context, c redis.Scripter, k Keys) (int64, error) {
+func (q *Queue) Trim(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		n, err := scriptTrim.Run(ctx, c, []string{k.Stream}).Int64()
+		n, err := scriptTrim.Run(ctx, q.client, []string{q.keys.Stream}).Int64()
 		total += n
 		if err != nil || n == 0 {
 			return total, err

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/streamq/streamq/internal/wire"
@@ -30,17 +31,17 @@ func TestEnqueueArgs(t *testing.T) {
 	h := map[string]string{"k": "v"}
 	for _, tc := range []struct {
 		name string
-		add  func(a *EnqueueArgs)
+		add  func(a *EnqueueParams)
 		want string
 	}{
-		{"one job", func(a *EnqueueArgs) { a.AddJob(job("p", nil)) },
+		{"one job", func(a *EnqueueParams) { a.AddJob(job("p", nil)) },
 			`0 6 v 1 payload "p" enq 7 `},
-		{"template", func(a *EnqueueArgs) {
+		{"template", func(a *EnqueueParams) {
 			a.AddJob(job("p1", h))
 			a.AddLike([]byte("p2"))
 			a.AddLike([]byte("p3"))
 		}, `8 v 1 payload  headers "{\"k\":\"v\"}" enq 7 4 "p1" "p2" "p3" `},
-		{"own fields", func(a *EnqueueArgs) {
+		{"own fields", func(a *EnqueueParams) {
 			a.AddJob(job("p1", nil))
 			a.AddLike([]byte("p2"))
 			a.AddJob(job("p3", h))
@@ -49,11 +50,23 @@ func TestEnqueueArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var a EnqueueArgs
+			var a EnqueueParams
 			tc.add(&a)
 			if got := str(a.argv()); got != tc.want {
 				t.Errorf("ARGV[%d:]\n got %s\nwant %s", enqueueHead, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestNewDelayedID_Unique(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for range 1000 {
+		id := NewDelayedID()
+		if seen[id] || !strings.HasPrefix(id, "d-") || len(id) != 26 {
+			t.Fatalf("ID %q repeated or malformed", id)
+		}
+		seen[id] = true
 	}
 }

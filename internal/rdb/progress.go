@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Progress is the stored form of a job's progress.
@@ -15,13 +13,30 @@ type Progress struct {
 	At      int64  `json:"at"` // Unix milliseconds
 }
 
-// SetProgress stores the progress of job id for retention.
-func SetProgress(ctx context.Context, c redis.Cmdable, k Keys, id string, p Progress, retention time.Duration) error {
-	b, _ := json.Marshal(p)
-	return c.Set(ctx, k.Progress(id), b, retention).Err()
+// ProgressParams are one progress report.
+type ProgressParams struct {
+	JobID     string // the job's stable ID
+	Percent   int
+	Message   string
+	Retention time.Duration // how long the report is kept
 }
 
-// SetResult stores the result of job id for retention.
-func SetResult(ctx context.Context, c redis.Cmdable, k Keys, id string, result []byte, retention time.Duration) error {
-	return c.Set(ctx, k.Result(id), result, retention).Err()
+// SetProgress stores the progress of job p.JobID, stamped with the queue's
+// clock. A call sent again stores the same report again.
+func (q *Queue) SetProgress(ctx context.Context, p ProgressParams) error {
+	b, _ := json.Marshal(Progress{Percent: p.Percent, Message: p.Message, At: q.clock.Now().UnixMilli()})
+	return q.client.Set(ctx, q.keys.Progress(p.JobID), b, p.Retention).Err()
+}
+
+// ResultParams are one result of a job.
+type ResultParams struct {
+	JobID     string // the job's stable ID
+	Result    []byte
+	Retention time.Duration // how long the result is kept
+}
+
+// SetResult stores the result of job p.JobID. A call sent again stores the
+// same result again.
+func (q *Queue) SetResult(ctx context.Context, p ResultParams) error {
+	return q.client.Set(ctx, q.keys.Result(p.JobID), p.Result, p.Retention).Err()
 }

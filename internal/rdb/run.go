@@ -50,22 +50,22 @@ func Heal(ctx context.Context, c any, err error) bool {
 	return true
 }
 
-// Redo runs call, and on a Redis Cluster client runs it again while it
+// redo runs call, and on a Redis Cluster client runs it again while it
 // fails with an error that the cluster clears by itself within seconds
 // (see [Heal]; also TRYAGAIN, which a multi-key script gets while its
 // slot migrates), reloading the slot map and backing off from 10 ms to
-// 500 ms, for up to 10 s or until ctx ends. Every send of a write carries
-// the same memo, so running it again is safe. Other clients run call once:
-// go-redis's own retries are all they need.
-func Redo(ctx context.Context, c any, call func() error) error {
-	if _, ok := c.(*redis.ClusterClient); !ok {
+// 500 ms, for up to 10 s (by the queue's clock) or until ctx ends. Every
+// send of a write carries the same memo, so running it again is safe.
+// Other clients run call once: go-redis's own retries are all they need.
+func (q *Queue) redo(ctx context.Context, call func() error) error {
+	if _, ok := q.client.(*redis.ClusterClient); !ok {
 		return call()
 	}
-	deadline := time.Now().Add(redoFor)
+	deadline := q.clock.Now().Add(redoFor)
 	delay := redoFirst
 	for {
 		err := call()
-		if err == nil || !Heal(ctx, c, err) || time.Now().Add(delay).After(deadline) {
+		if err == nil || !Heal(ctx, q.client, err) || q.clock.Now().Add(delay).After(deadline) {
 			return err
 		}
 		t := time.NewTimer(delay)
@@ -101,18 +101,20 @@ func transient(err error) bool {
 	return strings.Contains(err.Error(), "connection refused")
 }
 
-// runWrite runs write script s for one call: with the call's memo (so a
-// re-sent call changes nothing more), again on a cluster's transient
-// errors ([Redo]), and followed by WAIT when rep asks for replicas. A
-// write that was not replicated in time returns its reply and a
-// [*streamqtype.NotReplicatedError].
-func runWrite(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
-	return runScript(ctx, c, s, m, rep, m.keys(keys...), m.args(args...))
+// runWrite runs write script s for one call of the queue: with the call's
+// memo (so a re-sent call changes nothing more), again on a cluster's
+// transient errors ([Queue.redo]), and followed by WAIT when rep asks for
+// replicas. A write that was not replicated in time returns its reply and
+// a [*streamqtype.NotReplicatedError]. The memo hash is appended to keys,
+// its token and TTL to args.
+func (q *Queue) runWrite(ctx context.Context, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+	return q.runScript(ctx, s, m, rep, m.keys(keys...), m.args(args...))
 }
 
 // runScript is runWrite for a script whose keys and args already hold
 // the memo's.
-func runScript(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+func (q *Queue) runScript(ctx context.Context, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+	c := q.client
 	var cmd *redis.Cmd
 	var werr error
 	send := func() error {
@@ -123,13 +125,7 @@ func runScript(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, r
 		cmd, werr = runWait(ctx, c, s, rep, keys, args)
 		return cmd.Err()
 	}
-	var err error
-	if _, ok := c.(*redis.ClusterClient); ok {
-		err = Redo(ctx, c, send)
-	} else {
-		err = send()
-	}
-	if err != nil {
+	if err := q.redo(ctx, send); err != nil {
 		return cmd, nil
 	}
 	m.done()

@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,12 +47,11 @@ return 1
 `))
 
 // Settle is what a settlement records besides moving the job: its stable
-// ID (for the trail), whether the attempt counts as a failure in the
-// throughput counters, and the minute it happens in.
+// ID (for the trail), and whether the attempt counts as a failure in the
+// throughput counters of the minute it happens in (by the queue's clock).
 type Settle struct {
 	JobID  string
 	Failed bool
-	Minute int64 // Unix seconds / 60
 }
 
 func (s Settle) failed() string {
@@ -61,10 +61,26 @@ func (s Settle) failed() string {
 	return "0"
 }
 
-// Move runs scriptMove. dueMillis 0 puts the copy straight into the stream.
-func Move(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dueMillis int64, token string, st Settle, fields []any) (bool, error) {
-	args := append([]any{group, consumer, id, dueMillis, token, st.JobID, st.failed()}, fields...)
-	cmd, _ := runWrite(ctx, c, scriptMove, k.NewMemo(), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(st.Minute)}, args)
+// MoveParams are one call of scriptMove.
+type MoveParams struct {
+	Consumer string        // the consumer that holds the entry
+	ID       string        // the entry
+	Delay    time.Duration // the new copy is due after it, by the queue's clock (0 or less: into the stream now)
+	Settle   Settle
+	Fields   []any // the new copy's wire fields
+}
+
+// Move runs scriptMove and reports whether the job moved. A delayed copy
+// gets a new delayed-set ID.
+func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
+	var due int64
+	var id string
+	if p.Delay > 0 {
+		due, id = q.dueIn(p.Delay), NewDelayedID()
+	}
+	k := &q.keys
+	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)
+	cmd, _ := q.runWrite(ctx, scriptMove, q.NewMemo(), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -101,15 +117,27 @@ if KEYS[6] then unlock(KEYS[6], ARGV[5]) end
 return id
 `))
 
-// DeadLetter runs scriptDeadLetter. lock is the job's unique-key lock ("":
-// none). It returns "" when the entry is no longer pending for consumer.
-func DeadLetter(ctx context.Context, c redis.Scripter, k Keys, group, consumer, id string, dlCap int64, lock, token string, st Settle, fields []any) (string, error) {
-	keys := []string{k.Stream, k.Dead, k.Trail, k.Stats(st.Minute), k.Cancel}
-	if lock != "" {
-		keys = append(keys, lock)
+// DeadLetterParams are one call of scriptDeadLetter.
+type DeadLetterParams struct {
+	Consumer string // the consumer that holds the entry
+	ID       string // the entry
+	Key      string // the job's unique key ("": none)
+	Token    string // the lock token of its unique key
+	Settle   Settle // Failed is implied
+	Fields   []any  // the dead letter's fields
+}
+
+// DeadLetter runs scriptDeadLetter under the queue's dead-letter cap. It
+// returns the dead letter's ID, or "" when the entry is no longer pending
+// for p.Consumer.
+func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, error) {
+	k := &q.keys
+	keys := []string{k.Stream, k.Dead, k.Trail, k.Stats(q.minute()), k.Cancel}
+	if p.Key != "" {
+		keys = append(keys, k.Unique(p.Key))
 	}
-	args := append([]any{group, consumer, id, dlCap, token, st.JobID}, fields...)
-	cmd, _ := runWrite(ctx, c, scriptDeadLetter, k.NewMemo(), Replicas{}, keys, args)
+	args := append([]any{q.group, p.Consumer, p.ID, q.dlCap, p.Token, p.Settle.JobID}, p.Fields...)
+	cmd, _ := q.runWrite(ctx, scriptDeadLetter, q.NewMemo(), Replicas{}, keys, args)
 	dl, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
@@ -164,12 +192,12 @@ return out
 
 // Requeue runs scriptRequeue for ids and returns the new entry IDs ("" for
 // a dead letter that does not exist).
-func Requeue(ctx context.Context, c redis.Scripter, k Keys, ids []string) ([]string, error) {
+func (q *Queue) Requeue(ctx context.Context, ids []string) ([]string, error) {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
-	cmd, _ := runWrite(ctx, c, scriptRequeue, k.NewMemo(), Replicas{}, []string{k.Dead, k.Stream, k.Trail}, args)
+	cmd, _ := q.runWrite(ctx, scriptRequeue, q.NewMemo(), Replicas{}, []string{q.keys.Dead, q.keys.Stream, q.keys.Trail}, args)
 	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
@@ -199,28 +227,43 @@ for i = 3, #KEYS do unlock(KEYS[i], ARGV[n + m + i + 1]) end
 return acked
 `)
 
-// Ack acknowledges ids in one XACK, or, when some of the jobs hold
-// unique-key locks (locks[i] and tokens[i]) or were moved (their stable IDs
-// jids, whose trail is forgotten), in one script that also releases the
+// AckParams are one acknowledgement of finished jobs.
+type AckParams struct {
+	IDs []string // the entries
+	// JobIDs are the stable IDs of the jobs that were moved (retried or
+	// requeued copies), whose trail is forgotten.
+	JobIDs []string
+	// Keys are the unique keys of the jobs that hold one, and Tokens their
+	// lock tokens, in the same order: their locks are released.
+	Keys, Tokens []string
+}
+
+// Ack acknowledges p.IDs in one XACK, or, when some of the jobs hold
+// unique-key locks or were moved, in one script that also releases the
 // locks and forgets the trail. Jobs that were never moved cost nothing
-// more than the XACK.
-func Ack(ctx context.Context, c redis.UniversalClient, k Keys, group string, ids, jids, locks, tokens []string) error {
-	if len(locks) == 0 && len(jids) == 0 {
-		return c.XAck(ctx, k.Stream, group, ids...).Err()
+// more than the XACK. A call sent again changes nothing more: the entries
+// are acknowledged, the locks released and the trail forgotten already
+// (a lock taken by another job since has another token).
+func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
+	k := &q.keys
+	if len(p.Keys) == 0 && len(p.JobIDs) == 0 {
+		return q.client.XAck(ctx, k.Stream, q.group, p.IDs...).Err()
 	}
-	keys := make([]string, 0, 2+len(locks))
+	keys := make([]string, 0, 2+len(p.Keys))
 	keys = append(keys, k.Stream, k.Trail)
-	keys = append(keys, locks...)
-	args := make([]any, 0, 3+len(ids)+len(jids)+len(tokens))
-	args = append(args, group, len(ids), len(jids))
-	for _, id := range ids {
+	for _, u := range p.Keys {
+		keys = append(keys, k.Unique(u))
+	}
+	args := make([]any, 0, 3+len(p.IDs)+len(p.JobIDs)+len(p.Tokens))
+	args = append(args, q.group, len(p.IDs), len(p.JobIDs))
+	for _, id := range p.IDs {
 		args = append(args, id)
 	}
-	for _, id := range jids {
+	for _, id := range p.JobIDs {
 		args = append(args, id)
 	}
-	for _, t := range tokens {
+	for _, t := range p.Tokens {
 		args = append(args, t)
 	}
-	return scriptAck.Run(ctx, c, keys, args...).Err()
+	return scriptAck.Run(ctx, q.client, keys, args...).Err()
 }
