@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -113,7 +114,7 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (*DeadLetter, error) {
 func (d *DeadLetters) Requeue(ctx context.Context, ids ...string) ([]string, error) {
 	out := make([]string, 0, len(ids))
 	for start := 0; start < len(ids); start += MaxBatchChunk {
-		res, err := d.q.db.Requeue(ctx, ids[start:min(start+MaxBatchChunk, len(ids))])
+		res, err := d.q.db.Requeue(ctx, rdb.RequeueParams{IDs: ids[start:min(start+MaxBatchChunk, len(ids))]})
 		if err != nil {
 			return out, fmt.Errorf("streamq: requeue from %s: %w", d.q.keys.Dead, err)
 		}

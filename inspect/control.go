@@ -190,7 +190,7 @@ func (q *Queue) CountDead(ctx context.Context, f DeadFilter) (int, error) {
 func (q *Queue) RequeueDead(ctx context.Context, f DeadFilter, progress func(done int)) (int, error) {
 	total := 0
 	err := q.eachDead(ctx, &f, -1, func(ids []string) (int, error) {
-		res, err := q.db.Requeue(ctx, ids)
+		res, err := q.db.Requeue(ctx, rdb.RequeueParams{IDs: ids})
 		n := 0
 		for _, id := range res {
 			if id != "" {

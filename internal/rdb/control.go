@@ -120,8 +120,8 @@ for i = 2, #ARGV do
   end
   if not pending then gone[#gone + 1] = id end
 end
-if #gone > 0 then redis.call('HDEL', KEYS[2], unpack(gone)) end
-return #gone
+if #gone == 0 then return 0 end
+return redis.call('HDEL', KEYS[2], unpack(gone))
 `)
 
 // DropCancels runs scriptDropCancels for ids.
@@ -152,8 +152,8 @@ local gone = {}
 for i = 1, #ARGV do
   if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then gone[#gone + 1] = ARGV[i] end
 end
-if #gone > 0 then redis.call('HDEL', KEYS[2], unpack(gone)) end
-return #gone
+if #gone == 0 then return 0 end
+return redis.call('HDEL', KEYS[2], unpack(gone))
 `)
 
 // DropCancels runs scriptPriorityDropCancels for ids.

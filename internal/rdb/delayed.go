@@ -227,6 +227,9 @@ type CancelParams struct {
 	ID    string // the job's delayed-set ID
 	Key   string // its unique key ("": none)
 	Token string // the lock token of its unique key
+	// Memo is the call's memo; zero: a fresh one. A call sent again with
+	// the same memo answers the first send's reply and changes nothing.
+	Memo Memo
 }
 
 // Cancel runs scriptCancel and reports whether the job was removed.
@@ -235,7 +238,7 @@ func (q *Queue) Cancel(ctx context.Context, p CancelParams) (bool, error) {
 	if p.Key != "" {
 		keys = append(keys, q.keys.Unique(p.Key))
 	}
-	cmd, _ := q.runWrite(ctx, scriptCancel, q.NewMemo(), Replicas{}, keys, []any{p.ID, p.Token})
+	cmd, _ := q.runWrite(ctx, scriptCancel, q.memoOr(p.Memo), Replicas{}, keys, []any{p.ID, p.Token})
 	n, err := cmd.Int()
 	return n == 1, err
 }

@@ -661,6 +661,9 @@ type RetryParams struct {
 	Delay  time.Duration // the job is due after it, by the server's time (0 or less: ready now)
 	Data   []byte        // the job's new packed wire fields
 	Settle Settle
+	// Memo is the call's memo; zero: a fresh one. A call sent again with
+	// the same memo answers the first send's reply and changes nothing.
+	Memo Memo
 }
 
 // Retry runs scriptRetry and reports whether the job moved.
@@ -668,7 +671,7 @@ func (s *PrioritySet) Retry(ctx context.Context, p RetryParams) (bool, error) {
 	k := &s.k
 	ms := int64((max(p.Delay, 0) + time.Millisecond - 1) / time.Millisecond)
 	keys := []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting, k.Stats(s.q.minute())}
-	cmd, _ := s.q.runWrite(ctx, scriptRetry, s.q.NewMemo(), Replicas{}, keys, []any{p.Lease, ms, p.Data, p.Settle.failed()})
+	cmd, _ := s.q.runWrite(ctx, scriptRetry, s.q.memoOr(p.Memo), Replicas{}, keys, []any{p.Lease, ms, p.Data, p.Settle.failed()})
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -716,6 +719,9 @@ type PriorityDeadLetterParams struct {
 	Lease  string // the lease member
 	Settle Settle // Failed is implied
 	Fields []any  // the dead letter's fields
+	// Memo is the call's memo; zero: a fresh one. A call sent again with
+	// the same memo answers the first send's reply and changes nothing.
+	Memo Memo
 }
 
 // DeadLetter runs scriptPriorityDeadLetter under the queue's dead-letter
@@ -724,7 +730,7 @@ func (s *PrioritySet) DeadLetter(ctx context.Context, p PriorityDeadLetterParams
 	k := &s.k
 	args := append([]any{p.Lease, s.q.dlCap, p.Settle.JobID}, p.Fields...)
 	keys := []string{k.Leases, k.Ready, k.Jobs, k.Deliveries, k.Dead, k.Waiting, k.Trail, k.Stats(s.q.minute()), k.Cancel}
-	cmd, _ := s.q.runWrite(ctx, scriptPriorityDeadLetter, s.q.NewMemo(), Replicas{}, keys, args)
+	cmd, _ := s.q.runWrite(ctx, scriptPriorityDeadLetter, s.q.memoOr(p.Memo), Replicas{}, keys, args)
 	id, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil

@@ -16,6 +16,13 @@
 // and the reader can tell its many strings apart. Calls that need no queue
 // (the registry, the token bucket) are plain functions.
 //
+// Every script's work is bounded: by a limit of the call (Promote's Limit,
+// Reclaim's Count, Pop's N, Reap's limit, MaxControlBatch, the census
+// sample, trim_budget and trim_nodes of the cap), by one job, or by the
+// list of IDs the caller passes (Ack, Touch, Adopt, Finish, KeepAlive,
+// Requeue, DropCancels), which the callers bound (the engine's batches,
+// MaxBatchChunk).
+//
 // The files follow the concerns: enqueue.go (adding jobs under the cap),
 // delayed.go (the delayed set), settle.go (acknowledge, retry, dead-letter,
 // requeue), claim.go (claims of stream entries), priority.go (the priority

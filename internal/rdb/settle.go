@@ -68,6 +68,9 @@ type MoveParams struct {
 	Delay    time.Duration // the new copy is due after it, by the queue's clock (0 or less: into the stream now)
 	Settle   Settle
 	Fields   []any // the new copy's wire fields
+	// Memo is the call's memo; zero: a fresh one. A call sent again with
+	// the same memo answers the first send's reply and changes nothing.
+	Memo Memo
 }
 
 // Move runs scriptMove and reports whether the job moved. A delayed copy
@@ -80,7 +83,7 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 	}
 	k := &q.keys
 	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)
-	cmd, _ := q.runWrite(ctx, scriptMove, q.NewMemo(), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
+	cmd, _ := q.runWrite(ctx, scriptMove, q.memoOr(p.Memo), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -125,6 +128,9 @@ type DeadLetterParams struct {
 	Token    string // the lock token of its unique key
 	Settle   Settle // Failed is implied
 	Fields   []any  // the dead letter's fields
+	// Memo is the call's memo; zero: a fresh one. A call sent again with
+	// the same memo answers the first send's reply and changes nothing.
+	Memo Memo
 }
 
 // DeadLetter runs scriptDeadLetter under the queue's dead-letter cap. It
@@ -137,7 +143,7 @@ func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, err
 		keys = append(keys, k.Unique(p.Key))
 	}
 	args := append([]any{q.group, p.Consumer, p.ID, q.dlCap, p.Token, p.Settle.JobID}, p.Fields...)
-	cmd, _ := q.runWrite(ctx, scriptDeadLetter, q.NewMemo(), Replicas{}, keys, args)
+	cmd, _ := q.runWrite(ctx, scriptDeadLetter, q.memoOr(p.Memo), Replicas{}, keys, args)
 	dl, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
@@ -190,14 +196,22 @@ end
 return out
 `))
 
-// Requeue runs scriptRequeue for ids and returns the new entry IDs ("" for
-// a dead letter that does not exist).
-func (q *Queue) Requeue(ctx context.Context, ids []string) ([]string, error) {
-	args := make([]any, len(ids))
-	for i, id := range ids {
+// RequeueParams are one call of scriptRequeue.
+type RequeueParams struct {
+	IDs []string // the dead letters
+	// Memo is the call's memo; zero: a fresh one. A call sent again with
+	// the same memo answers the first send's reply and changes nothing.
+	Memo Memo
+}
+
+// Requeue runs scriptRequeue and returns the new entry IDs ("" for a dead
+// letter that does not exist).
+func (q *Queue) Requeue(ctx context.Context, p RequeueParams) ([]string, error) {
+	args := make([]any, len(p.IDs))
+	for i, id := range p.IDs {
 		args[i] = id
 	}
-	cmd, _ := q.runWrite(ctx, scriptRequeue, q.NewMemo(), Replicas{}, []string{q.keys.Dead, q.keys.Stream, q.keys.Trail}, args)
+	cmd, _ := q.runWrite(ctx, scriptRequeue, q.memoOr(p.Memo), Replicas{}, []string{q.keys.Dead, q.keys.Stream, q.keys.Trail}, args)
 	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
