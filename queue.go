@@ -29,8 +29,8 @@ const (
 	// QueueConfig.MaxHeaderBytes is 0: 64 KiB.
 	DefaultMaxHeaderBytes = 64 << 10
 	// MaxNameLen is the longest accepted name of a queue, group, key
-	// prefix, consumer or worker: 200 bytes.
-	MaxNameLen = core.MaxNameLen
+	// prefix, consumer or worker, in bytes.
+	MaxNameLen = 200
 )
 
 // QueueConfig configures a [Queue]. The zero value is valid.
