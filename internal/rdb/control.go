@@ -21,6 +21,30 @@ local function count(key, field, n)
 end
 `
 
+// deadLib holds the helpers that write dead letters (with statsLib's
+// count).
+const deadLib = statsLib + `
+-- xadd_capped appends an entry of the field/value arguments to stream key,
+-- which MAXLEN ~ trims to about cap entries (0 or less: no cap). Returns its
+-- ID.
+local function xadd_capped(key, cap, ...)
+  if cap > 0 then return redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...) end
+  return redis.call('XADD', key, '*', ...)
+end
+
+-- dead_letter appends a dead letter of the field/value arguments to stream
+-- dead under cap, records it in the trail under the job's stable ID jid,
+-- counts a failure in the minute's counters stats and removes the job's
+-- cancel request. Returns the dead letter's ID.
+local function dead_letter(dead, cap, trail, stats, cancel, jid, ...)
+  local id = xadd_capped(dead, cap, ...)
+  redis.call('HSET', trail, jid, 'x:' .. id)
+  count(stats, 'failed', 1)
+  redis.call('HDEL', cancel, jid)
+  return id
+end
+`
+
 // Minute returns the counter minute of t (Unix seconds / 60).
 func Minute(t time.Time) int64 { return t.Unix() / 60 }
 

@@ -43,8 +43,7 @@ type ScheduleParams struct {
 	Due time.Time
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
-	// Memo is the call's memo; zero: a fresh one.
-	Memo Memo
+	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
 
 	n    int
 	args []any // room for the due time and n, then per job: its ID, field count and fields
@@ -92,7 +91,7 @@ func (q *Queue) Schedule(ctx context.Context, p *ScheduleParams) error {
 // data), {delayed-set IDs of the jobs dead-lettered}}. Many schedulers may
 // run it concurrently: a job is moved exactly once. Each job is written to
 // its new place before it is removed from the delayed set.
-var scriptPromote = redis.NewScript(`
+var scriptPromote = redis.NewScript(deadLib + `
 local max_fields = ` + strconv.Itoa(wire.MaxFields) + `
 local function check(ok, f, ...)
   if not ok then return nil, 'not MessagePack (' .. tostring(f) .. ')' end
@@ -123,11 +122,7 @@ for _, tok in ipairs(due) do
       local dl = {'dl_queue', ARGV[3], 'dl_id', tok, 'dl_reason', ARGV[5],
         'dl_error', 'the delayed job cannot be moved into the stream: its data is ' .. why,
         'dl_attempts', '0', 'dl_first_failed', ARGV[1], 'dl_failed', ARGV[1], 'data', data}
-      if tonumber(ARGV[4]) > 0 then
-        redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', unpack(dl))
-      else
-        redis.call('XADD', KEYS[4], '*', unpack(dl))
-      end
+      xadd_capped(KEYS[4], tonumber(ARGV[4]), unpack(dl))
       dead[#dead + 1] = tok
     end
     redis.call('HDEL', KEYS[3], tok)
@@ -227,9 +222,7 @@ type CancelParams struct {
 	ID    string // the job's delayed-set ID
 	Key   string // its unique key ("": none)
 	Token string // the lock token of its unique key
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's reply and changes nothing.
-	Memo Memo
+	Memo  Memo   // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // Cancel runs scriptCancel and reports whether the job was removed.

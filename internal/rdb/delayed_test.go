@@ -125,7 +125,7 @@ func TestQueue_Promote_Bound(t *testing.T) {
 // entry, and moves the others.
 func TestQueue_Promote_Corrupt(t *testing.T) {
 	t.Parallel()
-	e := setup(t, Config{})
+	e := setup(t, Config{DeadLetterMaxLen: 10}) // a capped dead-letter stream
 	e.schedule(time.Now().Add(-time.Second), Memo{}, "good")
 	if err := e.c.HSet(e.ctx, e.k.DelayedJobs, "bad", "not msgpack").Err(); err != nil {
 		t.Fatal(err)

@@ -132,9 +132,7 @@ type EnqueueParams struct {
 	IDs []string
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's IDs and adds nothing.
-	Memo Memo
+	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
 
 	n int
 	// one is the ARGV of a call of the first job alone: room for the head
@@ -310,8 +308,7 @@ type EnqueueUniqueParams struct {
 	Due time.Time
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
-	// Memo is the call's memo; zero: a fresh one.
-	Memo Memo
+	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // EnqueueUnique runs scriptEnqueueUnique. It reports whether the job was

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -152,10 +151,7 @@ func TestQueue_Enqueue_CapBound(t *testing.T) {
 	e.group()
 	e.add("long job")
 	e.read("c", 1) // pending: the oldest entry
-	fill := redis.NewScript(`for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'v', '1', 'payload', 'x') end`)
-	if err := fill.Run(e.ctx, e.c, []string{e.k.Stream}, 1500).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
+	e.fill(e.k.Stream, 1500)
 	read := e.read("c", 2000)
 	if err := e.c.XAck(e.ctx, e.k.Stream, "g", read...).Err(); err != nil {
 		t.Fatal(err)
@@ -233,10 +229,7 @@ func TestQueue_Trim(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{})
 	e.group()
-	fill := redis.NewScript(`for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'v', '1', 'payload', 'x') end`)
-	if err := fill.Run(e.ctx, e.c, []string{e.k.Stream}, 25_000).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
+	e.fill(e.k.Stream, 25_000)
 	acked := e.read("c", 25_000)
 	if err := e.c.XAck(e.ctx, e.k.Stream, "g", acked...).Err(); err != nil {
 		t.Fatal(err)

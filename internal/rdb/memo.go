@@ -61,7 +61,8 @@ const (
 // Memo is where one write call remembers its reply: the bucket hash and the
 // call's token. A call makes one with [Queue.NewMemo] (a call whose params
 // hold a zero Memo gets a fresh one) and uses it for every send of the call
-// (the library's own retries included).
+// (the library's own retries included): a send that finds the token answers
+// the first send's reply and changes nothing.
 type Memo struct {
 	Key   string
 	Token string

@@ -207,9 +207,7 @@ return ids
 
 // PushParams are one call of scriptPush: its jobs, added with Add.
 type PushParams struct {
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's IDs and pushes nothing.
-	Memo Memo
+	Memo Memo // the call's memo (zero: a fresh one), the same for every send of it
 
 	args []any // score, data pairs
 }
@@ -661,9 +659,7 @@ type RetryParams struct {
 	Delay  time.Duration // the job is due after it, by the server's time (0 or less: ready now)
 	Data   []byte        // the job's new packed wire fields
 	Settle Settle
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's reply and changes nothing.
-	Memo Memo
+	Memo   Memo // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // Retry runs scriptRetry and reports whether the job moved.
@@ -690,23 +686,14 @@ func (s *PrioritySet) Retry(ctx context.Context, p RetryParams) (bool, error) {
 // Returns the dead letter's entry ID, or false when the lease is no longer
 // held and the job does not wait in the ready set either, in which case
 // nothing changed. A re-sent call returns what the first returned.
-var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib+statsLib, `
+var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib+deadLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
 if not id then return false end
 local held = redis.call('ZSCORE', KEYS[1], lm)
 if not held and not redis.call('ZSCORE', KEYS[2], m) then return false end
-local dl
-local cap = tonumber(ARGV[2])
-if cap > 0 then
-  dl = redis.call('XADD', KEYS[5], 'MAXLEN', '~', cap, '*', unpack(ARGV, 4))
-else
-  dl = redis.call('XADD', KEYS[5], '*', unpack(ARGV, 4))
-end
-redis.call('HSET', KEYS[7], ARGV[3], 'x:' .. dl)
-count(KEYS[8], 'failed', 1)
-redis.call('HDEL', KEYS[9], ARGV[3])
+local dl = dead_letter(KEYS[5], tonumber(ARGV[2]), KEYS[7], KEYS[8], KEYS[9], ARGV[3], unpack(ARGV, 4))
 if held then redis.call('ZREM', KEYS[1], lm) else redis.call('ZREM', KEYS[2], m) end
 unwait(KEYS[6], {lm})
 redis.call('HDEL', KEYS[3], id)
@@ -719,9 +706,7 @@ type PriorityDeadLetterParams struct {
 	Lease  string // the lease member
 	Settle Settle // Failed is implied
 	Fields []any  // the dead letter's fields
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's reply and changes nothing.
-	Memo Memo
+	Memo   Memo   // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // DeadLetter runs scriptPriorityDeadLetter under the queue's dead-letter

@@ -85,21 +85,13 @@ func (e *env) read(consumer string, n int64) []string {
 }
 
 // entries returns the IDs of the entries of stream key.
-func (e *env) entries(key string) []string {
-	e.t.Helper()
-	es, err := e.c.XRange(e.ctx, key, "-", "+").Result()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ids := make([]string, len(es))
-	for i, m := range es {
-		ids[i] = m.ID
-	}
-	return ids
-}
+func (e *env) entries(key string) []string { return e.column(key, "") }
 
 // payloads returns the payloads of the entries of stream key.
-func (e *env) payloads(key string) []string {
+func (e *env) payloads(key string) []string { return e.column(key, "payload") }
+
+// column returns field of every entry of stream key, or its ID for "".
+func (e *env) column(key, field string) []string {
 	e.t.Helper()
 	es, err := e.c.XRange(e.ctx, key, "-", "+").Result()
 	if err != nil {
@@ -107,9 +99,22 @@ func (e *env) payloads(key string) []string {
 	}
 	out := make([]string, len(es))
 	for i, m := range es {
-		out[i], _ = m.Values["payload"].(string)
+		if field == "" {
+			out[i] = m.ID
+		} else {
+			out[i], _ = m.Values[field].(string)
+		}
 	}
 	return out
+}
+
+// fill appends n entries to stream key in one script call.
+func (e *env) fill(key string, n int) {
+	e.t.Helper()
+	fill := redis.NewScript(`for i = 1, tonumber(ARGV[1]) do redis.call('XADD', KEYS[1], '*', 'v', '1', 'payload', 'x') end`)
+	if err := fill.Run(e.ctx, e.c, []string{key}, n).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		e.t.Fatal(err)
+	}
 }
 
 // pending returns the IDs pending in the group (for consumer, or for all

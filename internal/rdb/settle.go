@@ -68,9 +68,7 @@ type MoveParams struct {
 	Delay    time.Duration // the new copy is due after it, by the queue's clock (0 or less: into the stream now)
 	Settle   Settle
 	Fields   []any // the new copy's wire fields
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's reply and changes nothing.
-	Memo Memo
+	Memo     Memo  // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // Move runs scriptMove and reports whether the job moved. A delayed copy
@@ -102,18 +100,9 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 // Returns the dead letter's entry ID, or false when the entry is no longer
 // pending for this consumer, in which case nothing changed. A re-sent call
 // returns what the first returned.
-var scriptDeadLetter = redis.NewScript(idempotent(streamLib+statsLib, `
+var scriptDeadLetter = redis.NewScript(idempotent(streamLib+deadLib, `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
-local id
-local cap = tonumber(ARGV[4])
-if cap > 0 then
-  id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', cap, '*', unpack(ARGV, 7))
-else
-  id = redis.call('XADD', KEYS[2], '*', unpack(ARGV, 7))
-end
-redis.call('HSET', KEYS[3], ARGV[6], 'x:' .. id)
-count(KEYS[4], 'failed', 1)
-redis.call('HDEL', KEYS[5], ARGV[6])
+local id = dead_letter(KEYS[2], tonumber(ARGV[4]), KEYS[3], KEYS[4], KEYS[5], ARGV[6], unpack(ARGV, 7))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 if KEYS[6] then unlock(KEYS[6], ARGV[5]) end
@@ -128,9 +117,7 @@ type DeadLetterParams struct {
 	Token    string // the lock token of its unique key
 	Settle   Settle // Failed is implied
 	Fields   []any  // the dead letter's fields
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's reply and changes nothing.
-	Memo Memo
+	Memo     Memo   // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // DeadLetter runs scriptDeadLetter under the queue's dead-letter cap. It
@@ -198,10 +185,8 @@ return out
 
 // RequeueParams are one call of scriptRequeue.
 type RequeueParams struct {
-	IDs []string // the dead letters
-	// Memo is the call's memo; zero: a fresh one. A call sent again with
-	// the same memo answers the first send's reply and changes nothing.
-	Memo Memo
+	IDs  []string // the dead letters
+	Memo Memo     // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // Requeue runs scriptRequeue and returns the new entry IDs ("" for a dead

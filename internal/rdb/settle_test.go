@@ -117,7 +117,7 @@ func TestQueue_Move_Clock(t *testing.T) {
 
 func TestQueue_DeadLetter(t *testing.T) {
 	t.Parallel()
-	e, id := held(t, Config{})
+	e, id := held(t, Config{DeadLetterMaxLen: 10}) // a capped dead-letter stream
 	if err := e.c.HSet(e.ctx, e.k.Unique("k"), "token", "tok", "id", id).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -147,8 +147,7 @@ type WriteParams struct {
 	Hash   []any // for "hset": the hash's field/value pairs (at least one)
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
-	// Memo is the call's memo; zero: a fresh one.
-	Memo Memo
+	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
 }
 
 // writeArgs returns the KEYS and ARGV of scriptWrite for p, up to the memo.
