@@ -1,7 +1,9 @@
 // Package core is the state of a queue shared by the root package and the
 // packages built on it (priority, writebehind, periodic, middleware, the
-// tools): its Redis client, its keys and caps, and the root package's rules
-// for running handlers. Users never see it: a *streamq.Queue carries it
+// tools): its Redis client and calls (internal/rdb), its keys and caps, and
+// the root package's rules for running handlers; and what a stream
+// consumer and a priority worker set up alike (run.go), and what every
+// writer of jobs does alike (Producer: hooks, registration). Users never see it: a *streamq.Queue carries it
 // behind an unexported field, and sibling packages read it with [Of].
 //
 // The handle works without exporting anything from the root package: Queue

@@ -22,7 +22,7 @@ type Replicas struct {
 	Timeout time.Duration // how long WAIT may block
 }
 
-// Recovery budget on Redis Cluster (see [Redo]).
+// Recovery budget on Redis Cluster (see Queue.redo).
 const (
 	// redoFor bounds the retries of one call: a failover of a master takes
 	// its replica about cluster-node-timeout plus a second or two.
