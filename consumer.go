@@ -2,12 +2,8 @@ package streamq
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/streamq/streamq/internal/core"
@@ -40,8 +36,6 @@ const (
 	ackBatch = 512
 	// reclaimBatch is the most entries one reclaim call takes over.
 	reclaimBatch = 100
-	// opTimeout bounds one bookkeeping call made for a job.
-	opTimeout = 5 * time.Second
 )
 
 // ConsumerConfig configures a [Consumer]. The zero value is valid; every field
@@ -241,9 +235,27 @@ type Consumer struct {
 	consumerHandle // shared with streamq's other packages (internal/core)
 	q              *Queue
 	cfg            ConsumerConfig
-	eng            engine.Runner
-	mon            *engine.Monitor
-	running        atomic.Bool
+	run            *core.Run
+}
+
+type consumerHandle = core.ConsumerHandle
+
+// runDefaults returns the defaults of what consumers and priority workers
+// configure alike (core.Queue.Defaults, see core.RunConfig).
+func runDefaults() core.RunDefaults {
+	return core.RunDefaults{
+		Concurrency:     DefaultConcurrency,
+		MaxDeliveries:   DefaultMaxDeliveries,
+		Block:           DefaultBlock,
+		JobTimeout:      DefaultJobTimeout,
+		ShutdownTimeout: DefaultShutdownTimeout,
+		ControlInterval: DefaultControlInterval,
+		MinControl:      MinControlInterval,
+		ResultRetention: DefaultResultRetention,
+		MaxFetchBytes:   DefaultMaxFetchBytes,
+		MaxResultBytes:  DefaultMaxResultBytes,
+		Backoff:         DefaultBackoff,
+	}
 }
 
 // NewConsumer returns a consumer that runs h for every job of q. cfg may be
@@ -260,76 +272,24 @@ func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
 		c = *cfg
 		c.Middleware = append([]Middleware(nil), cfg.Middleware...)
 	}
-	if err := c.setDefaults(); err != nil {
+	run, err := core.Of(q).NewRun(&core.RunConfig{Role: "consumer", Group: q.group, FinishBatch: ackBatch, Claim: &c.MinIdle,
+		Own:  []core.Duration{{Field: "MinIdle", V: &c.MinIdle, Def: DefaultMinIdle}, {Field: "SchedulerInterval", V: &c.SchedulerInterval, Def: DefaultSchedulerInterval, Off: true}},
+		Name: &c.Name, Concurrency: &c.Concurrency, MaxDeliveries: &c.MaxDeliveries, Block: &c.Block, JobTimeout: &c.JobTimeout, ShutdownTimeout: &c.ShutdownTimeout,
+		ControlInterval: &c.ControlInterval, ResultRetention: &c.ResultRetention, MaxFetchBytes: &c.MaxFetchBytes, MaxResultBytes: &c.MaxResultBytes,
+		Backoff: (*func(int) time.Duration)(&c.Backoff), NilMiddleware: core.NilAt(c.Middleware), Logger: c.Logger, OnEvent: c.OnEvent,
+		Check: c.check, Handler: func() any { return Chain(h, c.Middleware...) },
+	}, func(field, format string, args ...any) error {
+		return configErr("ConsumerConfig."+field, format, args...)
+	})
+	if err != nil {
 		return nil, err
 	}
-	log := c.Logger
-	if log == nil {
-		log = slog.Default()
-	}
-	eng := newEngine(Chain(h, c.Middleware...), c.OnEvent, q.group, engine.Config{
-		Queue:           q.name,
-		Concurrency:     c.Concurrency,
-		Block:           c.Block,
-		JobTimeout:      max(c.JobTimeout, 0),
-		ShutdownTimeout: c.ShutdownTimeout,
-		// A refresh that takes longer than MinIdle/2 is too late
-		// anyway; the next tick tries again.
-		TouchEvery:    max(c.MinIdle/4, 5*time.Millisecond),
-		TouchTimeout:  min(c.MinIdle/2, opTimeout),
-		MaxDeliveries: c.MaxDeliveries,
-		Backoff:       c.Backoff,
-		FinishBatch:   ackBatch,
-		ShutdownCause: ErrShutdown,
-		LostCause:     ErrClaimLost,
-		TimeoutCause:  ErrJobTimeout,
-		CancelCause:   ErrCancelled,
-		Logger:        log.With("queue", q.name, "consumer", c.Name),
-
-		Client:          q.rdb,
-		Keys:            q.keys,
-		ControlInterval: c.ControlInterval,
-		ResultRetention: c.ResultRetention,
-		MaxResultBytes:  c.MaxResultBytes,
-	})
-	return &Consumer{consumerHandle: core.NewConsumerHandle(&core.Consumer{Engine: eng}), q: q, cfg: c, eng: eng, mon: eng.Monitor()}, nil
+	return &Consumer{consumerHandle: core.NewConsumerHandle(&core.Consumer{Engine: run.Engine}), q: q, cfg: c, run: run}, nil
 }
 
-type consumerHandle = core.ConsumerHandle
-
-func (c *ConsumerConfig) setDefaults() error {
-	if c.Name == "" {
-		c.Name = defaultConsumerName()
-	}
-	if err := validName("ConsumerConfig.Name", c.Name); err != nil {
-		return err
-	}
-	errf := func(field, format string, args ...any) error {
-		return configErr("ConsumerConfig."+field, format, args...)
-	}
-	if err := core.Durations([]core.Duration{
-		{Field: "Block", V: &c.Block, Def: DefaultBlock},
-		{Field: "JobTimeout", V: &c.JobTimeout, Def: DefaultJobTimeout, Off: true},
-		{Field: "ShutdownTimeout", V: &c.ShutdownTimeout, Def: DefaultShutdownTimeout},
-		{Field: "MinIdle", V: &c.MinIdle, Def: DefaultMinIdle},
-		{Field: "SchedulerInterval", V: &c.SchedulerInterval, Def: DefaultSchedulerInterval, Off: true},
-		{Field: "ControlInterval", V: &c.ControlInterval, Def: DefaultControlInterval},
-		{Field: "ResultRetention", V: &c.ResultRetention, Def: DefaultResultRetention},
-	}, errf); err != nil {
-		return err
-	}
-	if err := core.Control(c.ControlInterval, MinControlInterval, DefaultControlInterval, c.ResultRetention, DefaultResultRetention, errf); err != nil {
-		return err
-	}
-	if err := core.Sizes([]core.Bytes{
-		{Field: "MaxResultBytes", V: &c.MaxResultBytes, Def: DefaultMaxResultBytes},
-		{Field: "MaxFetchBytes", V: &c.MaxFetchBytes, Def: DefaultMaxFetchBytes},
-	}, errf); err != nil {
-		return err
-	}
-	if c.Block < time.Millisecond {
-		return configErr("ConsumerConfig.Block", "%s is below 1ms, which Redis reads as 'block forever': use at least 1ms", c.Block)
-	}
+// check applies the defaults of the consumer's own fields and validates
+// them, after core.RunConfig.Apply.
+func (c *ConsumerConfig) check() error {
 	if c.MinIdle < 20*time.Millisecond {
 		return configErr("ConsumerConfig.MinIdle", "%s is too short for running jobs to keep their claims fresh: use at least 20ms (default %s)", c.MinIdle, DefaultMinIdle)
 	}
@@ -347,41 +307,7 @@ func (c *ConsumerConfig) setDefaults() error {
 	case c.PruneIdle <= 2*c.Block:
 		return configErr("ConsumerConfig.PruneIdle", "%s is not more than twice Block (%s): a live consumer waiting in XREADGROUP could look idle; use a longer duration, 0 for %s, or -1 to disable pruning", c.PruneIdle, c.Block, DefaultPruneIdle)
 	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
-	if c.Concurrency < 0 {
-		return configErr("ConsumerConfig.Concurrency", "%d is negative: use a positive number of handler goroutines, or 0 for %d", c.Concurrency, DefaultConcurrency)
-	}
-	if c.MaxDeliveries == 0 {
-		c.MaxDeliveries = DefaultMaxDeliveries
-	}
-	if c.MaxDeliveries < 0 {
-		return configErr("ConsumerConfig.MaxDeliveries", "%d is negative: use a positive number of attempts, or 0 for %d", c.MaxDeliveries, DefaultMaxDeliveries)
-	}
-	if c.Backoff == nil {
-		c.Backoff = DefaultBackoff
-	}
-	for i, m := range c.Middleware {
-		if m == nil {
-			return configErr(fmt.Sprintf("ConsumerConfig.Middleware[%d]", i), "is nil: remove it")
-		}
-	}
 	return nil
-}
-
-func defaultConsumerName() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "host"
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	name := fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
-	if validName("", name) != nil { // exotic host names
-		name = fmt.Sprintf("consumer-%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
-	}
-	return name
 }
 
 // Name returns the consumer's name in the group.
@@ -391,23 +317,11 @@ func (c *Consumer) Name() string { return c.cfg.Name }
 func (c *Consumer) Queue() *Queue { return c.q }
 
 // Stats returns the consumer's counters.
-func (c *Consumer) Stats() ConsumerStats {
-	s := c.mon.Stats()
-	return ConsumerStats{
-		Processed:    s.Processed,
-		Failed:       s.Failed,
-		Retried:      s.Retried,
-		DeadLettered: s.DeadLettered,
-		Reclaimed:    s.Reclaimed,
-		Deleted:      s.Deleted,
-		ClaimsLost:   s.ClaimsLost,
-		Postponed:    s.Postponed,
-	}
-}
+func (c *Consumer) Stats() ConsumerStats { return ConsumerStats(c.run.Mon.Stats()) }
 
 // Health reports the state of the consumer's run, for readiness and
 // liveness probes.
-func (c *Consumer) Health() Health { return Health(c.mon.Health()) }
+func (c *Consumer) Health() Health { return Health(c.run.Mon.Health()) }
 
 // Run consumes jobs until ctx is cancelled, then shuts down gracefully: it
 // stops reading at once, lets running handlers finish for up to
@@ -424,10 +338,5 @@ func (c *Consumer) Health() Health { return Health(c.mon.Health()) }
 // permission). Transient Redis errors are logged and retried with backoff.
 // Run composes with errgroup. A Consumer runs at most once at a time.
 func (c *Consumer) Run(ctx context.Context) error {
-	if !c.running.CompareAndSwap(false, true) {
-		return ErrRunning
-	}
-	defer c.running.Store(false)
-
-	return c.eng.Run(ctx, newStreamBackend(c))
+	return c.run.Run(ctx, newStreamBackend(c))
 }

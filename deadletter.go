@@ -61,7 +61,7 @@ func (q *Queue) DeadLetters() *DeadLetters { return &DeadLetters{q: q} }
 
 // Len returns the number of dead letters.
 func (d *DeadLetters) Len(ctx context.Context) (int64, error) {
-	n, err := d.q.rdb.XLen(ctx, d.q.keys.Dead).Result()
+	n, err := d.q.client.XLen(ctx, d.q.keys.Dead).Result()
 	if err != nil {
 		return 0, fmt.Errorf("streamq: xlen %s: %w", d.q.keys.Dead, err)
 	}
@@ -79,7 +79,7 @@ func (d *DeadLetters) List(ctx context.Context, cursor string, count int64) ([]D
 	if cursor != "" {
 		start = "(" + cursor
 	}
-	entries, err := d.q.rdb.XRangeN(ctx, d.q.keys.Dead, start, "+", count).Result()
+	entries, err := d.q.client.XRangeN(ctx, d.q.keys.Dead, start, "+", count).Result()
 	if err != nil {
 		return nil, "", fmt.Errorf("streamq: xrange %s: %w", d.q.keys.Dead, err)
 	}
@@ -96,7 +96,7 @@ func (d *DeadLetters) List(ctx context.Context, cursor string, count int64) ([]D
 
 // Get returns one dead letter, or an error wrapping [ErrNotFound].
 func (d *DeadLetters) Get(ctx context.Context, id string) (*DeadLetter, error) {
-	entries, err := d.q.rdb.XRange(ctx, d.q.keys.Dead, id, id).Result()
+	entries, err := d.q.client.XRange(ctx, d.q.keys.Dead, id, id).Result()
 	if err != nil {
 		return nil, fmt.Errorf("streamq: xrange %s: %w", d.q.keys.Dead, err)
 	}
@@ -114,7 +114,7 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (*DeadLetter, error) {
 func (d *DeadLetters) Requeue(ctx context.Context, ids ...string) ([]string, error) {
 	out := make([]string, 0, len(ids))
 	for start := 0; start < len(ids); start += MaxBatchChunk {
-		res, err := rdb.Requeue(ctx, d.q.rdb, d.q.keys, ids[start:min(start+MaxBatchChunk, len(ids))])
+		res, err := d.q.db.Requeue(ctx, rdb.RequeueParams{IDs: ids[start:min(start+MaxBatchChunk, len(ids))]})
 		if err != nil {
 			return out, fmt.Errorf("streamq: requeue from %s: %w", d.q.keys.Dead, err)
 		}
@@ -127,7 +127,7 @@ func (d *DeadLetters) Requeue(ctx context.Context, ids ...string) ([]string, err
 // dead-lettered again meanwhile are not picked up a second time) and returns
 // how many it requeued.
 func (d *DeadLetters) RequeueAll(ctx context.Context) (int, error) {
-	last, err := d.q.rdb.XRevRangeN(ctx, d.q.keys.Dead, "+", "-", 1).Result()
+	last, err := d.q.client.XRevRangeN(ctx, d.q.keys.Dead, "+", "-", 1).Result()
 	if err != nil {
 		return 0, fmt.Errorf("streamq: xrevrange %s: %w", d.q.keys.Dead, err)
 	}
@@ -137,7 +137,7 @@ func (d *DeadLetters) RequeueAll(ctx context.Context) (int, error) {
 	end := last[0].ID
 	total := 0
 	for {
-		page, err := d.q.rdb.XRangeN(ctx, d.q.keys.Dead, "-", end, MaxBatchChunk).Result()
+		page, err := d.q.client.XRangeN(ctx, d.q.keys.Dead, "-", end, MaxBatchChunk).Result()
 		if err != nil {
 			return total, fmt.Errorf("streamq: xrange %s: %w", d.q.keys.Dead, err)
 		}
@@ -165,7 +165,7 @@ func (d *DeadLetters) Purge(ctx context.Context, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := d.q.rdb.XDel(ctx, d.q.keys.Dead, ids...).Result()
+	n, err := d.q.client.XDel(ctx, d.q.keys.Dead, ids...).Result()
 	if err != nil {
 		return 0, fmt.Errorf("streamq: xdel %s: %w", d.q.keys.Dead, err)
 	}
@@ -175,7 +175,7 @@ func (d *DeadLetters) Purge(ctx context.Context, ids ...string) (int64, error) {
 // PurgeBefore deletes dead letters that were dead-lettered before t and
 // returns how many it deleted: the tool for explicit retention.
 func (d *DeadLetters) PurgeBefore(ctx context.Context, t time.Time) (int64, error) {
-	n, err := d.q.rdb.XTrimMinID(ctx, d.q.keys.Dead, strconv.FormatInt(millis(t), 10)).Result()
+	n, err := d.q.client.XTrimMinID(ctx, d.q.keys.Dead, strconv.FormatInt(t.UnixMilli(), 10)).Result()
 	if err != nil {
 		return 0, fmt.Errorf("streamq: xtrim %s: %w", d.q.keys.Dead, err)
 	}
@@ -184,7 +184,7 @@ func (d *DeadLetters) PurgeBefore(ctx context.Context, t time.Time) (int64, erro
 
 // PurgeAll deletes every dead letter.
 func (d *DeadLetters) PurgeAll(ctx context.Context) error {
-	if err := d.q.rdb.Del(ctx, d.q.keys.Dead).Err(); err != nil {
+	if err := d.q.client.Del(ctx, d.q.keys.Dead).Err(); err != nil {
 		return fmt.Errorf("streamq: del %s: %w", d.q.keys.Dead, err)
 	}
 	return nil

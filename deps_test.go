@@ -60,6 +60,8 @@ func depRules() map[string][]string {
 		"writebehind":          coreModules,
 		"writebehind/sqlite":   with("modernc.org/sqlite"),
 		"writebehind/postgres": with("github.com/jackc/pgx/v5"),
+		// streamqtype is a leaf: the standard library only.
+		"streamqtype": nil,
 		// streamqtest is imported by tests only: it finds a Redis as the
 		// project's tests do, falling back to testcontainers-go.
 		"streamqtest": with("github.com/testcontainers/testcontainers-go",

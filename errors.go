@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
+	"github.com/streamq/streamq/streamqtype"
 )
 
 // Sentinel errors. Check them with [errors.Is].
@@ -24,7 +26,7 @@ var (
 	// acknowledged it in time. The write is stored on the master and its
 	// result (the job's ID, the change's version) is returned with the
 	// error; it may be lost if the master fails over before replicating it.
-	ErrNotReplicated = rdb.ErrNotReplicated
+	ErrNotReplicated = streamqtype.ErrNotReplicated
 
 	// ErrMalformed marks a stream entry that does not follow the wire format.
 	// Consumers dead-letter such entries with the reason instead of running them.
@@ -65,15 +67,16 @@ var (
 
 	// ErrRunning is returned by Run ([Consumer.Run], and the Run of a priority
 	// worker or a periodic scheduler) when it is already running.
-	ErrRunning = errors.New("streamq: already running")
+	ErrRunning = core.ErrRunning
 
 	// ErrNotFound is returned when a job or dead letter does not exist.
 	ErrNotFound = errors.New("streamq: not found")
 )
 
 // NotReplicatedError says how many replicas acknowledged a write that
-// waited for more ([ErrNotReplicated]).
-type NotReplicatedError = rdb.NotReplicatedError
+// waited for more ([ErrNotReplicated]). It is [streamqtype.NotReplicatedError],
+// whose documentation lists its fields.
+type NotReplicatedError = streamqtype.NotReplicatedError
 
 // ConfigError reports an invalid configuration value and how to fix it.
 type ConfigError struct {

@@ -80,6 +80,7 @@ func (exec) Classify(err error) engine.Outcome {
 // internal/core): h is a Handler, onEvent a func(context.Context, Event) or
 // nil.
 func newEngine(h any, onEvent any, group string, cfg engine.Config) engine.Runner {
+	cfg.ShutdownCause, cfg.LostCause, cfg.TimeoutCause, cfg.CancelCause = ErrShutdown, ErrClaimLost, ErrJobTimeout, ErrCancelled
 	if fn, ok := onEvent.(func(context.Context, Event)); ok && fn != nil {
 		cfg.OnEvent = func(ctx context.Context, e engine.Event) { fn(ctx, newEvent(e, group)) }
 	}

@@ -2,8 +2,6 @@ package streamq
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -54,7 +52,6 @@ type Producer struct {
 	producerHandle // shared with streamq's other packages (internal/core)
 	q              *Queue
 	cfg            ProducerConfig
-	maxLen         any // the queue's cap as an enqueue argument, boxed once
 }
 
 type producerHandle = core.ProducerHandle
@@ -64,7 +61,7 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 	if q == nil {
 		return nil, configErr("queue", "q is nil: create one with streamq.NewQueue")
 	}
-	p := &Producer{q: q, maxLen: max(q.cfg.MaxLen, 0)}
+	p := &Producer{q: q}
 	if cfg != nil {
 		p.cfg = *cfg
 		p.cfg.Hooks = append([]EnqueueHook(nil), cfg.Hooks...)
@@ -72,7 +69,7 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 	if p.cfg.ReplicaTimeout == 0 {
 		p.cfg.ReplicaTimeout = DefaultReplicaTimeout
 	}
-	if err := checkReplicas("ProducerConfig", q.rdb, p.cfg.MinReplicas, p.cfg.ReplicaTimeout); err != nil {
+	if err := checkReplicas("ProducerConfig", q.client, p.cfg.MinReplicas, p.cfg.ReplicaTimeout); err != nil {
 		return nil, err
 	}
 	hooks := make([]func(context.Context, map[string]string), len(p.cfg.Hooks))
@@ -82,7 +79,7 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 		}
 		hooks[i] = h
 	}
-	p.producerHandle = core.NewProducerHandle(&core.Producer{Queue: core.Of(q), Hooks: hooks})
+	p.producerHandle = core.NewProducerHandle(&core.Producer{Queue: core.Of(q), Hooks: hooks, Kind: rdb.KindStream})
 	return p, nil
 }
 
@@ -93,8 +90,11 @@ func (p *Producer) Queue() *Queue { return p.q }
 type EnqueueOption func(*enqueueOptions)
 
 type enqueueOptions struct {
-	headers   map[string]string
+	headers map[string]string
+	// at is when the job is due, or in (when positive) how long after the
+	// enqueue, by the queue's clock.
 	at        time.Time
+	in        time.Duration
 	uniqueKey string
 	uniqueTTL time.Duration
 	err       error
@@ -149,7 +149,7 @@ func WithHeader(key, value string) EnqueueOption {
 // moved into the stream by a consumer's scheduler when due. A time in the
 // past enqueues the job at once.
 func ProcessAt(t time.Time) EnqueueOption {
-	return func(o *enqueueOptions) { o.at = t }
+	return func(o *enqueueOptions) { o.at, o.in = t, 0 }
 }
 
 // ProcessIn delays the job by d; see [ProcessAt].
@@ -159,7 +159,7 @@ func ProcessIn(d time.Duration) EnqueueOption {
 			o.err = configErr("ProcessIn", "negative delay %s: use 0 to enqueue at once", d)
 			return
 		}
-		o.at = time.Now().Add(d)
+		o.at, o.in = time.Time{}, d
 	}
 }
 
@@ -215,26 +215,32 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 	if len(jobs) == 0 {
 		return ids, nil
 	}
-	now := time.Now()
-	enq := millis(now)
-	delayed := !o.at.IsZero() && o.at.After(now)
+	now := p.q.db.Now()
+	enq := now.UnixMilli()
+	at := o.at
+	if o.in > 0 {
+		at = now.Add(o.in)
+	}
+	if !at.After(now) {
+		at = time.Time{} // due now: into the stream
+	}
 	if o.uniqueKey != "" {
 		if len(jobs) != 1 {
 			return ids, configErr("Unique", "cannot be used with EnqueueBatch: enqueue unique jobs one by one")
 		}
-		return p.enqueueUnique(ctx, jobs[0], &o, enq, delayed)
+		return p.enqueueUnique(ctx, jobs[0], &o, enq, at)
 	}
 
 	var err error
-	if delayed {
-		err = p.schedule(ctx, jobs, &o, enq, ids)
+	if !at.IsZero() {
+		err = p.schedule(ctx, jobs, &o, enq, at, ids)
 	} else {
 		err = p.add(ctx, jobs, &o, enq, ids)
 	}
 	if err != nil {
 		return ids, err
 	}
-	core.OfProducer(p).Register(ctx, rdb.KindStream)
+	core.OfProducer(p).Register(ctx)
 	return ids, nil
 }
 
@@ -244,7 +250,7 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, ids []string) error {
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-		var a rdb.EnqueueArgs
+		ep := rdb.EnqueueParams{IDs: ids[start:], Replicas: p.replicas()}
 		var firstHeaders map[string]string
 		for i, j := range chunk {
 			h := p.headers(ctx, o.headers, j.Headers)
@@ -252,16 +258,15 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq i
 				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
 			}
 			if i > 0 && maps.Equal(h, firstHeaders) {
-				a.AddLike(j.Payload)
+				ep.AddLike(j.Payload)
 				continue
 			}
 			if i == 0 {
 				firstHeaders = h
 			}
-			a.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq})
+			ep.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq})
 		}
-		err := rdb.Enqueue(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), p.maxLen, &a, ids[start:])
-		if err != nil {
+		if err := p.q.db.Enqueue(ctx, &ep); err != nil {
 			if !errors.Is(err, ErrNotReplicated) {
 				clear(ids[start:])
 			}
@@ -274,12 +279,12 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq i
 	return nil
 }
 
-// schedule stores delayed jobs in the delayed set, in chunks of at most
+// schedule stores jobs due at at in the delayed set, in chunks of at most
 // MaxBatchChunk, and sets their IDs in ids.
-func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, ids []string) error {
+func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, at time.Time, ids []string) error {
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-		args := []any{dueMillis(o.at), len(chunk)}
+		sp := rdb.ScheduleParams{Due: at, Replicas: p.replicas()}
 		for i, j := range chunk {
 			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
 			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
@@ -288,15 +293,11 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, 
 			// The delayed-set ID is the job's stable ID: the copy promoted
 			// into the stream carries it, so the job can be found by the ID
 			// Enqueue returned (see package inspect).
-			tok := newToken()
-			jf.JobID = tok
-			ids[start+i] = tok
-			args = append(args, tok)
-			fa := jf.Args()
-			args = append(args, len(fa))
-			args = append(args, fa...)
+			jf.JobID = rdb.NewDelayedID()
+			ids[start+i] = jf.JobID
+			sp.Add(jf.JobID, jf.Args())
 		}
-		if err := rdb.Schedule(ctx, p.q.rdb, p.q.keys, p.q.keys.NewMemo(), p.replicas(), args); err != nil {
+		if err := p.q.db.Schedule(ctx, &sp); err != nil {
 			if !errors.Is(err, ErrNotReplicated) {
 				clear(ids[start : start+len(chunk)])
 			}
@@ -306,27 +307,23 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, 
 	return nil
 }
 
-func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, delayed bool) ([]string, error) {
+// enqueueUnique enqueues one job under its unique key: into the stream, or
+// into the delayed set when at is not zero.
+func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, at time.Time) ([]string, error) {
 	jf := wire.Job{
 		Payload:   job.Payload,
 		Headers:   p.headers(ctx, o.headers, job.Headers),
 		EnqMillis: enq,
 		Key:       o.uniqueKey,
-		KeyToken:  newToken(),
+		KeyToken:  rdb.NewDelayedID(),
 	}
 	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 	}
-	var due int64
-	if delayed {
-		due = dueMillis(o.at)
+	if !at.IsZero() {
+		jf.JobID = rdb.NewDelayedID() // the stable ID, as for other delayed jobs
 	}
-	tok := newToken()
-	if delayed {
-		jf.JobID = tok // the stable ID, as for other delayed jobs
-	}
-	args := append([]any{max(p.q.cfg.MaxLen, 0), o.uniqueTTL.Milliseconds(), jf.KeyToken, due, tok}, jf.Args()...)
-	ok, id, err := rdb.EnqueueUnique(ctx, p.q.rdb, p.q.keys, p.q.keys.Unique(o.uniqueKey), p.q.keys.NewMemo(), p.replicas(), args)
+	ok, id, err := p.q.db.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{Job: &jf, LockTTL: o.uniqueTTL, Due: at, Replicas: p.replicas()})
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrQueueFull):
@@ -342,7 +339,7 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 	if !ok {
 		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.uniqueKey, id)
 	}
-	core.OfProducer(p).Register(ctx, rdb.KindStream)
+	core.OfProducer(p).Register(ctx)
 	return []string{id}, nil
 }
 
@@ -351,36 +348,10 @@ func (p *Producer) replicas() rdb.Replicas {
 	return rdb.Replicas{N: p.cfg.MinReplicas, Timeout: p.cfg.ReplicaTimeout}
 }
 
-// dueMillis rounds a due time up to the next millisecond, so a delayed job is
-// never moved into the stream before its time.
-func dueMillis(t time.Time) int64 {
-	ms := t.UnixMilli()
-	if t.After(time.UnixMilli(ms)) {
-		ms++
-	}
-	return ms
-}
-
-// headers merges the batch and job headers and runs the hooks. It returns nil
-// when there are no headers at all, which keeps the entry small.
+// headers merges the batch and job headers and runs the hooks (see
+// core.Producer.Headers).
 func (p *Producer) headers(ctx context.Context, common, own map[string]string) map[string]string {
-	if len(common) == 0 && len(own) == 0 && len(p.cfg.Hooks) == 0 {
-		return nil
-	}
-	h := make(map[string]string, len(common)+len(own))
-	maps.Copy(h, common)
-	maps.Copy(h, own)
-	for _, hook := range p.cfg.Hooks {
-		hook(ctx, h)
-	}
-	return h
-}
-
-// newToken returns a unique ID for an entry of the delayed set.
-func newToken() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "d-" + hex.EncodeToString(b[:])
+	return core.OfProducer(p).Headers(ctx, common, own)
 }
 
 // Cancel removes a delayed job (one enqueued with [ProcessAt] or [ProcessIn])
@@ -388,18 +359,14 @@ func newToken() string {
 // key. It reports false when the job was no longer waiting: it is already in
 // the stream, ran, or never existed.
 func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
-	key, token, found, err := rdb.DelayedKey(ctx, q.rdb, q.keys, id)
+	key, token, found, err := q.db.DelayedKey(ctx, id)
 	if err != nil {
 		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
 	}
 	if !found {
 		return false, nil
 	}
-	var lock string
-	if key != "" {
-		lock = q.keys.Unique(key)
-	}
-	ok, err := rdb.Cancel(ctx, q.rdb, q.keys, id, lock, token)
+	ok, err := q.db.Cancel(ctx, rdb.CancelParams{ID: id, Key: key, Token: token})
 	if err != nil {
 		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
 	}

@@ -111,19 +111,11 @@ func TestProducer_HooksSeeMergedHeaders(t *testing.T) {
 	if h["a"] != "batch" || h["b"] != "job" || h["traceparent"] != "x" || seen["traceparent"] != "x" {
 		t.Errorf("headers = %v, seen by later hook = %v", h, seen)
 	}
-	if got := (&Producer{q: q}).headers(context.Background(), nil, nil); got != nil {
-		t.Errorf("no headers and no hooks must give nil (small entries), got %v", got)
+	plain, err := NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func TestNewToken_Unique(t *testing.T) {
-	t.Parallel()
-	seen := map[string]bool{}
-	for range 1000 {
-		tok := newToken()
-		if seen[tok] || !strings.HasPrefix(tok, "d-") {
-			t.Fatalf("token %q repeated or malformed", tok)
-		}
-		seen[tok] = true
+	if got := plain.headers(context.Background(), nil, nil); got != nil {
+		t.Errorf("no headers and no hooks must give nil (small entries), got %v", got)
 	}
 }

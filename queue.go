@@ -28,7 +28,8 @@ const (
 	// DefaultMaxHeaderBytes is the header limit used when
 	// QueueConfig.MaxHeaderBytes is 0: 64 KiB.
 	DefaultMaxHeaderBytes = 64 << 10
-	// MaxNameLen is the longest accepted queue name, in bytes.
+	// MaxNameLen is the longest accepted name of a queue, group, key
+	// prefix, consumer or worker, in bytes.
 	MaxNameLen = 200
 )
 
@@ -83,7 +84,8 @@ type QueueConfig struct {
 // A Queue is cheap, immutable and safe for concurrent use.
 type Queue struct {
 	handle // the state shared with streamq's other packages (internal/core)
-	rdb    redis.UniversalClient
+	client redis.UniversalClient
+	db     *rdb.Queue // the queue's Redis calls
 	name   string
 	group  string
 	cfg    QueueConfig
@@ -145,8 +147,10 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 	if c.DeadLetterMaxLen < 0 {
 		return nil, configErr("QueueConfig.DeadLetterMaxLen", "%d is negative: use 0 to keep every dead letter, or a positive cap", c.DeadLetterMaxLen)
 	}
-	q := &Queue{rdb: client, name: name, group: c.Group, cfg: c, keys: rdb.NewKeys(c.KeyPrefix, name)}
+	db := rdb.New(client, rdb.Config{Prefix: c.KeyPrefix, Name: name, Group: c.Group, MaxLen: c.MaxLen, DeadLetterMaxLen: c.DeadLetterMaxLen})
+	q := &Queue{client: client, db: db, name: name, group: c.Group, cfg: c, keys: db.Keys()}
 	q.handle = core.NewHandle(&core.Queue{
+		DB:               db,
 		RDB:              client,
 		Name:             name,
 		Group:            c.Group,
@@ -157,6 +161,7 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 		MaxHeaderBytes:   c.MaxHeaderBytes,
 		DeadLetterMaxLen: c.DeadLetterMaxLen,
 		NewEngine:        newEngine,
+		Defaults:         runDefaults(),
 	})
 	return q, nil
 }
@@ -164,17 +169,8 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 // validName accepts 1..MaxNameLen bytes of printable ASCII without spaces or
 // braces (braces would break the Cluster hash tag).
 func validName(what, s string) error {
-	if s == "" {
-		return configErr(what, "is empty: use a short name such as \"emails\"")
-	}
-	if len(s) > MaxNameLen {
-		return configErr(what, "%q is %d bytes long: use at most %d", s[:20]+"...", len(s), MaxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		if ch <= ' ' || ch >= 0x7f || ch == '{' || ch == '}' {
-			return configErr(what, "%q contains %q at byte %d: use letters, digits and punctuation other than '{' and '}', without spaces", s, ch, i)
-		}
+	if p := core.NameProblem(s, ""); p != "" {
+		return configErr(what, "%s", p)
 	}
 	return nil
 }
@@ -191,7 +187,7 @@ func (q *Queue) Group() string { return q.group }
 // Setup only reads (XINFO GROUPS), so it works while Redis is at maxmemory,
 // where XGROUP CREATE is refused even for a group that exists.
 func (q *Queue) Setup(ctx context.Context) error {
-	groups, err := q.rdb.XInfoGroups(ctx, q.keys.Stream).Result()
+	groups, err := q.client.XInfoGroups(ctx, q.keys.Stream).Result()
 	if err == nil {
 		for _, g := range groups {
 			if g.Name == q.group {
@@ -199,7 +195,7 @@ func (q *Queue) Setup(ctx context.Context) error {
 			}
 		}
 	}
-	err = q.rdb.XGroupCreateMkStream(ctx, q.keys.Stream, q.group, "0").Err()
+	err = q.client.XGroupCreateMkStream(ctx, q.keys.Stream, q.group, "0").Err()
 	if err != nil && !rdb.IsBusyGroup(err) {
 		return fmt.Errorf("streamq: create group %s on %s: %w", q.group, q.keys.Stream, err)
 	}
@@ -210,7 +206,7 @@ func (q *Queue) Setup(ctx context.Context) error {
 // tools read to find queues without scanning keys. At maxmemory the write
 // is refused; that is no reason to fail (a later Setup registers it).
 func (q *Queue) register(ctx context.Context) error {
-	err := rdb.Register(ctx, q.rdb, q.cfg.KeyPrefix, q.name, rdb.KindStream)
+	err := q.db.Register(ctx, rdb.KindStream)
 	if err != nil && !rdb.IsOOM(err) {
 		return fmt.Errorf("streamq: register queue %s: %w", q.name, err)
 	}
@@ -223,7 +219,7 @@ func (q *Queue) register(ctx context.Context) error {
 // as many script calls as it takes, each of bounded work, so Redis is not
 // blocked by a long history.
 func (q *Queue) Trim(ctx context.Context) (int64, error) {
-	n, err := rdb.Trim(ctx, q.rdb, q.keys)
+	n, err := q.db.Trim(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("streamq: trim %s: %w", q.keys.Stream, err)
 	}
@@ -248,7 +244,7 @@ type QueueStats struct {
 // (one XRANGE of one entry) when jobs wait, for OldestWaiting.
 func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	var s QueueStats
-	pipe := q.rdb.Pipeline()
+	pipe := q.client.Pipeline()
 	xlen := pipe.XLen(ctx, q.keys.Stream)
 	groups := pipe.XInfoGroups(ctx, q.keys.Stream)
 	delayed := pipe.ZCard(ctx, q.keys.Delayed)
@@ -275,18 +271,15 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 		if last != "" && last != "0-0" {
 			from = "(" + last
 		}
-		es, err := q.rdb.XRangeN(ctx, q.keys.Stream, from, "+", 1).Result()
+		es, err := q.client.XRangeN(ctx, q.keys.Stream, from, "+", 1).Result()
 		if err != nil {
 			return s, fmt.Errorf("streamq: stats %s: %w", q.name, err)
 		}
 		if len(es) == 1 {
 			if ms, err := strconv.ParseInt(strings.SplitN(es[0].ID, "-", 2)[0], 10, 64); err == nil {
-				s.OldestWaiting = max(time.Since(time.UnixMilli(ms)), 0)
+				s.OldestWaiting = max(q.db.Now().Sub(time.UnixMilli(ms)), 0)
 			}
 		}
 	}
 	return s, nil
 }
-
-// millis converts a time to Unix milliseconds.
-func millis(t time.Time) int64 { return t.UnixMilli() }

@@ -93,3 +93,12 @@ func TestNewQueue_DefaultsAndKeys(t *testing.T) {
 		t.Errorf("custom config not applied: %d %q", c2.MaxLen, c2.Keys.Stream)
 	}
 }
+
+// TestMaxNameLen: the name rule of internal/core enforces the bound the
+// root package documents.
+func TestMaxNameLen(t *testing.T) {
+	t.Parallel()
+	if MaxNameLen != core.MaxNameLen {
+		t.Errorf("MaxNameLen is %d, core.MaxNameLen %d: keep them equal", MaxNameLen, core.MaxNameLen)
+	}
+}

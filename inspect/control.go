@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -43,10 +42,9 @@ const moves = 3
 // one a [*NotFoundError].
 func (q *Queue) Delete(ctx context.Context, id string) error {
 	return q.control(ctx, id, "delete", func(j *Job) (string, error) {
-		c := q.rdb()
 		switch {
 		case j.State == StateDead || j.State == StateCancelled:
-			n, err := rdb.PurgeDead(ctx, c, q.keys, []string{j.EntryID})
+			n, err := q.db.PurgeDead(ctx, []string{j.EntryID})
 			if n == 0 {
 				return rdb.ReplyGone, err
 			}
@@ -54,21 +52,13 @@ func (q *Queue) Delete(ctx context.Context, id string) error {
 		case q.kind == KindPriority && (j.State == StateWaiting || j.State == StateDelayed || j.State == StateRetrying):
 			return q.priorityControl(ctx, "delete", j)
 		case j.State == StateWaiting:
-			lock := ""
-			if j.Key != "" {
-				lock = q.keys.Unique(j.Key)
-			}
-			return rdb.DeleteWaiting(ctx, c, q.keys, q.in.opts.Group, j.EntryID, j.ID, lock)
+			return q.db.DeleteWaiting(ctx, rdb.DeleteParams{ID: j.EntryID, JobID: j.ID, Key: j.Key})
 		case j.State == StateDelayed || j.State == StateRetrying:
-			key, token, found, err := rdb.DelayedKey(ctx, c, q.keys, j.EntryID)
+			key, token, found, err := q.db.DelayedKey(ctx, j.EntryID)
 			if err != nil || !found {
 				return rdb.ReplyGone, err
 			}
-			lock := ""
-			if key != "" {
-				lock = q.keys.Unique(key)
-			}
-			return rdb.DeleteDelayed(ctx, c, q.keys, j.EntryID, j.ID, lock, token)
+			return q.db.DeleteDelayed(ctx, rdb.DeleteParams{ID: j.EntryID, JobID: j.ID, Key: key, Token: token})
 		}
 		return string(j.State), nil
 	})
@@ -85,7 +75,7 @@ func (q *Queue) RunNow(ctx context.Context, id string) error {
 		if q.kind == KindPriority {
 			return q.priorityControl(ctx, "run", j)
 		}
-		nid, err := rdb.RunNow(ctx, q.rdb(), q.keys, j.EntryID, j.ID)
+		nid, err := q.db.RunNow(ctx, rdb.RunNowParams{ID: j.EntryID, JobID: j.ID})
 		if nid == "" {
 			return rdb.ReplyGone, err
 		}
@@ -106,7 +96,7 @@ func (q *Queue) Cancel(ctx context.Context, id string) error {
 		if q.kind == KindPriority {
 			return q.priorityControl(ctx, "cancel", j)
 		}
-		return rdb.RequestCancel(ctx, q.rdb(), q.keys, q.in.opts.Group, j.EntryID, j.ID, time.Now().UnixMilli())
+		return q.db.RequestCancel(ctx, rdb.RequestCancelParams{ID: j.EntryID, JobID: j.ID})
 	})
 }
 
@@ -150,7 +140,7 @@ func (q *Queue) priorityControl(ctx context.Context, action string, j *Job) (str
 	if where == StateRunning {
 		m = ""
 	}
-	return rdb.PriorityControl(ctx, q.rdb(), q.keys, action, m, j.EntryID, j.ID, time.Now().UnixMilli())
+	return q.db.Priority().Control(ctx, rdb.PriorityControlParams{Action: action, Member: m, ID: j.EntryID, JobID: j.ID})
 }
 
 // deadRange returns the range of dead-letter IDs f selects by time.
@@ -200,7 +190,7 @@ func (q *Queue) CountDead(ctx context.Context, f DeadFilter) (int, error) {
 func (q *Queue) RequeueDead(ctx context.Context, f DeadFilter, progress func(done int)) (int, error) {
 	total := 0
 	err := q.eachDead(ctx, &f, -1, func(ids []string) (int, error) {
-		res, err := rdb.Requeue(ctx, q.rdb(), q.keys, ids)
+		res, err := q.db.Requeue(ctx, rdb.RequeueParams{IDs: ids})
 		n := 0
 		for _, id := range res {
 			if id != "" {
@@ -222,7 +212,7 @@ func (q *Queue) RequeueDead(ctx context.Context, f DeadFilter, progress func(don
 func (q *Queue) PurgeDead(ctx context.Context, f DeadFilter, progress func(done int)) (int, error) {
 	total := 0
 	err := q.eachDead(ctx, &f, -1, func(ids []string) (int, error) {
-		n, err := rdb.PurgeDead(ctx, q.rdb(), q.keys, ids)
+		n, err := q.db.PurgeDead(ctx, ids)
 		total += n
 		if progress != nil {
 			progress(total)

@@ -133,8 +133,8 @@ func (in *Inspector) newQueue(name string, kind Kind) *Queue {
 	if kind != KindPriority {
 		kind = KindStream
 	}
-	k := rdb.NewKeys(in.opts.Prefix, name)
-	return &Queue{in: in, name: name, kind: kind, keys: k, pkeys: k.Priority()}
+	db := rdb.New(in.rdb, rdb.Config{Prefix: in.opts.Prefix, Name: name, Group: in.opts.Group})
+	return &Queue{in: in, name: name, kind: kind, db: db, keys: db.Keys(), pkeys: db.Priority().Keys()}
 }
 
 // Queue reads and controls one queue. It is cheap and safe for concurrent
@@ -143,6 +143,7 @@ type Queue struct {
 	in    *Inspector
 	name  string
 	kind  Kind
+	db    *rdb.Queue // the queue's scripts
 	keys  rdb.Keys
 	pkeys rdb.PriorityKeys
 }

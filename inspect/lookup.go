@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -226,7 +225,7 @@ func (q *Queue) readyScores(ctx context.Context, n int) ([]int64, error) {
 // equal score sort by their zero-padded sequence number), lowest score
 // first, at most n of them, in one bounded script call.
 func (q *Queue) levelHeads(ctx context.Context, n int) ([]redis.Z, error) {
-	members, scores, err := rdb.LevelHeads(ctx, q.rdb(), q.pkeys.Ready, n)
+	members, scores, err := q.db.Priority().LevelHeads(ctx, n)
 	if err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
 	}
 	o.Paused, o.WriteBehind = paused.Val() == 1, wb.Val()
-	retrying, dseen, cancelled, xseen, err := rdb.Census(ctx, c, q.keys, q.kind == KindPriority, censusSample)
+	retrying, dseen, cancelled, xseen, err := q.db.Census(ctx, rdb.CensusParams{Priority: q.kind == KindPriority, Sample: censusSample})
 	if err != nil {
 		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
 	}
@@ -229,7 +229,7 @@ func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]strin
 	}
 	c := q.rdb()
 	if q.kind != KindPriority {
-		gone, err := rdb.Prune(ctx, c, q.keys, q.in.opts.Group, idle.Milliseconds(), "")
+		gone, err := q.db.Prune(ctx, rdb.PruneParams{Idle: idle})
 		if err != nil && !rdb.IsNoSuchKey(err) && !rdb.IsNoGroup(err) {
 			return nil, fmt.Errorf("inspect: prune consumers of %s: %w", q.name, err)
 		}

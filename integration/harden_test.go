@@ -45,7 +45,8 @@ func TestScripts_FailedMoveChangesNothing(t *testing.T) {
 		}
 		defer client.Del(ctx, k.Delayed)
 		next := wire.Job{Payload: []byte("job"), Attempt: 1}
-		if _, err := rdb.Move(ctx, client, k, q.Group(), "c", ids[0], time.Now().Add(time.Hour).UnixMilli(), "d-x", rdb.Settle{JobID: ids[0]}, next.Args()); err == nil {
+		mp := rdb.MoveParams{Consumer: "c", ID: ids[0], Delay: time.Hour, Settle: rdb.Settle{JobID: ids[0]}, Fields: next.Args()}
+		if _, err := core.Of(q).DB.Move(ctx, mp); err == nil {
 			t.Fatal("Move into a delayed set of the wrong type succeeded")
 		}
 		if e, err := client.XRange(ctx, k.Stream, ids[0], ids[0]).Result(); err != nil || len(e) != 1 {
@@ -57,13 +58,16 @@ func TestScripts_FailedMoveChangesNothing(t *testing.T) {
 	})
 
 	t.Run("priority retry into a broken delayed set", func(t *testing.T) {
-		pk := k.Priority()
+		ps := core.Of(q).DB.Priority()
+		pk := ps.Keys()
 		data := wire.Pack((&wire.Job{Payload: []byte("p")}).Args())
-		ids, err := rdb.Push(ctx, client, pk, []any{"0", data})
+		var pp rdb.PushParams
+		pp.Add("0", data)
+		ids, err := ps.Push(ctx, &pp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := rdb.Pop(ctx, client, pk, "run", time.Minute.Milliseconds(), 1, "w:run.1:", nil)
+		res, err := ps.Pop(ctx, rdb.PopParams{Run: "run", Lease: time.Minute, N: 1, Prefix: "w:run.1:"})
 		if err != nil || len(res.Jobs) != 1 {
 			t.Fatalf("pop: %+v, %v", res, err)
 		}
@@ -76,7 +80,7 @@ func TestScripts_FailedMoveChangesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		retried := wire.Pack((&wire.Job{Payload: []byte("p"), Attempt: 3}).Args())
-		if _, err := rdb.Retry(ctx, client, pk, lease, 1000, retried, rdb.Settle{}); err == nil {
+		if _, err := ps.Retry(ctx, rdb.RetryParams{Lease: lease, Delay: time.Second, Data: retried}); err == nil {
 			t.Fatal("Retry into a delayed set of the wrong type succeeded")
 		}
 		if got, err := client.HGet(ctx, pk.Jobs, ids[0]).Result(); err != nil || got != string(data) {

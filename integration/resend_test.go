@@ -50,8 +50,10 @@ func newResendQueue(t *testing.T, cfg *streamq.QueueConfig, opt func(*redis.Opti
 	direct := redistest.NewClient(t)
 	// Load the scripts, so that the first EVALSHA runs: a NOSCRIPT reply
 	// dropped would test nothing.
-	if err := rdb.Load(ctx, direct); err != nil {
-		t.Fatal(err)
+	for name, s := range rdb.Scripts() {
+		if err := s.Load(ctx, direct).Err(); err != nil {
+			t.Fatalf("load script %s: %v", name, err)
+		}
 	}
 	dq, _ := relQueue(t, direct, cfg)
 	proxy, err := faultproxy.New(redistest.Addr())
@@ -283,8 +285,10 @@ func TestResend_DelayedEnqueueMovedMeanwhile(t *testing.T) {
 		done <- err
 	}()
 	dropped()
+	// A scheduler whose clock is a second ahead: the job is due for it.
+	ahead := rdb.New(r.direct, rdb.Config{Prefix: core.Of(r.dq).Prefix, Name: r.q.Name(), Group: r.q.Group(), Clock: aheadClock(time.Second)})
 	redistest.WaitFor(t, relWait, "the delayed job to be moved into the stream", func() bool {
-		n, _, err := rdb.Promote(ctx, r.direct, r.keys, r.q.Name(), time.Now().Add(time.Second).UnixMilli(), 10, 0, streamq.ReasonMalformed)
+		n, _, err := ahead.Promote(ctx, rdb.PromoteParams{Limit: 10, Reason: streamq.ReasonMalformed})
 		return err == nil && n == 1
 	})
 	if err := <-done; err != nil {
@@ -552,3 +556,8 @@ func TestResend_Settlement(t *testing.T) {
 		})
 	}
 }
+
+// aheadClock is the system clock moved ahead by its duration.
+type aheadClock time.Duration
+
+func (c aheadClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }

@@ -558,14 +558,13 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 	maps.Copy(h, sc.headers)
 	h[HeaderName] = sc.name
 	h[HeaderTick] = tick.UTC().Format(time.RFC3339Nano)
-	tickMs := tick.UnixMilli()
-	wj := wire.Job{Payload: sc.payload, Headers: s.p.RunHooks(ctx, h), EnqMillis: s.cfg.Now().UnixMilli()}
+	wj := wire.Job{Payload: sc.payload, Headers: s.p.Headers(ctx, h, nil), EnqMillis: s.cfg.Now().UnixMilli()}
 	if err := s.p.Queue.CheckJob(wj.Payload, wj.Headers); err != nil {
 		return "", 0, fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)
 	}
 	fields := wj.Args()
 	cq := s.p.Queue
-	res, err := rdb.Tick(ctx, cq.RDB, cq.Keys, sc.name, tickMs, tickKeyTTL(sc.t, tick).Milliseconds(), catchUp, cq.MaxLen, fields)
+	res, err := cq.DB.Tick(ctx, rdb.TickParams{Schedule: sc.name, Tick: tick, TTL: tickKeyTTL(sc.t, tick), CatchUp: catchUp, Fields: fields})
 	if err != nil {
 		fatal := rdb.Fatal(err)
 		err = fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)

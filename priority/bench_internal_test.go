@@ -173,8 +173,10 @@ func benchPriority(b *testing.B, c int) time.Duration {
 		return 0
 	}
 	ctx := context.Background()
-	if err := rdb.Load(ctx, client); err != nil {
-		b.Fatal(err)
+	for name, s := range rdb.Scripts() {
+		if err := s.Load(ctx, client).Err(); err != nil {
+			b.Fatalf("load script %s: %v", name, err)
+		}
 	}
 	jobs := make([]Job, streamq.MaxBatchChunk)
 	for i := range jobs {

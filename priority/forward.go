@@ -60,7 +60,7 @@ func (pq *Queue) forward(ctx context.Context, msg *streamq.Message) error {
 		FirstFail: wire.Millis(msg.FirstFailedAt),
 		LastError: msg.LastError,
 	}
-	if err := rdb.Forward(ctx, pq.core.RDB, pq.core.Keys, pq.keys, pq.core.Group, msg.ID, pq.score(p), wire.Pack(wj.Args())); err != nil {
+	if err := pq.db.Forward(ctx, rdb.ForwardParams{ID: msg.ID, Score: pq.score(p), Data: wire.Pack(wj.Args())}); err != nil {
 		return fmt.Errorf("priority: forward %s into %s: %w", msg.ID, pq.keys.Ready, err)
 	}
 	return nil

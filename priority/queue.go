@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,10 +62,11 @@ type QueueConfig struct {
 type Queue struct {
 	q    *streamq.Queue
 	core *core.Queue
+	db   *rdb.PrioritySet
 	cfg  QueueConfig
 	keys rdb.PriorityKeys
-	// registered is set once a push recorded the queue in the registry.
-	registered *atomic.Bool
+	// p runs the hooks of pushes and records the queue in the registry.
+	p *core.Producer
 }
 
 // NewQueue returns the priority set of q. cfg may be nil. It copies cfg,
@@ -86,13 +85,17 @@ func NewQueue(q *streamq.Queue, cfg *QueueConfig) (*Queue, error) {
 		return nil, &streamq.ConfigError{Field: "priority.QueueConfig.DefaultPriority",
 			Reason: fmt.Sprintf("%d is out of range: use a priority from %d to %d", c.DefaultPriority, MinPriority, MaxPriority)}
 	}
+	hooks := make([]func(context.Context, map[string]string), len(c.Hooks))
 	for i, h := range c.Hooks {
 		if h == nil {
 			return nil, &streamq.ConfigError{Field: fmt.Sprintf("priority.QueueConfig.Hooks[%d]", i), Reason: "is nil: remove it"}
 		}
+		hooks[i] = h
 	}
 	cq := core.Of(q)
-	return &Queue{q: q, core: cq, cfg: c, keys: cq.Keys.Priority(), registered: new(atomic.Bool)}, nil
+	db := cq.DB.Priority()
+	return &Queue{q: q, core: cq, db: db, cfg: c, keys: db.Keys(),
+		p: &core.Producer{Queue: cq, Hooks: hooks, Kind: rdb.KindPriority}}, nil
 }
 
 // Queue returns the stream queue the priority set belongs to.
@@ -140,10 +143,10 @@ func (pq *Queue) PushBatch(ctx context.Context, jobs []Job) (ids []string, err e
 		}
 	}
 	ids = make([]string, len(jobs))
-	now := time.Now()
+	now := pq.core.DB.Now()
 	for start := 0; start < len(jobs); start += streamq.MaxBatchChunk {
 		chunk := jobs[start:min(start+streamq.MaxBatchChunk, len(jobs))]
-		args := make([]any, 0, 2*len(chunk))
+		var pp rdb.PushParams
 		for i, j := range chunk {
 			// The priority is kept in the job's place (its score), not in
 			// its fields: the worker sets the header from the score.
@@ -151,27 +154,16 @@ func (pq *Queue) PushBatch(ctx context.Context, jobs []Job) (ids []string, err e
 			if err != nil {
 				return ids, fmt.Errorf("priority: push job %d to %s: %w", start+i, pq.keys.Ready, err)
 			}
-			args = append(args, pq.score(j.Priority), wire.Pack(fields))
+			pp.Add(pq.score(j.Priority), wire.Pack(fields))
 		}
-		res, err := rdb.Push(ctx, pq.core.RDB, pq.keys, args)
+		res, err := pq.db.Push(ctx, &pp)
 		if err != nil {
 			return ids, fmt.Errorf("priority: push to %s: %w", pq.keys.Ready, err)
 		}
 		copy(ids[start:], res)
 	}
-	pq.register(ctx)
+	pq.p.Register(ctx)
 	return ids, nil
-}
-
-// register records the queue in the registry of its key prefix, once per
-// Queue (an error is left for the next push to retry).
-func (pq *Queue) register(ctx context.Context) {
-	if pq.registered.Load() {
-		return
-	}
-	if rdb.Register(ctx, pq.core.RDB, pq.core.Prefix, pq.core.Name, rdb.KindPriority) == nil {
-		pq.registered.Store(true)
-	}
 }
 
 // fields returns the wire fields of a pushed job, after the hooks ran, or
@@ -180,17 +172,8 @@ func (pq *Queue) register(ctx context.Context) {
 // in the job's place (its score), not in its fields: the worker sets the
 // header from the score.
 func (pq *Queue) fields(ctx context.Context, j Job, now time.Time) ([]any, error) {
-	var h map[string]string
-	if len(j.Headers) > 0 || len(pq.cfg.Hooks) > 0 {
-		h = maps.Clone(j.Headers)
-		if h == nil {
-			h = make(map[string]string)
-		}
-		for _, hook := range pq.cfg.Hooks {
-			hook(ctx, h)
-		}
-		delete(h, HeaderPriority)
-	}
+	h := pq.p.Headers(ctx, nil, j.Headers)
+	delete(h, HeaderPriority)
 	if err := pq.core.CheckJob(j.Payload, h); err != nil {
 		return nil, err
 	}

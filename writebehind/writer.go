@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,9 +125,6 @@ type Writer struct {
 	version string
 	hooks   bool // whether enqueue hooks run (they might touch the wb-* headers)
 	rep     rdb.Replicas
-	// registered is set once a write recorded the queue in the prefix's
-	// write-behind registry (read by the inspect package).
-	registered *atomic.Bool
 }
 
 // NewWriter returns a writer whose cache and change stream belong to q. cfg
@@ -161,8 +157,11 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 	if c.ReplicaTimeout == 0 {
 		c.ReplicaTimeout = streamq.DefaultReplicaTimeout
 	}
+	// The writer's writes record the queue in the write-behind registry
+	// too (read by the inspect package).
+	core.OfProducer(p).WriteBehind = true
 	return &Writer{q: q, p: p, ttl: c.TTL, version: core.Of(q).Keys.Part(VersionKeyPart), hooks: len(c.Hooks) > 0,
-		rep: rdb.Replicas{N: c.MinReplicas, Timeout: c.ReplicaTimeout}, registered: new(atomic.Bool)}, nil
+		rep: rdb.Replicas{N: c.MinReplicas, Timeout: c.ReplicaTimeout}}, nil
 }
 
 // Queue returns the writer's queue.
@@ -305,54 +304,40 @@ func isWrongType(err error) bool { return redis.HasErrorPrefix(err, "WRONGTYPE")
 // Enqueue does (trimming acknowledged history), and refuses with
 // streamq.ErrQueueFull when MaxLen jobs are unacknowledged.
 func (w *Writer) write(ctx context.Context, op, key string, value []byte, hash []any) (int64, error) {
-	keys, args, err := w.prepare(ctx, op, key, value, hash)
+	p, err := w.prepare(ctx, op, key, value, hash)
 	if err != nil {
 		return 0, err
 	}
-	memo := core.Of(w.q).Keys.NewMemo() // one per call: a refusal is not remembered
-	version, err := parseVersion(rdb.Write(ctx, core.Of(w.q).RDB, keys, memo, w.rep, args))
+	// One memo per call (a fresh one: a refusal is not remembered).
+	version, err := parseVersion(core.Of(w.q).DB.Write(ctx, p))
 	if err != nil {
 		return version, w.writeError(op, key, err)
 	}
-	w.register(ctx)
+	// Records the queue in the write-behind registry and the queue
+	// registry of its key prefix, once per Writer.
+	core.OfProducer(w.p).Register(ctx)
 	return version, nil
 }
 
-// register records the queue in the write-behind registry and the queue
-// registry of its key prefix, once per Writer (an error is left for the next
-// write to retry).
-func (w *Writer) register(ctx context.Context) {
-	if w.registered.Load() {
-		return
-	}
-	cq := core.Of(w.q)
-	if rdb.RegisterWriteBehind(ctx, cq.RDB, cq.Prefix, cq.Name) == nil &&
-		rdb.Register(ctx, cq.RDB, cq.Prefix, cq.Name, rdb.KindStream) == nil {
-		w.registered.Store(true)
-	}
-}
-
-// prepare checks a change and returns the keys and arguments of the write script (internal/rdb)
-// for it.
-func (w *Writer) prepare(ctx context.Context, op, key string, value []byte, hash []any) ([]string, []any, error) {
+// prepare checks a change and returns the call of the write script
+// (internal/rdb) for it.
+func (w *Writer) prepare(ctx context.Context, op, key string, value []byte, hash []any) (*rdb.WriteParams, error) {
 	// Hash stays false: the JSON of a hash was just encoded by encodeHash,
 	// so only the key and the size need checking here.
 	if err := (Change{Key: key, Value: value, Deleted: op == OpDelete, Version: 1}).Validate(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	entry := wire.Job{Payload: value, Headers: core.OfProducer(w.p).RunHooks(ctx, map[string]string{HeaderKey: key, HeaderOp: op}), EnqMillis: time.Now().UnixMilli()}
-	if err := core.Of(w.q).CheckJob(entry.Payload, entry.Headers); err != nil {
-		return nil, nil, fmt.Errorf("streamq: write-behind %s %q: %w", op, key, err)
+	cq := core.Of(w.q)
+	entry := wire.Job{Payload: value, Headers: core.OfProducer(w.p).Headers(ctx, map[string]string{HeaderKey: key, HeaderOp: op}, nil), EnqMillis: cq.DB.Now().UnixMilli()}
+	if err := cq.CheckJob(entry.Payload, entry.Headers); err != nil {
+		return nil, fmt.Errorf("streamq: write-behind %s %q: %w", op, key, err)
 	}
 	fields := entry.Args()
 	if w.hooks {
 		fields = ownHeaders(fields, key, op)
 	}
-	args := make([]any, 0, 4+len(fields)+len(hash))
-	args = append(args, max(core.Of(w.q).MaxLen, 0), op, w.ttl.Milliseconds(), len(fields))
-	args = append(args, fields...)
-	args = append(args, hash...)
-	return rdb.WriteKeys(core.Of(w.q).Keys, w.CacheKey(key), w.version), args, nil
+	return &rdb.WriteParams{CacheKey: w.CacheKey(key), VersionKey: w.version, Op: op, TTL: w.ttl,
+		Fields: fields, Hash: hash, Replicas: w.rep}, nil
 }
 
 // parseVersion reads the reply of the write script: the version as a
@@ -404,7 +389,7 @@ func (w *Writer) EnsureVersionAtLeast(ctx context.Context, v int64) (previous in
 	if v < 0 {
 		return 0, fmt.Errorf("streamq: write-behind raise version counter %s to %d: versions are positive; pass the sink's highest version, or 0 to read the counter", w.version, v)
 	}
-	previous, err = rdb.EnsureVersion(ctx, core.Of(w.q).RDB, w.version, v)
+	previous, err = core.Of(w.q).DB.EnsureVersion(ctx, rdb.EnsureVersionParams{Key: w.version, Floor: v})
 	if err != nil {
 		return 0, fmt.Errorf("streamq: write-behind raise version counter %s to %d: %w", w.version, v, err)
 	}
@@ -493,13 +478,13 @@ func (w *Writer) resyncTx(ctx context.Context, tx *redis.Tx, key, ck string) (in
 	default:
 		return 0, false, fmt.Errorf("the cache key %s holds a %s, not a string or hash written by a Writer", ck, typ)
 	}
-	keys, args, err := w.prepare(ctx, op, key, value, pairs)
+	p, err := w.prepare(ctx, op, key, value, pairs)
 	if err != nil {
 		return 0, false, err
 	}
 	var cmd *redis.Cmd
-	if _, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		cmd = rdb.WriteInTx(ctx, p, keys, core.Of(w.q).Keys.NewMemo(), args)
+	if _, err := tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		cmd = core.Of(w.q).DB.WriteInTx(ctx, pipe, p)
 		return nil
 	}); err != nil {
 		return 0, false, rdb.Translate(err)

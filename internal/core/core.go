@@ -1,7 +1,9 @@
 // Package core is the state of a queue shared by the root package and the
 // packages built on it (priority, writebehind, periodic, middleware, the
-// tools): its Redis client, its keys and caps, and the root package's rules
-// for running handlers. Users never see it: a *streamq.Queue carries it
+// tools): its Redis client and calls (internal/rdb), its keys and caps, and
+// the root package's rules for running handlers; and what a stream
+// consumer and a priority worker set up alike (run.go), and what every
+// writer of jobs does alike (Producer: hooks, registration). Users never see it: a *streamq.Queue carries it
 // behind an unexported field, and sibling packages read it with [Of].
 //
 // The handle works without exporting anything from the root package: Queue
@@ -13,6 +15,7 @@ package core
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -24,6 +27,8 @@ import (
 
 // Queue is the shared state of one queue.
 type Queue struct {
+	// DB makes the queue's Redis calls (its scripts, with its clock).
+	DB               *rdb.Queue
 	RDB              redis.UniversalClient
 	Name             string
 	Group            string
@@ -36,11 +41,14 @@ type Queue struct {
 
 	// NewEngine returns an engine that runs a streamq.Handler h with the
 	// root package's rules (building the streamq.Message, recovering
-	// panics, classifying errors) and reports events to onEvent (a
-	// func(context.Context, streamq.Event), or nil). group is the consumer
-	// group the handler sees in Message.Group ("" for none). cfg's OnEvent
-	// is set by it.
+	// panics, classifying errors, the causes of cancelled handlers) and
+	// reports events to onEvent (a func(context.Context, streamq.Event), or
+	// nil). group is the consumer group the handler sees in Message.Group
+	// ("" for none). It sets cfg's OnEvent and causes.
 	NewEngine func(h any, onEvent any, group string, cfg engine.Config) engine.Runner
+	// Defaults are the root package's defaults of consumers and workers
+	// (see [Queue.NewRun]).
+	Defaults RunDefaults
 }
 
 // CheckJob checks a job about to be written to the queue (see wire.Check):
@@ -78,44 +86,54 @@ type holder interface{ coreQueue() *Queue }
 // Of returns the state of a *streamq.Queue.
 func Of(q holder) *Queue { return q.coreQueue() }
 
-// Producer is the shared state of a *streamq.Producer.
+// Producer is the shared state of a writer of jobs: a *streamq.Producer,
+// and the priority set's pushes.
 type Producer struct {
 	Queue *Queue
 	// Hooks are the producer's enqueue hooks, run on the headers of every
 	// job written for it (also by periodic schedules and write-behind).
 	Hooks []func(ctx context.Context, headers map[string]string)
+	// Kind is what a successful write records the queue as in the
+	// registry of its prefix (rdb.KindStream, rdb.KindPriority).
+	Kind string
+	// WriteBehind records the queue as fed by a write-behind Writer too.
+	WriteBehind bool
 
 	registered atomic.Bool
 }
 
 // Register records the producer's queue in the registry of its key prefix
-// as kind (rdb.KindStream, rdb.KindPriority), once: after the first call
-// that succeeds it costs one atomic load. Producers call it after a
-// successful enqueue; an error is left for the next call to retry.
-func (p *Producer) Register(ctx context.Context, kind string) {
+// as p.Kind (and in the write-behind registry with p.WriteBehind), once:
+// after the first call that succeeds it costs one atomic load. Producers
+// call it after a successful write; an error is left for the next call to
+// retry.
+func (p *Producer) Register(ctx context.Context) {
 	if p.registered.Load() {
 		return
 	}
-	q := p.Queue
-	if rdb.Register(ctx, q.RDB, q.Prefix, q.Name, kind) == nil {
+	db := p.Queue.DB
+	if p.WriteBehind && db.RegisterWriteBehind(ctx) != nil {
+		return
+	}
+	if db.Register(ctx, p.Kind) == nil {
 		p.registered.Store(true)
 	}
 }
 
-// RunHooks returns the headers of a job after the hooks ran: a copy of h
-// (nil when there are no headers and no hooks, which keeps entries small).
-func (p *Producer) RunHooks(ctx context.Context, h map[string]string) map[string]string {
-	if len(h) == 0 && len(p.Hooks) == 0 {
+// Headers returns the headers of a job: common, then own over them, then
+// what the hooks made of them, in a new map; nil when there are no headers
+// and no hooks, which keeps entries small.
+func (p *Producer) Headers(ctx context.Context, common, own map[string]string) map[string]string {
+	if len(common) == 0 && len(own) == 0 && len(p.Hooks) == 0 {
 		return nil
 	}
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		out[k] = v
-	}
+	h := make(map[string]string, len(common)+len(own))
+	maps.Copy(h, common)
+	maps.Copy(h, own)
 	for _, hook := range p.Hooks {
-		hook(ctx, out)
+		hook(ctx, h)
 	}
-	return out
+	return h
 }
 
 // ProducerHandle carries a *Producer inside a *streamq.Producer, as Handle

@@ -2,14 +2,10 @@ package engine
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/streamq/streamq/internal/pool"
 	"github.com/streamq/streamq/internal/rdb"
-	"github.com/streamq/streamq/internal/wire"
 )
 
 // control reads the queue's pause flag and cancel requests every
@@ -36,7 +32,7 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, min(opTimeout, 2*r.cfg.ControlInterval))
 	defer cancel()
 	counts := r.takeCounts()
-	paused, ids, err := rdb.Control(cctx, r.cfg.Client, r.cfg.Keys, counts, r.cfg.Heartbeat)
+	paused, ids, err := r.cfg.DB.Control(cctx, rdb.ControlParams{Processed: counts, Worker: r.cfg.Heartbeat})
 	if err != nil {
 		r.putCounts(counts)
 		if ctx.Err() == nil {
@@ -82,10 +78,10 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 // the next control tick adds to the queue's throughput counters (no command
 // per job or per batch).
 func (r *run[F]) counted(n int) {
-	if r.cfg.ControlInterval <= 0 || r.cfg.Client == nil {
+	if r.cfg.ControlInterval <= 0 || r.cfg.DB == nil {
 		return
 	}
-	m := rdb.Minute(time.Now())
+	m := rdb.Minute(r.cfg.DB.Now())
 	r.countMu.Lock()
 	if r.counts == nil {
 		r.counts = make(map[int64]int64, 2)
@@ -126,7 +122,7 @@ func (r *run[F]) flushCounts() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	if err := rdb.AddProcessed(ctx, r.cfg.Client, r.cfg.Keys, c); err != nil {
+	if err := r.cfg.DB.AddProcessed(ctx, c); err != nil {
 		r.mon.Log.Warn("streamq: cannot write the throughput counters", "error", err)
 	}
 }
@@ -158,83 +154,4 @@ func (r *run[F]) waitResumed(ctx context.Context) bool {
 	case <-*ch:
 		return true
 	}
-}
-
-// Limits of progress and results.
-const (
-	// MaxProgressMessage bounds the message of a progress report (bytes).
-	MaxProgressMessage = 256
-)
-
-// ErrNotHandler is returned by [SetProgress] and [SetResult] when ctx is
-// not (derived from) the context of a running handler.
-var ErrNotHandler = errors.New("streamq: ctx is not a handler's context: pass the ctx the handler got (or one derived from it)")
-
-// cfgKey is the context key of a run's *Config, in the contexts of its
-// jobs.
-type cfgKey struct{}
-
-// jobRef is how a handler's context leads back to its job.
-type jobRef interface{ jobID() string }
-
-func (s *slot[F]) jobID() string { return stableID(&s.d) }
-
-// current returns the engine's config and the stable ID of the job whose
-// handler runs with ctx.
-func current(ctx context.Context) (*Config, string, bool) {
-	ref, ok := ctx.Value(pool.ValKey{}).(jobRef)
-	if !ok {
-		return nil, "", false
-	}
-	cfg, ok := ctx.Value(cfgKey{}).(*Config)
-	if !ok || cfg.Client == nil {
-		return nil, "", false
-	}
-	return cfg, ref.jobID(), true
-}
-
-// JobID returns the stable ID of the job whose handler runs with ctx.
-func JobID(ctx context.Context) (string, bool) {
-	_, id, ok := current(ctx)
-	return id, ok
-}
-
-// SetProgress records the progress of the job whose handler runs with ctx:
-// percent from 0 to 100 and a short message, kept for ResultRetention.
-func SetProgress(ctx context.Context, percent int, msg string) error {
-	cfg, id, ok := current(ctx)
-	if !ok {
-		return ErrNotHandler
-	}
-	if percent < 0 || percent > 100 {
-		return fmt.Errorf("streamq: progress %d is out of range: use 0 to 100", percent)
-	}
-	if len(msg) > MaxProgressMessage {
-		return fmt.Errorf("%w: the progress message is %d bytes, the limit is %d", wire.ErrTooLarge, len(msg), MaxProgressMessage)
-	}
-	if !utf8.ValidString(msg) {
-		return fmt.Errorf("%w: the progress message is not valid UTF-8", wire.ErrInvalidHeader)
-	}
-	p := rdb.Progress{Percent: percent, Message: msg, At: time.Now().UnixMilli()}
-	if err := rdb.SetProgress(ctx, cfg.Client, cfg.Keys, id, p, cfg.ResultRetention); err != nil {
-		return fmt.Errorf("streamq: set progress of job %s: %w", id, err)
-	}
-	return nil
-}
-
-// SetResult records the result of the job whose handler runs with ctx, kept
-// for ResultRetention; it must be at most MaxResultBytes.
-func SetResult(ctx context.Context, result []byte) error {
-	cfg, id, ok := current(ctx)
-	if !ok {
-		return ErrNotHandler
-	}
-	if cfg.MaxResultBytes >= 0 && int64(len(result)) > cfg.MaxResultBytes {
-		return fmt.Errorf("%w: the result is %d bytes, the limit is %d (MaxResultBytes): store large results elsewhere and record a reference",
-			wire.ErrTooLarge, len(result), cfg.MaxResultBytes)
-	}
-	if err := rdb.SetResult(ctx, cfg.Client, cfg.Keys, id, result, cfg.ResultRetention); err != nil {
-		return fmt.Errorf("streamq: set result of job %s: %w", id, err)
-	}
-	return nil
 }

@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq/internal/pool"
@@ -112,15 +111,17 @@ type Config struct {
 	// job is then dead-lettered with ReasonCancelled.
 	CancelCause error
 
-	// Client and Keys are the queue's Redis client and keys, for the control
-	// loop (pause and cancel requests) and the handlers' progress and results.
-	Client redis.UniversalClient
-	Keys   rdb.Keys
+	// DB is the queue's Redis calls, for the control loop (pause and cancel
+	// requests, throughput counters) and the handlers' progress and results
+	// (nil: none of these; tests of the engine alone).
+	DB *rdb.Queue
 	// ControlInterval is how often the control loop reads the pause flag and
 	// the cancel requests (0: never; tests of the engine alone).
 	ControlInterval time.Duration
-	// Heartbeat, if set, adds commands to the control loop's pipeline.
-	Heartbeat func(pipe redis.Pipeliner)
+	// Heartbeat, if not empty, is the name under which each control tick
+	// records the run as alive in the queue's workers set (priority
+	// workers).
+	Heartbeat string
 	// ResultRetention is how long progress and results are kept;
 	// MaxResultBytes bounds a result.
 	ResultRetention time.Duration
@@ -164,7 +165,7 @@ func (e *Engine[F]) Monitor() *Monitor { return e.mon }
 // backend does Redis calls; streamqtest runs it on an in-memory one.
 func (e *Engine[F]) Offline() Runner {
 	cfg := e.cfg
-	cfg.Client = nil
+	cfg.DB = nil
 	return &Engine[F]{cfg: cfg, exec: e.exec, mon: e.mon}
 }
 
@@ -210,7 +211,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	wakeDone := make(chan struct{})
 	stopWake := context.AfterFunc(gctx, func() { defer close(wakeDone); b.Wake() })
 	g.Go(func() error { return r.fetchLoop(gctx) })
-	if e.cfg.ControlInterval > 0 && e.cfg.Client != nil {
+	if e.cfg.ControlInterval > 0 && e.cfg.DB != nil {
 		g.Go(func() error { r.control(gctx); return nil })
 	}
 	for _, l := range b.Loops() {
@@ -630,7 +631,7 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn Run, cause error, charged bool, d
 	if errs != "" {
 		args = append(args, wire.FieldErrors, errs)
 	}
-	moved, err := r.b.Move(ctx, d, args, delay, rdb.Settle{JobID: jid, Failed: charged, Minute: rdb.Minute(now)})
+	moved, err := r.b.Move(ctx, d, args, delay, rdb.Settle{JobID: jid, Failed: charged})
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", d.ID, "error", err)
@@ -677,7 +678,7 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn Run, reason string, cause e
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	id, err := r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: jid, Failed: true, Minute: rdb.Minute(now)}, wire.DeadLetterArgs(dl, raw, headers))
+	id, err := r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: jid, Failed: true}, wire.DeadLetterArgs(dl, raw, headers))
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot dead-letter job; it stays held and is taken over later", "job_id", d.ID, "reason", reason, "error", err)

@@ -32,10 +32,11 @@ type Event struct {
 	Reason string
 }
 
-// Stats are the counters of a [Monitor].
+// Stats are the counters of a [Monitor]. Its fields are those of
+// streamq.ConsumerStats, in the same order, so that it converts to it.
 type Stats struct {
-	Processed, Failed, Retried, Postponed, DeadLettered int64
-	Reclaimed, Deleted, ClaimsLost                      int64
+	Processed, Failed, Retried, DeadLettered  int64
+	Reclaimed, Deleted, ClaimsLost, Postponed int64
 }
 
 // Health is the state of a run, for readiness and liveness probes. Its

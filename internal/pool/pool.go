@@ -232,14 +232,6 @@ func detach(ctx context.Context) context.Context {
 	return context.WithValue(context.WithoutCancel(ctx), detachedKey{}, nil)
 }
 
-// Register records a job the run owns, so that [Pool.KeepAlive] refreshes
-// its claim and [Pool.Owns] reports it.
-func (p *Pool[T]) Register(key string, v T) *Job[T] {
-	j := p.NewJob(key, v)
-	p.RegisterAll([]*Job[T]{j})
-	return j
-}
-
 // NewJob returns a job of the pool, not registered yet (see RegisterAll).
 func (p *Pool[T]) NewJob(key string, v T) *Job[T] {
 	return &Job[T]{Key: key, Val: v, shared: &p.shared}

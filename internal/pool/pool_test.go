@@ -16,6 +16,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// Register records one job the run owns, as RegisterAll does for a fetch's
+// jobs.
+func (p *Pool[T]) Register(key string, v T) *Job[T] {
+	j := p.NewJob(key, v)
+	p.RegisterAll([]*Job[T]{j})
+	return j
+}
+
 var (
 	errShutdown = errors.New("shutdown")
 	errLost     = errors.New("lost")

@@ -2,8 +2,8 @@ package rdb
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,33 +21,72 @@ local function count(key, field, n)
 end
 `
 
+// deadLib holds the helpers that write dead letters (with statsLib's
+// count).
+const deadLib = statsLib + `
+-- xadd_capped appends an entry of the field/value arguments to stream key,
+-- which MAXLEN ~ trims to about cap entries (0 or less: no cap). Returns its
+-- ID.
+local function xadd_capped(key, cap, ...)
+  if cap > 0 then return redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...) end
+  return redis.call('XADD', key, '*', ...)
+end
+
+-- dead_letter appends a dead letter of the field/value arguments to stream
+-- dead under cap, records it in the trail under the job's stable ID jid,
+-- counts a failure in the minute's counters stats and removes the job's
+-- cancel request. Returns the dead letter's ID.
+local function dead_letter(dead, cap, trail, stats, cancel, jid, ...)
+  local id = xadd_capped(dead, cap, ...)
+  redis.call('HSET', trail, jid, 'x:' .. id)
+  count(stats, 'failed', 1)
+  redis.call('HDEL', cancel, jid)
+  return id
+end
+`
+
 // Minute returns the counter minute of t (Unix seconds / 60).
 func Minute(t time.Time) int64 { return t.Unix() / 60 }
 
-// Register records queue name of kind in the registry of prefix (no hash
+// Register records the queue as kind in the registry of its prefix (no hash
 // tag: see [Registry]). A priority queue has a stream too (priority.Forward
 // feeds its set from it), so KindStream is recorded only for a queue not
 // recorded yet (HSETNX), and KindPriority always (HSET): the stream side
 // starting after a restart never turns a priority queue back into a stream
 // queue.
-func Register(ctx context.Context, c redis.Cmdable, prefix, name, kind string) error {
+func (q *Queue) Register(ctx context.Context, kind string) error {
 	if kind == KindStream {
-		return c.HSetNX(ctx, Registry(prefix), name, kind).Err()
+		return q.client.HSetNX(ctx, Registry(q.prefix), q.name, kind).Err()
 	}
-	return c.HSet(ctx, Registry(prefix), name, kind).Err()
+	return q.client.HSet(ctx, Registry(q.prefix), q.name, kind).Err()
 }
 
-// RegisterWriteBehind records that a write-behind Writer feeds queue name.
-func RegisterWriteBehind(ctx context.Context, c redis.Cmdable, prefix, name string) error {
-	return c.HSet(ctx, WriteBehindRegistry(prefix), name, "1").Err()
+// RegisterWriteBehind records that a write-behind Writer feeds the queue.
+func (q *Queue) RegisterWriteBehind(ctx context.Context) error {
+	return q.client.HSet(ctx, WriteBehindRegistry(q.prefix), q.name, "1").Err()
+}
+
+// WorkerForget is how long a priority worker that stopped sending
+// heartbeats stays in the queue's workers set.
+const WorkerForget = 24 * time.Hour
+
+// ControlParams are one tick of a control loop.
+type ControlParams struct {
+	// Processed are jobs finished, by minute, to add to the throughput
+	// counters.
+	Processed map[int64]int64
+	// Worker, if not empty, is the name of a priority worker to record as
+	// alive now in the workers set (workers silent for WorkerForget are
+	// removed from it).
+	Worker string
 }
 
 // Control reads, in one pipeline, whether the queue is paused and the
-// stable IDs of the jobs whose cancellation was requested, and adds
-// processed (jobs finished, by minute) to the throughput counters, setting
-// their expiry. extra, if not nil, adds commands to the same pipeline (a
-// worker's heartbeat). On an error the counts may or may not have been
-// added.
+// stable IDs of the jobs whose cancellation was requested, adds
+// p.Processed to the throughput counters, setting their expiry, and
+// records p.Worker's heartbeat. On an error the counts may or may not have
+// been added. A call sent again adds its counts again: the counters are
+// statistics, not a guarantee.
 //
 // It also gives a TTL to the memo hashes of the current and the previous
 // bucket if they have none (PEXPIRE ... NX, Redis 7; on older servers the
@@ -55,23 +94,26 @@ func RegisterWriteBehind(ctx context.Context, c redis.Cmdable, prefix, name stri
 // with its first call in the bucket, and a hash deleted meanwhile (an
 // operator deleting the queue's keys while producers run) is made again by
 // later calls without one.
-func Control(ctx context.Context, c redis.Cmdable, k Keys, processed map[int64]int64, extra func(redis.Pipeliner)) (paused bool, cancel []string, err error) {
-	pipe := c.Pipeline()
+func (q *Queue) Control(ctx context.Context, p ControlParams) (paused bool, cancel []string, err error) {
+	k := &q.keys
+	pipe := q.client.Pipeline()
 	ex := pipe.Exists(ctx, k.Paused)
 	ids := pipe.HKeys(ctx, k.Cancel)
-	for m, n := range processed {
+	for m, n := range p.Processed {
 		pipe.HIncrBy(ctx, k.Stats(m), "processed", n)
 		pipe.Expire(ctx, k.Stats(m), StatsTTL*time.Second)
 	}
-	now := time.Now().UnixMilli()
+	t := q.clock.Now()
+	now := t.UnixMilli()
+	if p.Worker != "" {
+		pipe.ZAdd(ctx, k.Workers, redis.Z{Score: float64(now), Member: p.Worker})
+		pipe.ZRemRangeByScore(ctx, k.Workers, "-inf", "("+strconv.FormatInt(t.Add(-WorkerForget).UnixMilli(), 10))
+	}
 	now -= now % memoBucket.Milliseconds()
 	var ttls [2]*redis.BoolCmd
 	for i, b := range []int64{now, now - memoBucket.Milliseconds()} {
 		ttls[i] = redis.NewBoolCmd(ctx, "pexpire", memoKey(k.base, b), memoTTL.Milliseconds(), "nx")
 		_ = pipe.Process(ctx, ttls[i])
-	}
-	if extra != nil {
-		extra(pipe)
 	}
 	cmds, _ := pipe.Exec(ctx) // the errors are in the commands
 	for _, cmd := range cmds {
@@ -109,21 +151,23 @@ for i = 2, #ARGV do
   end
   if not pending then gone[#gone + 1] = id end
 end
-if #gone > 0 then redis.call('HDEL', KEYS[2], unpack(gone)) end
-return #gone
+if #gone == 0 then return 0 end
+return redis.call('HDEL', KEYS[2], unpack(gone))
 `)
 
 // DropCancels runs scriptDropCancels for ids.
-func DropCancels(ctx context.Context, c redis.Cmdable, k Keys, group string, ids []string) (int, error) {
+func (q *Queue) DropCancels(ctx context.Context, ids []string) (int, error) {
+	k := &q.keys
 	args := make([]any, 0, 1+len(ids))
-	args = append(args, group)
+	args = append(args, q.group)
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	n, err := scriptDropCancels.Run(ctx, c, []string{k.Stream, k.Cancel, k.Trail}, args...).Int()
+	n, err := scriptDropCancels.Run(ctx, q.client, []string{k.Stream, k.Cancel, k.Trail}, args...).Int()
 	if IsNoGroup(err) || IsNoSuchKey(err) {
 		// No group or no stream: no job of it is pending.
-		return 0, c.HDel(ctx, k.Cancel, ids...).Err()
+		n64, err := q.client.HDel(ctx, k.Cancel, ids...).Result()
+		return int(n64), err
 	}
 	return n, err
 }
@@ -139,47 +183,24 @@ local gone = {}
 for i = 1, #ARGV do
   if redis.call('HEXISTS', KEYS[1], ARGV[i]) == 0 then gone[#gone + 1] = ARGV[i] end
 end
-if #gone > 0 then redis.call('HDEL', KEYS[2], unpack(gone)) end
-return #gone
+if #gone == 0 then return 0 end
+return redis.call('HDEL', KEYS[2], unpack(gone))
 `)
 
-// PriorityDropCancels runs scriptPriorityDropCancels for ids.
-func PriorityDropCancels(ctx context.Context, c redis.Scripter, pk PriorityKeys, ids []string) (int, error) {
+// DropCancels runs scriptPriorityDropCancels for ids.
+func (s *PrioritySet) DropCancels(ctx context.Context, ids []string) (int, error) {
 	args := make([]any, len(ids))
 	for i, id := range ids {
 		args[i] = id
 	}
-	return scriptPriorityDropCancels.Run(ctx, c, []string{pk.Jobs, pk.Cancel}, args...).Int()
-}
-
-// DropCancel removes the cancel request of job id (after the engine acted
-// on it without a script that does).
-func DropCancel(ctx context.Context, c redis.Cmdable, k Keys, id string) error {
-	return c.HDel(ctx, k.Cancel, id).Err()
-}
-
-// Progress is the stored form of a job's progress.
-type Progress struct {
-	Percent int    `json:"pct"`
-	Message string `json:"msg"`
-	At      int64  `json:"at"` // Unix milliseconds
-}
-
-// SetProgress stores the progress of job id for retention.
-func SetProgress(ctx context.Context, c redis.Cmdable, k Keys, id string, p Progress, retention time.Duration) error {
-	b, _ := json.Marshal(p)
-	return c.Set(ctx, k.Progress(id), b, retention).Err()
-}
-
-// SetResult stores the result of job id for retention.
-func SetResult(ctx context.Context, c redis.Cmdable, k Keys, id string, result []byte, retention time.Duration) error {
-	return c.Set(ctx, k.Result(id), result, retention).Err()
+	return scriptPriorityDropCancels.Run(ctx, s.q.client, []string{s.k.Jobs, s.k.Cancel}, args...).Int()
 }
 
 // AddProcessed adds processed (jobs finished, by minute) to the throughput
 // counters in one pipeline, setting their expiry.
-func AddProcessed(ctx context.Context, c redis.Cmdable, k Keys, processed map[int64]int64) error {
-	pipe := c.Pipeline()
+func (q *Queue) AddProcessed(ctx context.Context, processed map[int64]int64) error {
+	k := &q.keys
+	pipe := q.client.Pipeline()
 	for m, n := range processed {
 		pipe.HIncrBy(ctx, k.Stats(m), "processed", n)
 		pipe.Expire(ctx, k.Stats(m), StatsTTL*time.Second)

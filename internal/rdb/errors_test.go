@@ -55,27 +55,3 @@ func TestTranslate(t *testing.T) {
 		t.Error("BUSYGROUP or NOGROUP not recognised")
 	}
 }
-
-func TestParseClaimed(t *testing.T) {
-	t.Parallel()
-	reply := []any{
-		"5-0",
-		[]any{"3-0", "4-0"},
-		"1-0", int64(2), []any{"v", "1", "payload", "a"},
-		"2-0", int64(0), map[any]any{"v": "1", "payload": "b"},
-	}
-	next, jobs, deleted, err := parseClaimed(reply)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if next != "5-0" || len(jobs) != 2 || jobs[0].Fields["payload"] != "a" || jobs[0].Count != 2 ||
-		jobs[1].Fields["payload"] != "b" || jobs[1].ID != "2-0" {
-		t.Errorf("next %q jobs %+v", next, jobs)
-	}
-	if strings.Join(deleted, ",") != "3-0,4-0" {
-		t.Errorf("deleted = %v", deleted)
-	}
-	if _, _, _, err := parseClaimed([]any{"0-0"}); err == nil {
-		t.Error("short reply accepted")
-	}
-}

@@ -85,14 +85,23 @@ untrail(KEYS[2], ARGV[3], 's:' .. ARGV[2])
 return 'ok'
 `)
 
-// DeleteWaiting runs scriptDeleteWaiting; lock is the job's unique-key lock
-// ("": none).
-func DeleteWaiting(ctx context.Context, c redis.Scripter, k Keys, group, id, jid, lock string) (string, error) {
-	keys := []string{k.Stream, k.Trail}
-	if lock != "" {
-		keys = append(keys, lock)
+// DeleteParams name a job for a delete: its place, its stable ID, and its
+// unique key, if it has one.
+type DeleteParams struct {
+	ID    string // the entry ID or delayed-set ID
+	JobID string // the job's stable ID
+	Key   string // its unique key ("": none)
+	Token string // the lock token of its unique key (for a delayed job)
+}
+
+// DeleteWaiting runs scriptDeleteWaiting. A call sent again finds the
+// entry gone and answers "gone".
+func (q *Queue) DeleteWaiting(ctx context.Context, p DeleteParams) (string, error) {
+	keys := []string{q.keys.Stream, q.keys.Trail}
+	if p.Key != "" {
+		keys = append(keys, q.keys.Unique(p.Key))
 	}
-	return scriptDeleteWaiting.Run(ctx, c, keys, group, id, jid).Text()
+	return scriptDeleteWaiting.Run(ctx, q.client, keys, q.group, p.ID, p.JobID).Text()
 }
 
 // scriptDeleteDelayed deletes a job from the delayed set (scheduled or
@@ -110,13 +119,14 @@ untrail(KEYS[3], ARGV[2], 'd:' .. ARGV[1])
 return 'ok'
 `)
 
-// DeleteDelayed runs scriptDeleteDelayed.
-func DeleteDelayed(ctx context.Context, c redis.Scripter, k Keys, id, jid, lock, token string) (string, error) {
-	keys := []string{k.Delayed, k.DelayedJobs, k.Trail}
-	if lock != "" {
-		keys = append(keys, lock)
+// DeleteDelayed runs scriptDeleteDelayed. A call sent again finds the job
+// gone and answers "gone".
+func (q *Queue) DeleteDelayed(ctx context.Context, p DeleteParams) (string, error) {
+	keys := []string{q.keys.Delayed, q.keys.DelayedJobs, q.keys.Trail}
+	if p.Key != "" {
+		keys = append(keys, q.keys.Unique(p.Key))
 	}
-	return scriptDeleteDelayed.Run(ctx, c, keys, id, jid, token).Text()
+	return scriptDeleteDelayed.Run(ctx, q.client, keys, p.ID, p.JobID, p.Token).Text()
 }
 
 // scriptPurgeDead deletes dead letters (and cancelled jobs) for good.
@@ -137,8 +147,9 @@ end
 return n
 `)
 
-// PurgeDead runs scriptPurgeDead for up to MaxControlBatch ids.
-func PurgeDead(ctx context.Context, c redis.Scripter, k Keys, ids []string) (int, error) {
+// PurgeDead runs scriptPurgeDead for up to MaxControlBatch ids. A call sent
+// again finds the letters gone and deletes nothing more.
+func (q *Queue) PurgeDead(ctx context.Context, ids []string) (int, error) {
 	if len(ids) > MaxControlBatch {
 		return 0, fmt.Errorf("purge of %d dead letters: at most %d per call", len(ids), MaxControlBatch)
 	}
@@ -146,7 +157,7 @@ func PurgeDead(ctx context.Context, c redis.Scripter, k Keys, ids []string) (int
 	for i, id := range ids {
 		args[i] = id
 	}
-	return scriptPurgeDead.Run(ctx, c, []string{k.Dead, k.Trail}, args...).Int()
+	return scriptPurgeDead.Run(ctx, q.client, []string{q.keys.Dead, q.keys.Trail}, args...).Int()
 }
 
 // scriptRunNow moves a delayed job (scheduled or waiting for a retry) into
@@ -173,10 +184,17 @@ redis.call('HDEL', KEYS[3], ARGV[1])
 return id
 `)
 
+// RunNowParams name a delayed job for RunNow.
+type RunNowParams struct {
+	ID    string // its delayed-set ID
+	JobID string // its stable ID
+}
+
 // RunNow runs scriptRunNow and returns the new entry ID, or "" when the job
-// is not in the delayed set.
-func RunNow(ctx context.Context, c redis.Scripter, k Keys, id, jid string) (string, error) {
-	s, err := scriptRunNow.Run(ctx, c, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail}, id, jid).Text()
+// is not in the delayed set (a call sent again finds it gone).
+func (q *Queue) RunNow(ctx context.Context, p RunNowParams) (string, error) {
+	k := &q.keys
+	s, err := scriptRunNow.Run(ctx, q.client, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail}, p.ID, p.JobID).Text()
 	if s == ReplyGone {
 		return "", err
 	}
@@ -198,9 +216,16 @@ redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
 return 'ok'
 `)
 
-// RequestCancel runs scriptRequestCancel.
-func RequestCancel(ctx context.Context, c redis.Scripter, k Keys, group, id, jid string, nowMillis int64) (string, error) {
-	return scriptRequestCancel.Run(ctx, c, []string{k.Stream, k.Cancel}, group, id, jid, nowMillis).Text()
+// RequestCancelParams name a running stream job to cancel.
+type RequestCancelParams struct {
+	ID    string // its entry ID
+	JobID string // its stable ID
+}
+
+// RequestCancel runs scriptRequestCancel, stamping the request with the
+// queue's clock. A call sent again records the request again.
+func (q *Queue) RequestCancel(ctx context.Context, p RequestCancelParams) (string, error) {
+	return scriptRequestCancel.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Cancel}, q.group, p.ID, p.JobID, q.clock.Now().UnixMilli()).Text()
 }
 
 // scriptPriorityControl deletes, runs now or cancels a job of a priority
@@ -241,11 +266,21 @@ end
 return where
 `)
 
-// PriorityControl runs scriptPriorityControl.
-func PriorityControl(ctx context.Context, c redis.Scripter, k Keys, action, member, id, jid string, nowMillis int64) (string, error) {
-	pk := k.Priority()
-	return scriptPriorityControl.Run(ctx, c, []string{pk.Ready, pk.Delayed, pk.Jobs, pk.Deliveries, pk.Notify, k.Trail, k.Cancel},
-		action, member, id, jid, nowMillis).Text()
+// PriorityControlParams are one call of scriptPriorityControl.
+type PriorityControlParams struct {
+	Action string // "delete", "run" or "cancel"
+	Member string // the job's member ("" when it is not in the ready or delayed set)
+	ID     string // the job ID
+	JobID  string // the job's stable ID
+}
+
+// Control runs scriptPriorityControl, stamping a cancel request with the
+// queue's clock. A call sent again finds the job deleted or moved (and
+// answers its state), or records the cancel request again.
+func (s *PrioritySet) Control(ctx context.Context, p PriorityControlParams) (string, error) {
+	k := &s.k
+	return scriptPriorityControl.Run(ctx, s.q.client, []string{k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Trail, k.Cancel},
+		p.Action, p.Member, p.ID, p.JobID, s.q.clock.Now().UnixMilli()).Text()
 }
 
 // scriptCensus splits the delayed set into scheduled and retrying jobs and
@@ -291,16 +326,21 @@ end
 return {retrying, #members, cancelled, #dead}
 `)
 
+// CensusParams are one call of scriptCensus.
+type CensusParams struct {
+	Priority bool // the priority set's delayed jobs, not the stream's
+	Sample   int  // how many delayed jobs and dead letters to examine
+}
+
 // Census runs scriptCensus.
-func Census(ctx context.Context, c redis.Scripter, k Keys, priority bool, sample int) (retrying, delayedSeen, cancelled, deadSeen int64, err error) {
-	keys := []string{k.Delayed, k.DelayedJobs, k.Dead}
+func (q *Queue) Census(ctx context.Context, p CensusParams) (retrying, delayedSeen, cancelled, deadSeen int64, err error) {
+	keys := []string{q.keys.Delayed, q.keys.DelayedJobs, q.keys.Dead}
 	kind := "stream"
-	if priority {
-		pk := k.Priority()
-		keys = []string{pk.Delayed, pk.Jobs, k.Dead}
+	if p.Priority {
+		keys = []string{q.prio.k.Delayed, q.prio.k.Jobs, q.keys.Dead}
 		kind = "priority"
 	}
-	res, err := scriptCensus.Run(ctx, c, keys, kind, sample).Int64Slice()
+	res, err := scriptCensus.Run(ctx, q.client, keys, kind, p.Sample).Int64Slice()
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
@@ -340,9 +380,10 @@ end
 return out
 `)
 
-// LevelHeads runs scriptLevelHeads and returns the members and their scores.
-func LevelHeads(ctx context.Context, c redis.Scripter, key string, max int) ([]string, []float64, error) {
-	res, err := scriptLevelHeads.Run(ctx, c, []string{key}, max).StringSlice()
+// LevelHeads runs scriptLevelHeads on the ready set and returns the first
+// max members of distinct scores, and their scores.
+func (s *PrioritySet) LevelHeads(ctx context.Context, max int) ([]string, []float64, error) {
+	res, err := scriptLevelHeads.Run(ctx, s.q.client, []string{s.k.Ready}, max).StringSlice()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,21 +1,10 @@
-// Package rdb is streamq's one home for Redis: the key layout of a queue,
-// every Lua script (each with a header naming its KEYS, ARGV and reply), and
-// the translation of Redis error replies. Every script touches only keys of
-// one queue, which share the queue's Cluster hash tag "{name}", so all of
-// them run on Redis Cluster.
-//
-// Scripts follow two rules that make every move of a job lose nothing:
-// a job is written to its new place before it is removed from the old one
-// (a script aborted half-way by an error can duplicate, never lose), and
-// the work of one call is bounded (no script blocks Redis for long).
 package rdb
 
 import "strconv"
 
 // Keys builds the Redis keys of one queue, "<prefix>:{<name>}:<part>".
 type Keys struct {
-	base string     // "<prefix>:{<name>}:"
-	memo *memoClock // shared by copies (see NewMemo)
+	base string // "<prefix>:{<name>}:"
 
 	Stream      string // the job stream
 	Dead        string // the dead-letter stream
@@ -72,7 +61,7 @@ func (k Keys) Stats(minute int64) string {
 
 // NewKeys returns the keys of queue name under prefix.
 func NewKeys(prefix, name string) Keys {
-	k := Keys{base: prefix + ":{" + name + "}:", memo: new(memoClock)}
+	k := Keys{base: prefix + ":{" + name + "}:"}
 	k.Stream = k.Part("stream")
 	k.Dead = k.Part("dead")
 	k.Delayed = k.Part("delayed")
@@ -110,6 +99,7 @@ type PriorityKeys struct {
 	Notify     string // wake-up stream for idle workers
 	Trail      string // the queue's trail hash (see Keys.Trail)
 	Cancel     string // the queue's cancel requests (see Keys.Cancel)
+	Dead       string // the queue's dead-letter stream (see Keys.Dead)
 	keys       Keys
 	base       string
 }
@@ -130,6 +120,7 @@ func (k Keys) Priority() PriorityKeys {
 		Notify:     k.Part("priority:notify"),
 		Trail:      k.Trail,
 		Cancel:     k.Cancel,
+		Dead:       k.Dead,
 		keys:       k,
 		base:       k.base,
 	}

@@ -59,8 +59,10 @@ const (
 )
 
 // Memo is where one write call remembers its reply: the bucket hash and the
-// call's token. Make one per call with [Keys.NewMemo] and use it for every
-// send of the call (the library's own retries included).
+// call's token. A call makes one with [Queue.NewMemo] (a call whose params
+// hold a zero Memo gets a fresh one) and uses it for every send of the call
+// (the library's own retries included): a send that finds the token answers
+// the first send's reply and changes nothing.
 type Memo struct {
 	Key   string
 	Token string
@@ -69,14 +71,13 @@ type Memo struct {
 	TTL int64
 
 	bucket int64
-	clock  *memoClock
+	state  *memoState
 }
 
-// memoClock is a queue's memo state in this process, shared by the copies
-// of its Keys: the key of the current bucket (made once per bucket, not per
-// call) and the last bucket whose hash got its TTL from a call that
-// succeeded.
-type memoClock struct {
+// memoState is a queue's memo state in this process: the key of the
+// current bucket (made once per bucket, not per call) and the last bucket
+// whose hash got its TTL from a call that succeeded.
+type memoState struct {
 	cur    atomic.Pointer[memoBucketKey]
 	ttlSet atomic.Int64
 }
@@ -86,28 +87,29 @@ type memoBucketKey struct {
 	key   string
 }
 
-// NewMemo returns a fresh memo of the queue for a call made now.
-func (k Keys) NewMemo() Memo { return newMemo(k.base, k.memo) }
-
-// NewMemo returns a fresh memo of the queue for a call made now.
-func (k PriorityKeys) NewMemo() Memo { return newMemo(k.base, k.keys.memo) }
-
-func newMemo(base string, clock *memoClock) Memo {
-	b := time.Now().UnixMilli()
+// NewMemo returns a fresh memo of the queue for a call made now (by the
+// queue's clock).
+func (q *Queue) NewMemo() Memo {
+	b := q.clock.Now().UnixMilli()
 	b -= b % memoBucket.Milliseconds()
-	m := Memo{Token: NewToken(), TTL: memoTTL.Milliseconds(), bucket: b, clock: clock}
-	if clock == nil { // Keys made without NewKeys
-		m.Key = memoKey(base, b)
-		return m
-	}
-	cur := clock.cur.Load()
+	st := &q.memo
+	m := Memo{Token: NewToken(), TTL: memoTTL.Milliseconds(), bucket: b, state: st}
+	cur := st.cur.Load()
 	if cur == nil || cur.start != b {
-		cur = &memoBucketKey{start: b, key: memoKey(base, b)}
-		clock.cur.Store(cur)
+		cur = &memoBucketKey{start: b, key: memoKey(q.keys.base, b)}
+		st.cur.Store(cur)
 	}
 	m.Key = cur.key
-	if clock.ttlSet.Load() == b {
+	if st.ttlSet.Load() == b {
 		m.TTL = 0
+	}
+	return m
+}
+
+// memoOr returns m, or a fresh memo when m is zero.
+func (q *Queue) memoOr(m Memo) Memo {
+	if m.Token == "" {
+		return q.NewMemo()
 	}
 	return m
 }
@@ -119,8 +121,8 @@ func memoKey(base string, bucket int64) string {
 // done records that a call with m was run by Redis (it answered with a
 // reply, not an error): the hash has its TTL if m asked for it.
 func (m Memo) done() {
-	if m.TTL > 0 && m.clock != nil {
-		m.clock.ttlSet.Store(m.bucket)
+	if m.TTL > 0 && m.state != nil {
+		m.state.ttlSet.Store(m.bucket)
 	}
 }
 

@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -49,22 +50,33 @@ redis.call('SET', KEYS[3], ARGV[1])
 return {1, id}
 `)
 
-// Tick runs scriptTick for the tick at tickMillis of schedule name; fields
-// are the job's wire fields. A refusal wraps [ErrQueueFull].
-func Tick(ctx context.Context, c redis.Scripter, k Keys, name string, tickMillis, ttlMillis int64, catchUp bool, maxLen int64, fields []any) ([]any, error) {
+// TickParams are one call of scriptTick.
+type TickParams struct {
+	Schedule string        // the schedule's name
+	Tick     time.Time     // the tick (to the millisecond)
+	TTL      time.Duration // how long the tick key is kept
+	CatchUp  bool          // a tick missed while no scheduler ran
+	Fields   []any         // the job's wire fields
+}
+
+// Tick runs scriptTick for tick p.Tick of schedule p.Schedule under the
+// queue's cap and returns its reply. A refusal wraps [ErrQueueFull]. A call
+// sent again finds its tick enqueued and answers "dup" with the same ID.
+func (q *Queue) Tick(ctx context.Context, p TickParams) ([]any, error) {
+	tick := p.Tick.UnixMilli()
 	keys := []string{
-		k.Stream,
-		k.Part("periodic:" + name + ":" + strconv.FormatInt(tickMillis, 10)),
-		k.Part(PartLastTick + name),
+		q.keys.Stream,
+		q.keys.Part("periodic:" + p.Schedule + ":" + strconv.FormatInt(tick, 10)),
+		q.keys.Part(PartLastTick + p.Schedule),
 	}
 	flag := "0"
-	if catchUp {
+	if p.CatchUp {
 		flag = "1"
 	}
-	args := append([]any{tickMillis, ttlMillis, flag, max(maxLen, 0)}, fields...)
+	args := append([]any{tick, p.TTL.Milliseconds(), flag, q.maxLen}, p.Fields...)
 	var res []any
-	err := Redo(ctx, c, func() (err error) {
-		res, err = scriptTick.Run(ctx, c, keys, args...).Slice()
+	err := q.redo(ctx, func() (err error) {
+		res, err = scriptTick.Run(ctx, q.client, keys, args...).Slice()
 		return err
 	})
 	return res, Translate(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -32,6 +33,16 @@ import (
 // whose job has to wait before it starts (it must run alone) is marked in
 // the waiting hash: if it expires, nothing is counted, because no handler
 // started.
+
+// PrioritySet makes the Redis calls of a queue's priority set: the
+// [Queue.Priority] view of the queue.
+type PrioritySet struct {
+	q *Queue
+	k PriorityKeys
+}
+
+// Keys returns the keys of the priority set.
+func (s *PrioritySet) Keys() PriorityKeys { return s.k }
 
 // priorityLib holds helpers prepended to the priority scripts.
 const priorityLib = `
@@ -194,9 +205,21 @@ notify(KEYS[4])
 return ids
 `))
 
-// Push runs scriptPush; args are score, data pairs.
-func Push(ctx context.Context, c redis.Scripter, k PriorityKeys, args []any) ([]string, error) {
-	cmd, _ := runWrite(ctx, c, scriptPush, k.NewMemo(), Replicas{}, []string{k.Ready, k.Jobs, k.Seq, k.Notify}, args)
+// PushParams are one call of scriptPush: its jobs, added with Add.
+type PushParams struct {
+	Memo Memo // the call's memo (zero: a fresh one), the same for every send of it
+
+	args []any // score, data pairs
+}
+
+// Add adds a job with score (the exact decimal integer of its place) and
+// data (its packed wire fields).
+func (p *PushParams) Add(score string, data []byte) { p.args = append(p.args, score, data) }
+
+// Push runs scriptPush and returns the new job IDs.
+func (s *PrioritySet) Push(ctx context.Context, p *PushParams) ([]string, error) {
+	k := &s.k
+	cmd, _ := s.q.runWrite(ctx, scriptPush, s.q.memoOr(p.Memo), Replicas{}, []string{k.Ready, k.Jobs, k.Seq, k.Notify}, p.args)
 	return cmd.StringSlice()
 }
 
@@ -220,9 +243,18 @@ notify(KEYS[5])
 return 1
 `)
 
-// Forward runs scriptForward.
-func Forward(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, group, id, score string, data []byte) error {
-	return scriptForward.Run(ctx, c, []string{k.Stream, pk.Ready, pk.Jobs, pk.Seq, pk.Notify}, group, id, score, data).Err()
+// ForwardParams are one call of scriptForward.
+type ForwardParams struct {
+	ID    string // the stream entry, which becomes the job ID
+	Score string // the job's score (the exact decimal integer of its place)
+	Data  []byte // the job's packed wire fields
+}
+
+// Forward runs scriptForward with the queue's group. A call sent again
+// finds the entry acknowledged and forwards nothing more.
+func (s *PrioritySet) Forward(ctx context.Context, p ForwardParams) error {
+	k := &s.k
+	return scriptForward.Run(ctx, s.q.client, []string{s.q.keys.Stream, k.Ready, k.Jobs, k.Seq, k.Notify}, s.q.group, p.ID, p.Score, p.Data).Err()
 }
 
 // allowOOM starts the scripts a worker needs to drain a queue while Redis is
@@ -343,22 +375,43 @@ type PopResult struct {
 	Jobs    []Popped
 }
 
-// Pop runs scriptPop, or scriptPopWeighted when bands is not empty (4
-// values per band: min score, max score, weight, credit).
-func Pop(ctx context.Context, c redis.Scripter, k PriorityKeys, run string, leaseMillis int64, n int64, prefix string, bands []any) (PopResult, error) {
-	keys := []string{k.Ready, k.Leases, k.Jobs, k.Deliveries, k.Notify, k.Pops(run)}
-	args := make([]any, 0, 4+len(bands))
-	args = append(args, leaseMillis, n, prefix)
+// PopBand is one band of priorities of a weighted pop.
+type PopBand struct {
+	Min, Max string // its scores, inclusive
+	Weight   int
+	Credit   int64 // its credit from the last pop
+}
+
+// PopParams are one call of scriptPop, or scriptPopWeighted with Bands.
+type PopParams struct {
+	Run   string        // the worker's run: its pop memo
+	Lease time.Duration // how long the leases last without a keep-alive
+	N     int           // the most jobs to lease
+	// Prefix starts the lease tokens of the call, unique to it: a call
+	// sent again with the same prefix returns the jobs the first leased.
+	Prefix string
+	// Bands, most urgent first, make the pop weighted.
+	Bands []PopBand
+}
+
+// Pop runs scriptPop, or scriptPopWeighted when p.Bands is not empty.
+func (s *PrioritySet) Pop(ctx context.Context, p PopParams) (PopResult, error) {
+	k := &s.k
+	keys := []string{k.Ready, k.Leases, k.Jobs, k.Deliveries, k.Notify, k.Pops(p.Run)}
+	args := make([]any, 0, 4+4*len(p.Bands))
+	args = append(args, p.Lease.Milliseconds(), p.N, p.Prefix)
 	var (
 		res []any
 		err error
 	)
-	if len(bands) == 0 {
-		res, err = scriptPop.Run(ctx, c, keys, args...).Slice()
+	if len(p.Bands) == 0 {
+		res, err = scriptPop.Run(ctx, s.q.client, keys, args...).Slice()
 	} else {
-		args = append(args, len(bands)/4)
-		args = append(args, bands...)
-		res, err = scriptPopWeighted.Run(ctx, c, keys, args...).Slice()
+		args = append(args, len(p.Bands))
+		for _, b := range p.Bands {
+			args = append(args, b.Min, b.Max, b.Weight, b.Credit)
+		}
+		res, err = scriptPopWeighted.Run(ctx, s.q.client, keys, args...).Slice()
 	}
 	if err != nil {
 		return PopResult{}, err
@@ -395,18 +448,25 @@ local n = #ARGV / 2
 return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1, n)
 `)
 
-// Finish runs scriptFinish for the jobs with lease members leases and IDs
-// ids, and returns how many were finished and how many left to other
-// workers.
-func Finish(ctx context.Context, c redis.Scripter, k PriorityKeys, leases, ids []string) (finished, left int64, err error) {
-	args := make([]any, 0, 2*len(leases))
-	for _, lm := range leases {
+// FinishParams are one call of scriptFinish.
+type FinishParams struct {
+	Leases []string // the lease members of the finished jobs
+	IDs    []string // their job IDs, in the same order
+}
+
+// Finish runs scriptFinish and returns how many jobs were finished and how
+// many left to other workers. A call sent again finds the jobs gone and
+// finishes nothing more.
+func (s *PrioritySet) Finish(ctx context.Context, p FinishParams) (finished, left int64, err error) {
+	k := &s.k
+	args := make([]any, 0, 2*len(p.Leases))
+	for _, lm := range p.Leases {
 		args = append(args, lm)
 	}
-	for _, id := range ids {
+	for _, id := range p.IDs {
 		args = append(args, id)
 	}
-	res, err := scriptFinish.Run(ctx, c, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting}, args...).Int64Slice()
+	res, err := scriptFinish.Run(ctx, s.q.client, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting}, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -436,14 +496,21 @@ end
 return lost
 `)
 
-// KeepAlive runs scriptKeepAlive and returns the leases that are gone.
-func KeepAlive(ctx context.Context, c redis.Scripter, k PriorityKeys, leaseMillis int64, leases []string) ([]string, error) {
-	args := make([]any, 0, 1+len(leases))
-	args = append(args, leaseMillis)
-	for _, lm := range leases {
+// KeepAliveParams are one call of scriptKeepAlive.
+type KeepAliveParams struct {
+	Lease  time.Duration // the new lease, from the server's time
+	Leases []string      // the lease members of the running jobs
+}
+
+// KeepAlive runs scriptKeepAlive and returns the leases that are gone. A
+// call sent again extends the leases again.
+func (s *PrioritySet) KeepAlive(ctx context.Context, p KeepAliveParams) ([]string, error) {
+	args := make([]any, 0, 1+len(p.Leases))
+	args = append(args, p.Lease.Milliseconds())
+	for _, lm := range p.Leases {
 		args = append(args, lm)
 	}
-	return scriptKeepAlive.Run(ctx, c, []string{k.Leases}, args...).StringSlice()
+	return scriptKeepAlive.Run(ctx, s.q.client, []string{s.k.Leases}, args...).StringSlice()
 }
 
 // scriptReap returns expired leases and due retries to the ready set with
@@ -488,10 +555,12 @@ if #expired + #due > 0 then notify(KEYS[4]) end
 return {ids, #due}
 `)
 
-// Reap runs scriptReap: it returns the IDs of the jobs whose lease expired
-// and the number of due retries moved.
-func Reap(ctx context.Context, c redis.Scripter, k PriorityKeys, limit int) ([]string, int64, error) {
-	res, err := scriptReap.Run(ctx, c, []string{k.Leases, k.Delayed, k.Ready, k.Notify, k.Deliveries, k.Waiting}, limit).Slice()
+// Reap runs scriptReap for up to limit jobs of each set: it returns the IDs
+// of the jobs whose lease expired and the number of due retries moved. A
+// call sent again moves only what is still expired or due.
+func (s *PrioritySet) Reap(ctx context.Context, limit int) ([]string, int64, error) {
+	k := &s.k
+	res, err := scriptReap.Run(ctx, s.q.client, []string{k.Leases, k.Delayed, k.Ready, k.Notify, k.Deliveries, k.Waiting}, limit).Slice()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -521,13 +590,20 @@ if ARGV[2] == '1' then redis.call('HSET', KEYS[2], ARGV[1], 1) else redis.call('
 return 1
 `)
 
-// MarkWaiting runs scriptMarkWaiting.
-func MarkWaiting(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, waiting bool) (bool, error) {
+// MarkWaitingParams are one call of scriptMarkWaiting.
+type MarkWaitingParams struct {
+	Lease   string // the lease member
+	Waiting bool   // mark it waiting (true) or charged (false)
+}
+
+// MarkWaiting runs scriptMarkWaiting and reports whether the lease is
+// held. A call sent again sets the same mark.
+func (s *PrioritySet) MarkWaiting(ctx context.Context, p MarkWaitingParams) (bool, error) {
 	flag := "0"
-	if waiting {
+	if p.Waiting {
 		flag = "1"
 	}
-	n, err := scriptMarkWaiting.Run(ctx, c, []string{k.Leases, k.Waiting}, lease, flag).Int()
+	n, err := scriptMarkWaiting.Run(ctx, s.q.client, []string{s.k.Leases, s.k.Waiting}, p.Lease, flag).Int()
 	return n == 1, err
 }
 
@@ -577,9 +653,21 @@ if ARGV[4] == '1' then count(KEYS[8], 'failed', 1) end
 return 1
 `))
 
-// Retry runs scriptRetry.
-func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, delayMillis int64, data []byte, st Settle) (bool, error) {
-	cmd, _ := runWrite(ctx, c, scriptRetry, k.NewMemo(), Replicas{}, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting, k.Stats(st.Minute)}, []any{lease, delayMillis, data, st.failed()})
+// RetryParams are one call of scriptRetry.
+type RetryParams struct {
+	Lease  string        // the lease member
+	Delay  time.Duration // the job is due after it, by the server's time (0 or less: ready now)
+	Data   []byte        // the job's new packed wire fields
+	Settle Settle
+	Memo   Memo // the call's memo (zero: a fresh one), the same for every send of it
+}
+
+// Retry runs scriptRetry and reports whether the job moved.
+func (s *PrioritySet) Retry(ctx context.Context, p RetryParams) (bool, error) {
+	k := &s.k
+	ms := int64((max(p.Delay, 0) + time.Millisecond - 1) / time.Millisecond)
+	keys := []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting, k.Stats(s.q.minute())}
+	cmd, _ := s.q.runWrite(ctx, scriptRetry, s.q.memoOr(p.Memo), Replicas{}, keys, []any{p.Lease, ms, p.Data, p.Settle.failed()})
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -598,23 +686,14 @@ func Retry(ctx context.Context, c redis.Scripter, k PriorityKeys, lease string, 
 // Returns the dead letter's entry ID, or false when the lease is no longer
 // held and the job does not wait in the ready set either, in which case
 // nothing changed. A re-sent call returns what the first returned.
-var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib+statsLib, `
+var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib+deadLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
 if not id then return false end
 local held = redis.call('ZSCORE', KEYS[1], lm)
 if not held and not redis.call('ZSCORE', KEYS[2], m) then return false end
-local dl
-local cap = tonumber(ARGV[2])
-if cap > 0 then
-  dl = redis.call('XADD', KEYS[5], 'MAXLEN', '~', cap, '*', unpack(ARGV, 4))
-else
-  dl = redis.call('XADD', KEYS[5], '*', unpack(ARGV, 4))
-end
-redis.call('HSET', KEYS[7], ARGV[3], 'x:' .. dl)
-count(KEYS[8], 'failed', 1)
-redis.call('HDEL', KEYS[9], ARGV[3])
+local dl = dead_letter(KEYS[5], tonumber(ARGV[2]), KEYS[7], KEYS[8], KEYS[9], ARGV[3], unpack(ARGV, 4))
 if held then redis.call('ZREM', KEYS[1], lm) else redis.call('ZREM', KEYS[2], m) end
 unwait(KEYS[6], {lm})
 redis.call('HDEL', KEYS[3], id)
@@ -622,11 +701,21 @@ redis.call('HDEL', KEYS[4], id)
 return dl
 `))
 
-// PriorityDeadLetter runs scriptPriorityDeadLetter; it returns "" when the
-// lease is no longer held.
-func PriorityDeadLetter(ctx context.Context, c redis.Scripter, k Keys, pk PriorityKeys, lease string, dlCap int64, st Settle, fields []any) (string, error) {
-	args := append([]any{lease, dlCap, st.JobID}, fields...)
-	cmd, _ := runWrite(ctx, c, scriptPriorityDeadLetter, pk.NewMemo(), Replicas{}, []string{pk.Leases, pk.Ready, pk.Jobs, pk.Deliveries, k.Dead, pk.Waiting, k.Trail, k.Stats(st.Minute), k.Cancel}, args)
+// PriorityDeadLetterParams are one call of scriptPriorityDeadLetter.
+type PriorityDeadLetterParams struct {
+	Lease  string // the lease member
+	Settle Settle // Failed is implied
+	Fields []any  // the dead letter's fields
+	Memo   Memo   // the call's memo (zero: a fresh one), the same for every send of it
+}
+
+// DeadLetter runs scriptPriorityDeadLetter under the queue's dead-letter
+// cap; it returns "" when the lease is no longer held.
+func (s *PrioritySet) DeadLetter(ctx context.Context, p PriorityDeadLetterParams) (string, error) {
+	k := &s.k
+	args := append([]any{p.Lease, s.q.dlCap, p.Settle.JobID}, p.Fields...)
+	keys := []string{k.Leases, k.Ready, k.Jobs, k.Deliveries, k.Dead, k.Waiting, k.Trail, k.Stats(s.q.minute()), k.Cancel}
+	cmd, _ := s.q.runWrite(ctx, scriptPriorityDeadLetter, s.q.memoOr(p.Memo), Replicas{}, keys, args)
 	id, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil

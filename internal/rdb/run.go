@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/streamqtype"
 )
 
 // Replicas asks a write to return only once that many replicas acknowledged
@@ -20,25 +22,7 @@ type Replicas struct {
 	Timeout time.Duration // how long WAIT may block
 }
 
-// ErrNotReplicated is what a write returns, wrapped in a
-// [*NotReplicatedError], when fewer replicas than asked acknowledged it in
-// time. The root package exports the same value as streamq.ErrNotReplicated.
-var ErrNotReplicated = errors.New("streamq: write not replicated")
-
-// NotReplicatedError says how many replicas acknowledged a write.
-type NotReplicatedError struct {
-	Acked, Want int
-	Timeout     time.Duration
-}
-
-func (e *NotReplicatedError) Error() string {
-	return fmt.Sprintf("%s: %d of %d replicas acknowledged it within %s; it is stored on the master, which may lose it if it fails over now", ErrNotReplicated, e.Acked, e.Want, e.Timeout)
-}
-
-// Unwrap returns [ErrNotReplicated].
-func (e *NotReplicatedError) Unwrap() error { return ErrNotReplicated }
-
-// Recovery budget on Redis Cluster (see [Redo]).
+// Recovery budget on Redis Cluster (see Queue.redo).
 const (
 	// redoFor bounds the retries of one call: a failover of a master takes
 	// its replica about cluster-node-timeout plus a second or two.
@@ -66,22 +50,22 @@ func Heal(ctx context.Context, c any, err error) bool {
 	return true
 }
 
-// Redo runs call, and on a Redis Cluster client runs it again while it
+// redo runs call, and on a Redis Cluster client runs it again while it
 // fails with an error that the cluster clears by itself within seconds
 // (see [Heal]; also TRYAGAIN, which a multi-key script gets while its
 // slot migrates), reloading the slot map and backing off from 10 ms to
-// 500 ms, for up to 10 s or until ctx ends. Every send of a write carries
-// the same memo, so running it again is safe. Other clients run call once:
-// go-redis's own retries are all they need.
-func Redo(ctx context.Context, c any, call func() error) error {
-	if _, ok := c.(*redis.ClusterClient); !ok {
+// 500 ms, for up to 10 s (by the queue's clock) or until ctx ends. Every
+// send of a write carries the same memo, so running it again is safe.
+// Other clients run call once: go-redis's own retries are all they need.
+func (q *Queue) redo(ctx context.Context, call func() error) error {
+	if _, ok := q.client.(*redis.ClusterClient); !ok {
 		return call()
 	}
-	deadline := time.Now().Add(redoFor)
+	deadline := q.clock.Now().Add(redoFor)
 	delay := redoFirst
 	for {
 		err := call()
-		if err == nil || !Heal(ctx, c, err) || time.Now().Add(delay).After(deadline) {
+		if err == nil || !Heal(ctx, q.client, err) || q.clock.Now().Add(delay).After(deadline) {
 			return err
 		}
 		t := time.NewTimer(delay)
@@ -117,18 +101,20 @@ func transient(err error) bool {
 	return strings.Contains(err.Error(), "connection refused")
 }
 
-// runWrite runs write script s for one call: with the call's memo (so a
-// re-sent call changes nothing more), again on a cluster's transient
-// errors ([Redo]), and followed by WAIT when rep asks for replicas. A
-// write that was not replicated in time returns its reply and a
-// [*NotReplicatedError].
-func runWrite(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
-	return runScript(ctx, c, s, m, rep, m.keys(keys...), m.args(args...))
+// runWrite runs write script s for one call of the queue: with the call's
+// memo (so a re-sent call changes nothing more), again on a cluster's
+// transient errors ([Queue.redo]), and followed by WAIT when rep asks for
+// replicas. A write that was not replicated in time returns its reply and
+// a [*streamqtype.NotReplicatedError]. The memo hash is appended to keys,
+// its token and TTL to args.
+func (q *Queue) runWrite(ctx context.Context, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+	return q.runScript(ctx, s, m, rep, m.keys(keys...), m.args(args...))
 }
 
 // runScript is runWrite for a script whose keys and args already hold
 // the memo's.
-func runScript(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+func (q *Queue) runScript(ctx context.Context, s *redis.Script, m Memo, rep Replicas, keys []string, args []any) (*redis.Cmd, error) {
+	c := q.client
 	var cmd *redis.Cmd
 	var werr error
 	send := func() error {
@@ -139,13 +125,7 @@ func runScript(ctx context.Context, c redis.Scripter, s *redis.Script, m Memo, r
 		cmd, werr = runWait(ctx, c, s, rep, keys, args)
 		return cmd.Err()
 	}
-	var err error
-	if _, ok := c.(*redis.ClusterClient); ok {
-		err = Redo(ctx, c, send)
-	} else {
-		err = send()
-	}
-	if err != nil {
+	if err := q.redo(ctx, send); err != nil {
 		return cmd, nil
 	}
 	m.done()
@@ -193,10 +173,10 @@ func runWait(ctx context.Context, c redis.Scripter, s *redis.Script, rep Replica
 		return cmd, nil
 	}
 	if err := wait.Err(); err != nil {
-		return cmd, fmt.Errorf("%w: WAIT failed: %w", ErrNotReplicated, err)
+		return cmd, fmt.Errorf("%w: WAIT failed: %w", streamqtype.ErrNotReplicated, err)
 	}
 	if n := int(wait.Val()); n < rep.N {
-		return cmd, &NotReplicatedError{Acked: n, Want: rep.N, Timeout: rep.Timeout}
+		return cmd, &streamqtype.NotReplicatedError{Acked: n, Want: rep.N, Timeout: rep.Timeout}
 	}
 	return cmd, nil
 }

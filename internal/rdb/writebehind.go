@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -134,17 +135,37 @@ end
 return cur
 `)
 
-// WriteKeys returns the KEYS of scriptWrite.
-func WriteKeys(k Keys, cacheKey, versionKey string) []string {
-	return []string{k.Stream, cacheKey, versionKey}
+// WriteParams are one call of scriptWrite: one change of the cache.
+type WriteParams struct {
+	CacheKey   string        // the cache key
+	VersionKey string        // the version counter
+	Op         string        // "set", "hset" or "del"
+	TTL        time.Duration // the cache entry's TTL for "set" and "hset" (0: none)
+	// Fields are the stream entry's wire fields: the "headers" field must
+	// be a non-empty JSON object, and "payload" is the value "set" stores.
+	Fields []any
+	Hash   []any // for "hset": the hash's field/value pairs (at least one)
+	// Replicas is what the write waits for (zero: none).
+	Replicas Replicas
+	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
 }
 
-// Write runs scriptWrite (args are ARGV from ARGV[1] on, up to the memo)
-// and returns the version, or an error translated: a QUEUEFULL reply wraps
-// [ErrQueueFull]. A write that rep's replicas did not acknowledge returns
-// its version and a [*NotReplicatedError].
-func Write(ctx context.Context, c redis.Scripter, keys []string, m Memo, rep Replicas, args []any) (string, error) {
-	cmd, werr := runWrite(ctx, c, scriptWrite, m, rep, keys, args)
+// writeArgs returns the KEYS and ARGV of scriptWrite for p, up to the memo.
+func (q *Queue) writeArgs(p *WriteParams) ([]string, []any) {
+	args := make([]any, 0, 4+len(p.Fields)+len(p.Hash)+2)
+	args = append(args, q.maxLen, p.Op, p.TTL.Milliseconds(), len(p.Fields))
+	args = append(args, p.Fields...)
+	args = append(args, p.Hash...)
+	return []string{q.keys.Stream, p.CacheKey, p.VersionKey}, args
+}
+
+// Write runs scriptWrite under the queue's cap and returns the version, or
+// an error translated: a QUEUEFULL reply wraps [ErrQueueFull]. A write
+// that p.Replicas did not acknowledge returns its version and a
+// [*streamqtype.NotReplicatedError].
+func (q *Queue) Write(ctx context.Context, p *WriteParams) (string, error) {
+	keys, args := q.writeArgs(p)
+	cmd, werr := q.runWrite(ctx, scriptWrite, q.memoOr(p.Memo), p.Replicas, keys, args)
 	v, err := cmd.Text()
 	if err != nil {
 		return "", Translate(err)
@@ -153,9 +174,11 @@ func Write(ctx context.Context, c redis.Scripter, keys []string, m Memo, rep Rep
 }
 
 // WriteInTx queues scriptWrite in a MULTI pipeline, as EVAL (a NOSCRIPT
-// reply could not be retried in MULTI).
-func WriteInTx(ctx context.Context, p redis.Pipeliner, keys []string, m Memo, args []any) *redis.Cmd {
-	return scriptWrite.Eval(ctx, p, m.keys(keys...), m.args(args...)...)
+// reply could not be retried in MULTI). p.Replicas is not waited for.
+func (q *Queue) WriteInTx(ctx context.Context, pipe redis.Pipeliner, p *WriteParams) *redis.Cmd {
+	keys, args := q.writeArgs(p)
+	m := q.memoOr(p.Memo)
+	return scriptWrite.Eval(ctx, pipe, m.keys(keys...), m.args(args...)...)
 }
 
 // IsVersionCounter reports scriptWrite's refusal of a version counter it
@@ -169,9 +192,17 @@ func IsVersionCounter(err error) (string, bool) {
 	return s[len(prefix):], true
 }
 
-// EnsureVersion runs scriptEnsureVersion and returns the counter before.
-func EnsureVersion(ctx context.Context, c redis.Scripter, versionKey string, floor int64) (int64, error) {
-	s, err := scriptEnsureVersion.Run(ctx, c, []string{versionKey}, strconv.FormatInt(floor, 10)).Text()
+// EnsureVersionParams are one call of scriptEnsureVersion.
+type EnsureVersionParams struct {
+	Key   string // the version counter
+	Floor int64  // the lowest value it may have after the call
+}
+
+// EnsureVersion runs scriptEnsureVersion and returns the counter before. A
+// call sent again finds the counter at the floor or above and changes
+// nothing (it returns that value as the one before).
+func (q *Queue) EnsureVersion(ctx context.Context, p EnsureVersionParams) (int64, error) {
+	s, err := scriptEnsureVersion.Run(ctx, q.client, []string{p.Key}, strconv.FormatInt(p.Floor, 10)).Text()
 	if err != nil {
 		return 0, err
 	}

@@ -429,12 +429,19 @@ func Str(v any) (string, bool) {
 	return "", false
 }
 
-// Truncate shortens s to at most n bytes plus a marker.
+// Truncate shortens s to at most n bytes plus a marker. It cuts on a rune
+// boundary (before a UTF-8 sequence that does not fit whole), so that valid
+// UTF-8 stays valid; in bytes that are not UTF-8 it steps back at most
+// utf8.UTFMax-1 bytes.
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n] + "...(truncated)"
+	cut := max(n, 0)
+	for i := 0; i < utf8.UTFMax-1 && cut > 0 && !utf8.RuneStart(s[cut]); i++ {
+		cut--
+	}
+	return s[:cut] + "...(truncated)"
 }
 
 // DeadLetter describes why and how a job was dead-lettered.

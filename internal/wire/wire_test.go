@@ -360,3 +360,37 @@ func TestDecodeView(t *testing.T) {
 		}
 	}
 }
+
+func TestTruncate(t *testing.T) {
+	t.Parallel()
+	const mark = "...(truncated)"
+	for _, tc := range []struct {
+		name string
+		s    string
+		n    int
+		want string
+	}{
+		{"short", "abc", 3, "abc"},
+		{"ascii", "abcdef", 3, "abc" + mark},
+		{"before a two-byte rune", "ab\u00e9cd", 3, "ab" + mark},
+		{"after a two-byte rune", "ab\u00e9cd", 4, "ab\u00e9" + mark},
+		{"inside a four-byte rune", "a\U0001F600b", 3, "a" + mark},
+		{"inside the last of two runes", "\u20ac\u20ac", 5, "\u20ac" + mark},
+		{"zero", "\u00e9", 0, mark},
+		{"not UTF-8", "\x80\x80\x80\x80\x80\x80", 5, "\x80\x80" + mark},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := Truncate(tc.s, tc.n)
+			if got != tc.want {
+				t.Errorf("Truncate(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+			}
+			if utf8.ValidString(tc.s) && !utf8.ValidString(got) {
+				t.Errorf("Truncate(%q, %d) = %q is not valid UTF-8", tc.s, tc.n, got)
+			}
+			if len(got) > tc.n+len(mark) {
+				t.Errorf("Truncate(%q, %d) is %d bytes long, more than %d", tc.s, tc.n, len(got), tc.n+len(mark))
+			}
+		})
+	}
+}

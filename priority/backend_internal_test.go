@@ -113,7 +113,7 @@ func reapUntil(t testing.TB, pq *Queue) []string {
 	var ids []string
 	redistest.WaitFor(t, 10*time.Second, "the lease to expire and be reaped", func() bool {
 		var err error
-		ids, _, err = rdb.Reap(context.Background(), pq.core.RDB, pq.keys, 100)
+		ids, _, err = pq.db.Reap(context.Background(), 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,7 @@ func TestFinish_Cases(t *testing.T) {
 	ctx := context.Background()
 	finish := func(pq *Queue, j engine.Delivery) []int64 {
 		t.Helper()
-		done, left, err := rdb.Finish(ctx, pq.core.RDB, pq.keys, []string{j.Key}, []string{j.ID})
+		done, left, err := pq.db.Finish(ctx, rdb.FinishParams{Leases: []string{j.Key}, IDs: []string{j.ID}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,14 +324,14 @@ func TestFinish_Cases(t *testing.T) {
 			t.Errorf("stale finish: %v, want it left to the new holder", got)
 		}
 		// Neither can the stale holder extend, retry or dead-letter it.
-		lost, _ := rdb.KeepAlive(ctx, pq.core.RDB, pq.keys, 1000, []string{old[0].Key, cur[0].Key})
+		lost, _ := pq.db.KeepAlive(ctx, rdb.KeepAliveParams{Lease: time.Second, Leases: []string{old[0].Key, cur[0].Key}})
 		if len(lost) != 1 || lost[0] != old[0].Key {
 			t.Errorf("keep-alive reported %v lost, want only the stale lease", lost)
 		}
-		if moved, _ := rdb.Retry(ctx, pq.core.RDB, pq.keys, old[0].Key, 0, wire.Pack([]any{"v", "1", "payload", "changed"}), rdb.Settle{}); moved {
+		if moved, _ := pq.db.Retry(ctx, rdb.RetryParams{Lease: old[0].Key, Data: wire.Pack([]any{"v", "1", "payload", "changed"})}); moved {
 			t.Error("a stale lease retried the job")
 		}
-		if id, err := rdb.PriorityDeadLetter(ctx, pq.core.RDB, pq.core.Keys, pq.keys, old[0].Key, 0, rdb.Settle{}, []any{"dl_reason", "x"}); id != "" || err != nil {
+		if id, err := pq.db.DeadLetter(ctx, rdb.PriorityDeadLetterParams{Lease: old[0].Key, Fields: []any{"dl_reason", "x"}}); id != "" || err != nil {
 			t.Errorf("stale dead letter: %q %v, want nothing done", id, err)
 		}
 		if got := finish(pq, cur[0]); got[0] != 1 || !empty(pq) {
@@ -406,9 +406,10 @@ func TestWorker_Malformed(t *testing.T) {
 	t.Parallel()
 	pq := newTestQueue(t, nil)
 	ctx := context.Background()
-	client := pq.core.RDB
 	// As scriptPush would store it, but with format version 9.
-	if _, err := rdb.Push(ctx, client, pq.keys, []any{"0", wire.Pack([]any{"v", "9", "payload", "p"})}); err != nil {
+	var pp rdb.PushParams
+	pp.Add("0", wire.Pack([]any{"v", "9", "payload", "p"}))
+	if _, err := pq.db.Push(ctx, &pp); err != nil {
 		t.Fatal(err)
 	}
 	w, err := NewWorker(pq, streamq.HandlerFunc(func(context.Context, *streamq.Message) error {

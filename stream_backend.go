@@ -75,13 +75,13 @@ func newStreamBackend(c *Consumer) *streamBackend {
 func (b *streamBackend) Start(ctx context.Context) error {
 	if !b.started {
 		b.started = true
-		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.mon.Log)
+		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.run.Mon.Log)
 	}
 	if err := b.q.Setup(ctx); err != nil { // also registers the queue
-		rdb.Heal(ctx, b.q.rdb, err)
+		rdb.Heal(ctx, b.q.client, err)
 		return err
 	}
-	groups, err := b.q.rdb.XInfoGroups(ctx, b.q.keys.Stream).Result()
+	groups, err := b.q.client.XInfoGroups(ctx, b.q.keys.Stream).Result()
 	if err != nil {
 		return fmt.Errorf("streamq: xinfo groups %s: %w", b.q.keys.Stream, err)
 	}
@@ -91,7 +91,7 @@ func (b *streamBackend) Start(ctx context.Context) error {
 			b.boundary = g.LastDeliveredID
 		}
 	}
-	now := time.Now()
+	now := b.q.db.Now()
 	b.scanAt = now.Add(b.scanEvery)
 	if b.c.cfg.ReclaimInterval > 0 {
 		b.reclaimAt = now // take over what crashed consumers left at once
@@ -104,7 +104,7 @@ func (b *streamBackend) Start(ctx context.Context) error {
 // entries, blocking no longer than until the next of those is due. It asks
 // for fewer than n entries after large ones (see ConsumerConfig.MaxFetchBytes).
 func (b *streamBackend) Fetch(ctx context.Context, n int, wait time.Duration, owns func(string) bool) (_ []engine.Delivery, err error) {
-	defer func() { rdb.Heal(ctx, b.q.rdb, err) }() // on Cluster, find a failed-over master at once
+	defer func() { rdb.Heal(ctx, b.q.client, err) }() // on Cluster, find a failed-over master at once
 	ds, err := b.fetch(ctx, b.budget.Count(n), wait, owns)
 	if len(ds) > 0 {
 		var largest int64
@@ -117,7 +117,7 @@ func (b *streamBackend) Fetch(ctx context.Context, n int, wait time.Duration, ow
 }
 
 func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, owns func(string) bool) ([]engine.Delivery, error) {
-	now := time.Now()
+	now := b.q.db.Now()
 	if b.c.cfg.ReclaimInterval > 0 && !now.Before(b.reclaimAt) {
 		ds, done, err := b.reclaim(ctx, n, owns)
 		if err != nil {
@@ -142,11 +142,12 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 			return ds, nil
 		}
 	}
-	block := min(wait, time.Until(b.scanAt))
+	now = b.q.db.Now() // after the calls above
+	block := min(wait, b.scanAt.Sub(now))
 	if b.c.cfg.ReclaimInterval > 0 {
-		block = min(block, time.Until(b.reclaimAt))
+		block = min(block, b.reclaimAt.Sub(now))
 	}
-	streams, err := b.q.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+	streams, err := b.q.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group:    b.q.group,
 		Consumer: b.c.cfg.Name,
 		Streams:  []string{b.q.keys.Stream, ">"},
@@ -188,8 +189,8 @@ func (b *streamBackend) reclaim(ctx context.Context, n int, owns func(string) bo
 		tok = strconv.FormatUint(b.claims, 36)
 	}
 	memo := max(2*c.cfg.MinIdle, time.Minute)
-	next, jobs, deleted, err := rdb.Reclaim(ctx, b.q.rdb, b.q.keys, b.q.group, c.cfg.Name,
-		c.cfg.MinIdle.Milliseconds(), b.cursor, int64(min(n, reclaimBatch)), tok, memo.Milliseconds())
+	next, jobs, deleted, err := b.q.db.Reclaim(ctx, rdb.ReclaimParams{Consumer: c.cfg.Name,
+		MinIdle: c.cfg.MinIdle, Cursor: b.cursor, Count: min(n, reclaimBatch), Token: tok, MemoTTL: memo})
 	if err != nil {
 		if rdb.IsNoGroup(err) {
 			b.cursor = "0-0"
@@ -210,8 +211,8 @@ func (b *streamBackend) reclaim(ctx context.Context, n int, owns func(string) bo
 			// unreachable for MinIdle); it is still held here.
 			continue
 		}
-		c.mon.Event(ctx, engine.Event{Kind: engine.EventReclaimed, ID: j.ID})
-		c.mon.Log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", j.ID, "crashed_runs", j.Count)
+		c.run.Mon.Event(ctx, engine.Event{Kind: engine.EventReclaimed, ID: j.ID})
+		c.run.Mon.Log.InfoContext(ctx, "streamq: took over an abandoned job", "msg_id", j.ID, "crashed_runs", j.Count)
 		ds = append(ds, engine.Delivery{Key: j.ID, ID: j.ID, Fields: j.Fields, Prior: j.Count,
 			Suspect: j.Count > 0 || wire.Crashed(j.Fields)})
 	}
@@ -229,7 +230,7 @@ func (b *streamBackend) adopt(ctx context.Context, n int, owns func(string) bool
 	seen := make(map[string]struct{})
 	start := "(" + b.boundary
 	for range maxAdoptScan {
-		page, err := b.q.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		page, err := b.q.client.XPendingExt(ctx, &redis.XPendingExtArgs{
 			Stream: b.q.keys.Stream, Group: b.q.group, Start: start, End: "+", Count: adoptPage, Consumer: b.c.cfg.Name,
 		}).Result()
 		if err != nil {
@@ -253,7 +254,7 @@ func (b *streamBackend) adopt(ctx context.Context, n int, owns func(string) bool
 	if len(orphans) == 0 {
 		return nil, nil
 	}
-	jobs, deleted, err := rdb.Adopt(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, orphans)
+	jobs, deleted, err := b.q.db.Adopt(ctx, rdb.AdoptParams{Consumer: b.c.cfg.Name, IDs: orphans})
 	if err != nil {
 		return nil, fmt.Errorf("streamq: take back unseen entries of %s: %w", b.q.keys.Stream, err)
 	}
@@ -265,7 +266,7 @@ func (b *streamBackend) adopt(ctx context.Context, n int, owns func(string) bool
 		ds = append(ds, engine.Delivery{Key: j.ID, ID: j.ID, Fields: j.Fields, Suspect: wire.Crashed(j.Fields)})
 	}
 	if len(ds) > 0 {
-		b.c.mon.Log.InfoContext(ctx, "streamq: took back jobs delivered by a read whose reply was lost", "count", len(ds))
+		b.c.run.Mon.Log.InfoContext(ctx, "streamq: took back jobs delivered by a read whose reply was lost", "count", len(ds))
 	}
 	return ds, nil
 }
@@ -302,13 +303,13 @@ func (b *streamBackend) Abandon(key string) {
 // silently. (XAUTOCLAIM already drops them from the pending list.)
 func (b *streamBackend) settleDeleted(ctx context.Context, ids []string) {
 	c := b.c
-	c.mon.Log.ErrorContext(ctx, "streamq: pending entries were deleted from the stream before they were processed; their jobs are lost",
+	c.run.Mon.Log.ErrorContext(ctx, "streamq: pending entries were deleted from the stream before they were processed; their jobs are lost",
 		"count", len(ids), "msg_ids", ids)
 	for _, id := range ids {
-		c.mon.Event(ctx, engine.Event{Kind: engine.EventDeleted, ID: id})
+		c.run.Mon.Event(ctx, engine.Event{Kind: engine.EventDeleted, ID: id})
 	}
-	if err := b.q.rdb.XAck(ctx, b.q.keys.Stream, b.q.group, ids...).Err(); err != nil {
-		c.mon.Log.WarnContext(ctx, "streamq: cannot acknowledge deleted entries", "error", err)
+	if err := b.q.client.XAck(ctx, b.q.keys.Stream, b.q.group, ids...).Err(); err != nil {
+		c.run.Mon.Log.WarnContext(ctx, "streamq: cannot acknowledge deleted entries", "error", err)
 	}
 }
 
@@ -319,54 +320,46 @@ func (b *streamBackend) Charge(ctx context.Context, d *engine.Delivery, charge b
 	if charge {
 		count++
 	}
-	return rdb.Charge(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, count)
+	return b.q.db.Charge(ctx, rdb.ChargeParams{Consumer: b.c.cfg.Name, ID: d.Key, Count: count})
 }
 
 // Touch keeps the claims of held entries fresh.
 func (b *streamBackend) Touch(ctx context.Context, keys []string) ([]string, error) {
-	return rdb.Touch(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, keys)
+	return b.q.db.Touch(ctx, rdb.TouchParams{Consumer: b.c.cfg.Name, IDs: keys})
 }
 
 // Finish acknowledges finished jobs and releases their unique-key locks.
 func (b *streamBackend) Finish(ctx context.Context, done []engine.Finished) error {
-	ids := append(b.acks[:0], make([]string, len(done))...)
-	defer func() { clear(ids); b.acks = ids[:0] }()
-	var jids, locks, tokens []string
+	p := rdb.AckParams{IDs: append(b.acks[:0], make([]string, len(done))...)}
+	defer func() { clear(p.IDs); b.acks = p.IDs[:0] }()
 	for i, f := range done {
-		ids[i] = f.Key
+		p.IDs[i] = f.Key
 		if f.Moved != "" {
-			jids = append(jids, f.Moved)
+			p.JobIDs = append(p.JobIDs, f.Moved)
 		}
 		if f.Lock != "" {
-			locks = append(locks, b.q.keys.Unique(f.Lock))
-			tokens = append(tokens, f.Token)
+			p.Keys = append(p.Keys, f.Lock)
+			p.Tokens = append(p.Tokens, f.Token)
 		}
 	}
-	return rdb.Ack(ctx, b.q.rdb, b.q.keys, b.q.group, ids, jids, locks, tokens)
+	return b.q.db.Ack(ctx, &p)
 }
 
 // Move writes the job again: into the delayed set when delay > 0, else at
 // the end of the stream.
 func (b *streamBackend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration, st rdb.Settle) (bool, error) {
-	var due int64
-	if delay > 0 {
-		due = dueMillis(time.Now().Add(delay))
-	}
-	return rdb.Move(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, due, newToken(), st, fields)
+	return b.q.db.Move(ctx, rdb.MoveParams{Consumer: b.c.cfg.Name, ID: d.Key, Delay: delay, Settle: st, Fields: fields})
 }
 
 // DeadLetter moves the entry to the dead-letter stream.
 func (b *streamBackend) DeadLetter(ctx context.Context, d *engine.Delivery, lock, token string, st rdb.Settle, fields []any) (string, error) {
-	if lock != "" {
-		lock = b.q.keys.Unique(lock)
-	}
-	return rdb.DeadLetter(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.Name, d.Key, b.q.cfg.DeadLetterMaxLen, lock, token, st, fields)
+	return b.q.db.DeadLetter(ctx, rdb.DeadLetterParams{Consumer: b.c.cfg.Name, ID: d.Key, Key: lock, Token: token, Settle: st, Fields: fields})
 }
 
 // DropCancels removes cancel requests of jobs no longer pending in the
 // group.
 func (b *streamBackend) DropCancels(ctx context.Context, ids []string) error {
-	_, err := rdb.DropCancels(ctx, b.q.rdb, b.q.keys, b.q.group, ids)
+	_, err := b.q.db.DropCancels(ctx, ids)
 	return err
 }
 
@@ -376,11 +369,11 @@ func (b *streamBackend) Loops() []engine.Loop {
 	var loops []engine.Loop
 	if b.c.cfg.SchedulerInterval > 0 {
 		loops = append(loops, engine.Loop{Name: "move due jobs", Every: b.c.cfg.SchedulerInterval, Do: func(ctx context.Context) (bool, error) {
-			n, dead, err := b.q.promote(ctx, time.Now(), schedulerBatch)
+			n, dead, err := b.q.promote(ctx, schedulerBatch)
 			for _, id := range dead {
-				b.c.mon.Log.WarnContext(ctx, "streamq: a delayed job's data is corrupt; it was dead-lettered instead of moved into the stream",
+				b.c.run.Mon.Log.WarnContext(ctx, "streamq: a delayed job's data is corrupt; it was dead-lettered instead of moved into the stream",
 					"msg_id", id, "reason", ReasonMalformed)
-				b.c.mon.Event(ctx, engine.Event{Kind: engine.EventDeadLettered, ID: id, Reason: ReasonMalformed, Err: ErrMalformed})
+				b.c.run.Mon.Event(ctx, engine.Event{Kind: engine.EventDeadLettered, ID: id, Reason: ReasonMalformed, Err: ErrMalformed})
 			}
 			return n == schedulerBatch, err
 		}})
@@ -397,7 +390,7 @@ func (b *streamBackend) Loops() []engine.Loop {
 // and own no pending entry (their processes are gone), in one script that
 // checks and deletes atomically. This consumer is never deleted.
 func (b *streamBackend) prune(ctx context.Context) error {
-	gone, err := rdb.Prune(ctx, b.q.rdb, b.q.keys, b.q.group, b.c.cfg.PruneIdle.Milliseconds(), b.c.cfg.Name)
+	gone, err := b.q.db.Prune(ctx, rdb.PruneParams{Idle: b.c.cfg.PruneIdle, Self: b.c.cfg.Name})
 	if err != nil {
 		if rdb.IsNoGroup(err) {
 			return nil
@@ -405,7 +398,7 @@ func (b *streamBackend) prune(ctx context.Context) error {
 		return err
 	}
 	if len(gone) > 0 {
-		b.c.mon.Log.InfoContext(ctx, "streamq: removed departed consumers from the group", "count", len(gone), "consumers", gone)
+		b.c.run.Mon.Log.InfoContext(ctx, "streamq: removed departed consumers from the group", "count", len(gone), "consumers", gone)
 	}
 	return nil
 }
@@ -413,10 +406,11 @@ func (b *streamBackend) prune(ctx context.Context) error {
 // Wake does nothing: a blocked read ends within Block.
 func (b *streamBackend) Wake() {}
 
-// promote moves up to limit jobs due at now from the delayed set into the
-// stream and returns how many due jobs it handled, and the delayed-set IDs
-// of those it dead-lettered because their data was corrupt. Any number of
-// consumers may run it; the script moves each job exactly once.
-func (q *Queue) promote(ctx context.Context, now time.Time, limit int) (int, []string, error) {
-	return rdb.Promote(ctx, q.rdb, q.keys, q.name, millis(now), limit, q.cfg.DeadLetterMaxLen, ReasonMalformed)
+// promote moves up to limit jobs due now (by the queue's clock) from the
+// delayed set into the stream and returns how many due jobs it handled,
+// and the delayed-set IDs of those it dead-lettered because their data was
+// corrupt. Any number of consumers may run it; the script moves each job
+// exactly once.
+func (q *Queue) promote(ctx context.Context, limit int) (int, []string, error) {
+	return q.db.Promote(ctx, rdb.PromoteParams{Limit: limit, Reason: ReasonMalformed})
 }

@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/streamq/streamq/internal/pool"
+	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
+)
+
+// Limits of progress and results.
+const (
+	// MaxProgressMessage bounds the message of a progress report (bytes).
+	MaxProgressMessage = 256
+)
+
+// ErrNotHandler is returned by [SetProgress] and [SetResult] when ctx is
+// not (derived from) the context of a running handler.
+var ErrNotHandler = errors.New("streamq: ctx is not a handler's context: pass the ctx the handler got (or one derived from it)")
+
+// cfgKey is the context key of a run's *Config, in the contexts of its
+// jobs.
+type cfgKey struct{}
+
+// jobRef is how a handler's context leads back to its job.
+type jobRef interface{ jobID() string }
+
+func (s *slot[F]) jobID() string { return stableID(&s.d) }
+
+// current returns the engine's config and the stable ID of the job whose
+// handler runs with ctx.
+func current(ctx context.Context) (*Config, string, bool) {
+	ref, ok := ctx.Value(pool.ValKey{}).(jobRef)
+	if !ok {
+		return nil, "", false
+	}
+	cfg, ok := ctx.Value(cfgKey{}).(*Config)
+	if !ok || cfg.DB == nil {
+		return nil, "", false
+	}
+	return cfg, ref.jobID(), true
+}
+
+// SetProgress records the progress of the job whose handler runs with ctx:
+// percent from 0 to 100 and a short message, kept for ResultRetention.
+func SetProgress(ctx context.Context, percent int, msg string) error {
+	cfg, id, ok := current(ctx)
+	if !ok {
+		return ErrNotHandler
+	}
+	if percent < 0 || percent > 100 {
+		return fmt.Errorf("streamq: progress %d is out of range: use 0 to 100", percent)
+	}
+	if len(msg) > MaxProgressMessage {
+		return fmt.Errorf("%w: the progress message is %d bytes, the limit is %d", wire.ErrTooLarge, len(msg), MaxProgressMessage)
+	}
+	if !utf8.ValidString(msg) {
+		return fmt.Errorf("%w: the progress message is not valid UTF-8", wire.ErrInvalidHeader)
+	}
+	p := rdb.ProgressParams{JobID: id, Percent: percent, Message: msg, Retention: cfg.ResultRetention}
+	if err := cfg.DB.SetProgress(ctx, p); err != nil {
+		return fmt.Errorf("streamq: set progress of job %s: %w", id, err)
+	}
+	return nil
+}
+
+// SetResult records the result of the job whose handler runs with ctx, kept
+// for ResultRetention; it must be at most MaxResultBytes.
+func SetResult(ctx context.Context, result []byte) error {
+	cfg, id, ok := current(ctx)
+	if !ok {
+		return ErrNotHandler
+	}
+	if cfg.MaxResultBytes >= 0 && int64(len(result)) > cfg.MaxResultBytes {
+		return fmt.Errorf("%w: the result is %d bytes, the limit is %d (MaxResultBytes): store large results elsewhere and record a reference",
+			wire.ErrTooLarge, len(result), cfg.MaxResultBytes)
+	}
+	if err := cfg.DB.SetResult(ctx, rdb.ResultParams{JobID: id, Result: result, Retention: cfg.ResultRetention}); err != nil {
+		return fmt.Errorf("streamq: set result of job %s: %w", id, err)
+	}
+	return nil
+}

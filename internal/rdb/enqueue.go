@@ -1,0 +1,360 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/wire"
+)
+
+// Enqueue: adding jobs to the stream under the cap (plain, in batches, or
+// under a unique-key lock), and trimming acknowledged history.
+
+// scriptEnqueue adds jobs to the stream unless the cap would be exceeded,
+// and remembers the call under its memo token (see memo.go). The first job
+// gets an ID from XADD *, the others the IDs that follow it (same
+// milliseconds, sequence + 1 each), so the reply is one ID whatever the
+// batch size, and so is what the memo remembers.
+//
+// The cheap path of a call is an XLEN (with a cap), the XADDs and one
+// HSETNX of the token: a send that finds the token taken (a re-send of a
+// call that ran) deletes the entries it has just added and answers with the
+// first send's reply, so it changes nothing but the stream's counters
+// (entries-added, the last generated ID). The cap's slow path (trimming
+// acknowledged history, see no_room in streamLib) is only compiled into a
+// closure when the stream is near its cap.
+//
+// KEYS[1] stream, KEYS[2] memo hash
+// ARGV[1] cap (0 or less: none); ARGV[2] number of jobs n; ARGV[3] memo
+// token; ARGV[4] memo TTL (ms; "0": leave it); ARGV[5] t, the number of
+// template arguments. With t > 0 every job has the fields of the template
+// ARGV[6..5+t] (field/value pairs) but for the value at template position
+// ARGV[6+t], which is the job's own: the n values follow. With t = 0 every
+// job brings its fields: its field/value count and that many arguments.
+// Returns the first entry ID (the others follow it); or, when its sequence
+// number is too large to count on exactly, the array of the new entry IDs.
+// Or an error reply starting with "QUEUEFULL" when nothing was added
+// because the cap was reached.
+var scriptEnqueue = redis.NewScript(`
+local call, tonumber, unpack = redis.call, tonumber, unpack
+local stream, memo, tok = KEYS[1], KEYS[2], ARGV[3]
+local cap, njobs = tonumber(ARGV[1]), tonumber(ARGV[2])
+local function remembered(v)
+  if string.sub(v, 1, 1) == 'm' then return cmsgpack.unpack(string.sub(v, 2)) end
+  return v
+end
+if cap > 0 and call('XLEN', stream) + njobs > cap then
+  local full = (function()
+` + streamLib + `
+    return no_room(stream, cap, njobs)
+  end)()
+  if full then
+    local v = call('HGET', memo, tok)
+    if v then return remembered(v) end -- a re-send of a call that ran
+    return redis.error_reply(full)
+  end
+end
+local t = tonumber(ARGV[5])
+local first, ids
+if t == 0 and njobs == 1 then
+  first = call('XADD', stream, '*', unpack(ARGV, 7, 6 + tonumber(ARGV[6])))
+elseif t > 0 then
+  local f, p, at = {}, tonumber(ARGV[6 + t]), 6 + t
+  for i = 1, t do f[i] = ARGV[5 + i] end
+  f[p] = ARGV[at + 1]
+  first = call('XADD', stream, '*', unpack(f))
+  local ms, seq = string.match(first, '^(%d+)-(%d+)$')
+  if #seq < 14 then
+    local base, s = ms .. '-', tonumber(seq) - 1
+    for j = 2, njobs do
+      f[p] = ARGV[at + j]
+      call('XADD', stream, base .. (s + j), unpack(f))
+    end
+  else
+    ids = {first}
+    for j = 2, njobs do
+      f[p] = ARGV[at + j]
+      ids[j] = call('XADD', stream, '*', unpack(f))
+    end
+  end
+else
+  local i = 6
+  local n = tonumber(ARGV[i])
+  first = call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
+  i = i + n + 1
+  local ms, seq = string.match(first, '^(%d+)-(%d+)$')
+  if #seq < 14 then
+    local base, s = ms .. '-', tonumber(seq) - 1
+    for j = 2, njobs do
+      n = tonumber(ARGV[i])
+      call('XADD', stream, base .. (s + j), unpack(ARGV, i + 1, i + n))
+      i = i + n + 1
+    end
+  else
+    ids = {first}
+    for j = 2, njobs do
+      n = tonumber(ARGV[i])
+      ids[j] = call('XADD', stream, '*', unpack(ARGV, i + 1, i + n))
+      i = i + n + 1
+    end
+  end
+end
+local v = first
+if ids then v = 'm' .. cmsgpack.pack(ids) end
+if call('HSETNX', memo, tok, v) == 0 then
+  -- A re-send of a call that ran: take back what this send added.
+  if not ids then
+    ids = {first}
+    local ms, seq = string.match(first, '^(%d+)-(%d+)$')
+    for j = 2, njobs do ids[j] = ms .. '-' .. (tonumber(seq) + j - 1) end
+  end
+  call('XDEL', stream, unpack(ids))
+  return remembered(call('HGET', memo, tok))
+end
+if ARGV[4] ~= '0' then call('PEXPIRE', memo, ARGV[4]) end
+return ids or first
+`)
+
+// EnqueueParams are one enqueue call (scriptEnqueue) of at most
+// MaxBatchChunk jobs: the jobs, added with AddJob and AddLike, and how to
+// send them. While every job has the fields of the first but for its
+// payload (added with AddLike), the call carries those fields once (a
+// template) and each job only its payload.
+type EnqueueParams struct {
+	// IDs receives the entry IDs of the jobs, in order; it must have room
+	// for every job.
+	IDs []string
+	// Replicas is what the write waits for (zero: none).
+	Replicas Replicas
+	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
+
+	n int
+	// one is the ARGV of a call of the first job alone: room for the head
+	// (enqueueHead), the field count and the first job's fields.
+	one      []any
+	first    []any // the first job's fields (a window of one)
+	template bool  // every job so far is first with its own payload
+	pays     []any // the payloads of the jobs after the first, while template
+	args     []any // per job: its field count and fields, once not template
+}
+
+// enqueueHead is the number of ARGV of scriptEnqueue before the jobs'
+// arguments: the cap, n, the memo token and TTL, t.
+const enqueueHead = 5
+
+// AddJob adds job j.
+func (a *EnqueueParams) AddJob(j *wire.Job) {
+	if a.n == 0 {
+		a.n = 1
+		a.one = j.AppendArgs(make([]any, enqueueHead+1, enqueueHead+1+16))
+		a.first = a.one[enqueueHead+1:]
+		a.template = true
+		return
+	}
+	a.add(j.Args())
+}
+
+// AddLike adds a job with the first job's fields but for its payload, v.
+func (a *EnqueueParams) AddLike(v any) {
+	if a.template {
+		a.n++
+		a.pays = append(a.pays, v)
+		return
+	}
+	a.add(a.like(v))
+}
+
+// like returns the first job's fields with payload v.
+func (a *EnqueueParams) like(v any) []any {
+	f := slices.Clone(a.first)
+	f[wire.PayloadArg] = v
+	return f
+}
+
+// add adds a job with its own fields; from then on every job brings its
+// fields.
+func (a *EnqueueParams) add(fields []any) {
+	if a.template {
+		a.template = false
+		a.args = append(append(a.args, len(a.first)), a.first...)
+		for _, v := range a.pays {
+			f := a.like(v)
+			a.args = append(append(a.args, len(f)), f...)
+		}
+		a.pays = nil
+	}
+	a.n++
+	a.args = append(append(a.args, len(fields)), fields...)
+}
+
+// argv returns the ARGV of the call, with the head (cap, n, token, TTL)
+// left for the caller to fill.
+func (a *EnqueueParams) argv() []any {
+	switch {
+	case a.n == 1:
+		a.one[enqueueHead-1], a.one[enqueueHead] = 0, len(a.first)
+		return a.one
+	case a.template:
+		out := make([]any, enqueueHead, enqueueHead+len(a.first)+2+len(a.pays))
+		out[enqueueHead-1] = len(a.first)
+		out = append(out, a.first[:wire.PayloadArg]...)
+		out = append(out, "")
+		out = append(out, a.first[wire.PayloadArg+1:]...)
+		out = append(out, wire.PayloadArg+1, a.first[wire.PayloadArg])
+		return append(out, a.pays...)
+	}
+	out := make([]any, enqueueHead, enqueueHead+len(a.args))
+	out[enqueueHead-1] = 0
+	return append(out, a.args...)
+}
+
+// Enqueue runs scriptEnqueue for the jobs of p under the queue's cap, and
+// sets their entry IDs in p.IDs. A refusal wraps [ErrQueueFull]; a write
+// that p.Replicas did not acknowledge sets its IDs and returns a
+// [*streamqtype.NotReplicatedError].
+func (q *Queue) Enqueue(ctx context.Context, p *EnqueueParams) error {
+	m := q.memoOr(p.Memo)
+	args := p.argv()
+	args[0], args[1], args[2], args[3] = q.maxLen, p.n, m.Token, m.TTL
+	cmd, werr := q.runScript(ctx, scriptEnqueue, m, p.Replicas, []string{q.keys.Stream, m.Key}, args)
+	if err := cmd.Err(); err != nil {
+		return Translate(err)
+	}
+	if err := entryIDs(cmd.Val(), p.IDs[:p.n]); err != nil {
+		return err
+	}
+	return werr
+}
+
+// entryIDs expands scriptEnqueue's reply into the IDs of len(ids) entries.
+func entryIDs(res any, ids []string) error {
+	switch v := res.(type) {
+	case string:
+		ids[0] = v
+		if len(ids) == 1 {
+			return nil
+		}
+		ms, seq, found := strings.Cut(v, "-")
+		s, err := strconv.ParseUint(seq, 10, 64)
+		if !found || err != nil {
+			return fmt.Errorf("unexpected enqueue reply %q", v)
+		}
+		for j := 1; j < len(ids); j++ {
+			ids[j] = ms + "-" + strconv.FormatUint(s+uint64(j), 10)
+		}
+		return nil
+	case []any:
+		if len(v) != len(ids) {
+			return fmt.Errorf("enqueue replied %d IDs for %d jobs", len(v), len(ids))
+		}
+		for i, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return fmt.Errorf("unexpected enqueue reply element %T", e)
+			}
+			ids[i] = s
+		}
+		return nil
+	}
+	return fmt.Errorf("unexpected enqueue reply %T", res)
+}
+
+// scriptEnqueueUnique enqueues one job under a unique-key lock.
+//
+// KEYS[1] stream, KEYS[2] lock key, KEYS[3] delayed sorted set, KEYS[4]
+// delayed job hash, KEYS[5] memo hash
+// ARGV[1] cap (0 or less: none), ARGV[2] lock TTL (ms), ARGV[3] lock token,
+// ARGV[4] due time (Unix ms; 0 = enqueue into the stream now), ARGV[5]
+// delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the
+// job; then the memo token and TTL.
+// Returns {1, job ID} when enqueued, {0, existing job ID} when the lock is
+// held by another job, or a QUEUEFULL error reply. A re-sent call returns
+// what the first returned: its own job, not a duplicate of it (even when
+// that job already ran and released the key).
+var scriptEnqueueUnique = redis.NewScript(idempotent(streamLib, `
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {0, redis.call('HGET', KEYS[2], 'id') or ''}
+end
+local id
+if tonumber(ARGV[4]) > 0 then
+  id = ARGV[5]
+  redis.call('HSET', KEYS[4], id, cmsgpack.pack({unpack(ARGV, 6)}))
+  redis.call('ZADD', KEYS[3], ARGV[4], id)
+else
+  local full = no_room(KEYS[1], tonumber(ARGV[1]), 1)
+  if full then return redis.error_reply(full) end
+  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
+end
+redis.call('HSET', KEYS[2], 'token', ARGV[3], 'id', id)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return {1, id}
+`))
+
+// EnqueueUniqueParams are one call of scriptEnqueueUnique.
+type EnqueueUniqueParams struct {
+	// Job is the job; its Key is the unique key and its KeyToken the lock's
+	// token. A delayed job's JobID is its delayed-set ID.
+	Job *wire.Job
+	// LockTTL is how long the lock lives at most.
+	LockTTL time.Duration
+	// Due is when a delayed job is due (zero: the job goes into the stream
+	// now, under the queue's cap).
+	Due time.Time
+	// Replicas is what the write waits for (zero: none).
+	Replicas Replicas
+	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
+}
+
+// EnqueueUnique runs scriptEnqueueUnique. It reports whether the job was
+// enqueued and its ID (the existing job's when the key is taken). A refusal
+// wraps [ErrQueueFull]. A write that p.Replicas did not acknowledge returns
+// its result and a [*streamqtype.NotReplicatedError].
+func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool, string, error) {
+	var due int64
+	if !p.Due.IsZero() {
+		due = DueMillis(p.Due)
+	}
+	j := p.Job
+	args := append([]any{q.maxLen, p.LockTTL.Milliseconds(), j.KeyToken, due, j.JobID}, j.Args()...)
+	keys := []string{q.keys.Stream, q.keys.Unique(j.Key), q.keys.Delayed, q.keys.DelayedJobs}
+	cmd, werr := q.runWrite(ctx, scriptEnqueueUnique, q.memoOr(p.Memo), p.Replicas, keys, args)
+	res, err := cmd.Slice()
+	if err != nil {
+		return false, "", Translate(err)
+	}
+	if len(res) != 2 {
+		return false, "", fmt.Errorf("unexpected reply with %d elements", len(res))
+	}
+	ok, _ := res[0].(int64)
+	id, _ := res[1].(string)
+	return ok == 1, id, werr
+}
+
+// scriptTrim trims acknowledged history, a bounded part per call (see
+// trim_acked in streamLib).
+//
+// KEYS[1] stream
+// Returns the number of entries deleted; 0 when no history is left.
+var scriptTrim = redis.NewScript(streamLib + `
+return trim_acked(KEYS[1])
+`)
+
+// Trim runs scriptTrim until it deletes nothing more, and returns the
+// number of entries deleted. Each call is bounded; the history goes in as
+// many calls as it takes.
+func (q *Queue) Trim(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		n, err := scriptTrim.Run(ctx, q.client, []string{q.keys.Stream}).Int64()
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Settling an attempt of a stream job: acknowledge it, write it again as a
+// new copy (retry, postpone, hand back), dead-letter it; and requeue dead
+// letters.
+
+// scriptMove settles an attempt by writing the job again as a new copy:
+// into the delayed set when it is due later (a retry, a postponement), or
+// straight back into the stream (a hand-back, a retry without delay). The
+// new copy is written before the old entry is acknowledged and deleted; the
+// trail records where the job lives now, and a failed attempt is counted in
+// the minute's throughput counters.
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
+// KEYS[4] trail hash, KEYS[5] the minute's counters; KEYS[6] memo hash
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (Unix
+// ms; 0: into the stream now), ARGV[5] delayed-set ID, ARGV[6] the job's
+// stable ID, ARGV[7] "1" to count a failure, ARGV[8..] field/value
+// arguments of the new copy; then the memo token and TTL.
+// Returns 1 when moved; 0 when the entry is no longer pending for this
+// consumer (another consumer took it over), in which case nothing changed.
+// A re-sent call returns what the first returned (the pending check alone
+// keeps it from moving anything again, but would say 0).
+var scriptMove = redis.NewScript(idempotent(streamLib+statsLib, `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
+local at
+if tonumber(ARGV[4]) > 0 then
+  redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 8)}))
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  at = 'd:' .. ARGV[5]
+else
+  at = 's:' .. redis.call('XADD', KEYS[1], '*', unpack(ARGV, 8))
+end
+redis.call('HSET', KEYS[4], ARGV[6], at)
+if ARGV[7] == '1' then count(KEYS[5], 'failed', 1) end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+return 1
+`))
+
+// Settle is what a settlement records besides moving the job: its stable
+// ID (for the trail), and whether the attempt counts as a failure in the
+// throughput counters of the minute it happens in (by the queue's clock).
+type Settle struct {
+	JobID  string
+	Failed bool
+}
+
+func (s Settle) failed() string {
+	if s.Failed {
+		return "1"
+	}
+	return "0"
+}
+
+// MoveParams are one call of scriptMove.
+type MoveParams struct {
+	Consumer string        // the consumer that holds the entry
+	ID       string        // the entry
+	Delay    time.Duration // the new copy is due after it, by the queue's clock (0 or less: into the stream now)
+	Settle   Settle
+	Fields   []any // the new copy's wire fields
+	Memo     Memo  // the call's memo (zero: a fresh one), the same for every send of it
+}
+
+// Move runs scriptMove and reports whether the job moved. A delayed copy
+// gets a new delayed-set ID.
+func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
+	var due int64
+	var id string
+	if p.Delay > 0 {
+		due, id = q.dueIn(p.Delay), NewDelayedID()
+	}
+	k := &q.keys
+	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)
+	cmd, _ := q.runWrite(ctx, scriptMove, q.memoOr(p.Memo), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
+	n, err := cmd.Int()
+	return n == 1, err
+}
+
+// scriptDeadLetter moves a job from the stream to the dead-letter stream,
+// records it in the trail and the minute's failures, removes its cancel
+// request, and releases its unique-key lock.
+//
+// KEYS[1] stream, KEYS[2] dead-letter stream, KEYS[3] trail hash, KEYS[4]
+// the minute's counters, KEYS[5] cancel requests, KEYS[6] (optional) the
+// job's unique-key lock; last, the memo hash
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] dead-letter cap
+// (0: none), ARGV[5] the job's lock token ("" without a lock), ARGV[6] the
+// job's stable ID, ARGV[7..] field/value arguments of the dead letter; then
+// the memo token and TTL.
+// Returns the dead letter's entry ID, or false when the entry is no longer
+// pending for this consumer, in which case nothing changed. A re-sent call
+// returns what the first returned.
+var scriptDeadLetter = redis.NewScript(idempotent(streamLib+deadLib, `
+if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
+local id = dead_letter(KEYS[2], tonumber(ARGV[4]), KEYS[3], KEYS[4], KEYS[5], ARGV[6], unpack(ARGV, 7))
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+if KEYS[6] then unlock(KEYS[6], ARGV[5]) end
+return id
+`))
+
+// DeadLetterParams are one call of scriptDeadLetter.
+type DeadLetterParams struct {
+	Consumer string // the consumer that holds the entry
+	ID       string // the entry
+	Key      string // the job's unique key ("": none)
+	Token    string // the lock token of its unique key
+	Settle   Settle // Failed is implied
+	Fields   []any  // the dead letter's fields
+	Memo     Memo   // the call's memo (zero: a fresh one), the same for every send of it
+}
+
+// DeadLetter runs scriptDeadLetter under the queue's dead-letter cap. It
+// returns the dead letter's ID, or "" when the entry is no longer pending
+// for p.Consumer.
+func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, error) {
+	k := &q.keys
+	keys := []string{k.Stream, k.Dead, k.Trail, k.Stats(q.minute()), k.Cancel}
+	if p.Key != "" {
+		keys = append(keys, k.Unique(p.Key))
+	}
+	args := append([]any{q.group, p.Consumer, p.ID, q.dlCap, p.Token, p.Settle.JobID}, p.Fields...)
+	cmd, _ := q.runWrite(ctx, scriptDeadLetter, q.memoOr(p.Memo), Replicas{}, keys, args)
+	dl, err := cmd.Text()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return dl, err
+}
+
+// scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
+// counters, failure times, last error and the crashed mark dropped; headers,
+// payload, stable ID and error history kept). A dead letter without a jid
+// field gets its dl_id as one (the ID of the copy that was dead-lettered).
+// The new entry is written and recorded in the trail before the dead letter
+// is deleted.
+//
+// KEYS[1] dead-letter stream, KEYS[2] stream, KEYS[3] trail hash, KEYS[4]
+// memo hash
+// ARGV: dead-letter entry IDs; then the memo token and TTL.
+// Returns an array with the new stream entry ID per argument, or false for a
+// dead letter that does not exist. A re-sent call returns what the first
+// returned (without the memo it would find the letters gone).
+var scriptRequeue = redis.NewScript(idempotent("", `
+local out = {}
+for i = 1, #ARGV do
+  local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
+  if #e == 0 then
+    out[i] = false
+  else
+    local f = e[1][2]
+    local fields = {}
+    local jid, dlid
+    for k = 1, #f, 2 do
+      local name = f[k]
+      if name == 'jid' then jid = f[k + 1] elseif name == 'dl_id' then dlid = f[k + 1] end
+      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' then
+        fields[#fields + 1] = name
+        fields[#fields + 1] = f[k + 1]
+      end
+    end
+    if #fields == 0 then fields = {'v', ''} end
+    if not jid and dlid and dlid ~= '' then
+      jid = dlid
+      fields[#fields + 1] = 'jid'
+      fields[#fields + 1] = jid
+    end
+    out[i] = redis.call('XADD', KEYS[2], '*', unpack(fields))
+    if jid then redis.call('HSET', KEYS[3], jid, 's:' .. out[i]) end
+    redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+return out
+`))
+
+// RequeueParams are one call of scriptRequeue.
+type RequeueParams struct {
+	IDs  []string // the dead letters
+	Memo Memo     // the call's memo (zero: a fresh one), the same for every send of it
+}
+
+// Requeue runs scriptRequeue and returns the new entry IDs ("" for a dead
+// letter that does not exist).
+func (q *Queue) Requeue(ctx context.Context, p RequeueParams) ([]string, error) {
+	args := make([]any, len(p.IDs))
+	for i, id := range p.IDs {
+		args[i] = id
+	}
+	cmd, _ := q.runWrite(ctx, scriptRequeue, q.memoOr(p.Memo), Replicas{}, []string{q.keys.Dead, q.keys.Stream, q.keys.Trail}, args)
+	res, err := cmd.Slice()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(res))
+	for i, v := range res {
+		out[i], _ = v.(string)
+	}
+	return out, nil
+}
+
+// scriptAck acknowledges finished jobs, forgets the trail of those that
+// were moved (retried or requeued copies), and releases their unique-key
+// locks.
+//
+// KEYS[1] stream, KEYS[2] trail hash, KEYS[3..] unique-key locks of some of
+// the jobs
+// ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3] number of stable
+// IDs m; then n entry IDs, m stable IDs of moved jobs, and one lock token
+// per lock key, in the same order.
+// Returns the number of entries acknowledged.
+var scriptAck = redis.NewScript(streamLib + `
+local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
+if m > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 4 + n, 3 + n + m)) end
+for i = 3, #KEYS do unlock(KEYS[i], ARGV[n + m + i + 1]) end
+return acked
+`)
+
+// AckParams are one acknowledgement of finished jobs.
+type AckParams struct {
+	IDs []string // the entries
+	// JobIDs are the stable IDs of the jobs that were moved (retried or
+	// requeued copies), whose trail is forgotten.
+	JobIDs []string
+	// Keys are the unique keys of the jobs that hold one, and Tokens their
+	// lock tokens, in the same order: their locks are released.
+	Keys, Tokens []string
+}
+
+// Ack acknowledges p.IDs in one XACK, or, when some of the jobs hold
+// unique-key locks or were moved, in one script that also releases the
+// locks and forgets the trail. Jobs that were never moved cost nothing
+// more than the XACK. A call sent again changes nothing more: the entries
+// are acknowledged, the locks released and the trail forgotten already
+// (a lock taken by another job since has another token).
+func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
+	k := &q.keys
+	if len(p.Keys) == 0 && len(p.JobIDs) == 0 {
+		return q.client.XAck(ctx, k.Stream, q.group, p.IDs...).Err()
+	}
+	keys := make([]string, 0, 2+len(p.Keys))
+	keys = append(keys, k.Stream, k.Trail)
+	for _, u := range p.Keys {
+		keys = append(keys, k.Unique(u))
+	}
+	args := make([]any, 0, 3+len(p.IDs)+len(p.JobIDs)+len(p.Tokens))
+	args = append(args, q.group, len(p.IDs), len(p.JobIDs))
+	for _, id := range p.IDs {
+		args = append(args, id)
+	}
+	for _, id := range p.JobIDs {
+		args = append(args, id)
+	}
+	for _, t := range p.Tokens {
+		args = append(args, t)
+	}
+	return scriptAck.Run(ctx, q.client, keys, args...).Err()
+}
