@@ -71,7 +71,7 @@ func (in *Inspector) DeleteQueue(ctx context.Context, name string, opts *DeleteQ
 		return 0, err
 	}
 	if !o.Force {
-		live, err := q.live(ctx, o.LiveWithin)
+		live, err := q.LiveConsumers(ctx, o.LiveWithin)
 		if err != nil {
 			return 0, err
 		}
@@ -92,9 +92,12 @@ func (in *Inspector) DeleteQueue(ctx context.Context, name string, opts *DeleteQ
 	return n, nil
 }
 
-// live returns the consumers of the queue's group and its priority workers
-// seen within d.
-func (q *Queue) live(ctx context.Context, d time.Duration) ([]Consumer, error) {
+// LiveConsumers returns the consumers of the queue's group that read
+// within d (their idle time in XINFO CONSUMERS) and its priority workers
+// whose last heartbeat is within d: what keeps [Inspector.DeleteQueue] from
+// deleting the queue without Force. A consumer that stopped stays "live"
+// until d passed.
+func (q *Queue) LiveConsumers(ctx context.Context, d time.Duration) ([]Consumer, error) {
 	c := q.rdb()
 	var out []Consumer
 	cs, err := c.XInfoConsumers(ctx, q.keys.Stream, q.in.opts.Group).Result()

@@ -22,6 +22,7 @@ import (
 // the table or the JSON).
 var commands = []func(*app) *cobra.Command{
 	newQueuesCmd,
+	newQueueCmd,
 	newStatsCmd,
 	newWatchCmd,
 	newJobsCmd,
@@ -34,6 +35,7 @@ var commands = []func(*app) *cobra.Command{
 	newDeadCmd,
 	newConsumersCmd,
 	newSchedulesCmd,
+	newRedisCmd,
 	newEnqueueCmd,
 	newBenchCmd,
 	newVersionCmd,
