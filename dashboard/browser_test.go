@@ -210,8 +210,8 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("the confirmation counts %s dead letters, want 6", got)
 	}
 	shot("confirm")
-	do("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("flash")))
-	if got := text("#flash"); got != "Requeued 6 dead letters of work." {
+	do("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-done")))
+	if got := text("#bulk-done"); got != "Requeued 6 dead letters of work." {
 		t.Errorf("flash after the bulk requeue: %q", got)
 	}
 	waitDead(t, work, 0)

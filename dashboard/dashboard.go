@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -156,6 +157,9 @@ type server struct {
 	throttle *throttle
 	hosts    hostPolicy
 	trusted  []string // Options.TrustedOrigins, normalised
+
+	rollMu sync.Mutex
+	rolled map[string]time.Time // queue -> last roll-up of its history counters
 }
 
 // New returns the dashboard as an http.Handler reading the queues of client.
