@@ -40,6 +40,7 @@ var commands = []func(*app) *cobra.Command{
 	newBenchCmd,
 	newVersionCmd,
 	newDashboardCmd,
+	newDashCmd,
 }
 
 // app is the state every subcommand shares: its streams, the global flags
