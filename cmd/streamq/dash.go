@@ -79,7 +79,7 @@ const dashPage = 100
 
 // dashKeys are the key bindings, with their help.
 type dashKeys struct {
-	Up, Down, Open, Back, Next, Prev           key.Binding
+	Up, Down, Open, Back, Next, Prev            key.Binding
 	Pause, Retry, Delete, Cancel, Refresh, Help key.Binding
 	Quit                                        key.Binding
 }
