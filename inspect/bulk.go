@@ -169,14 +169,7 @@ func (q *Queue) bulk(ctx context.Context, st State, verb string, act func(contex
 func (q *Queue) extent(ctx context.Context, st State) (size int64, end string, err error) {
 	c := q.rdb()
 	if q.kind == KindPriority {
-		key := q.pkeys.Ready
-		switch st {
-		case StateRunning:
-			key = q.pkeys.Leases
-		case StateDelayed, StateRetrying:
-			key = q.pkeys.Delayed
-		}
-		size, err = c.ZCard(ctx, key).Result()
+		size, err = c.ZCard(ctx, q.prioritySet(st)).Result()
 		return size, "", err
 	}
 	if st == StateDelayed || st == StateRetrying {

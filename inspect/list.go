@@ -281,16 +281,22 @@ func (q *Queue) deadFetch(cancelled bool) fetchFunc {
 	}
 }
 
+// prioritySet returns the sorted set of a priority queue that holds the
+// jobs of state st: the ready set, the leases or the delayed set.
+func (q *Queue) prioritySet(st State) string {
+	switch st {
+	case StateRunning:
+		return q.pkeys.Leases
+	case StateDelayed, StateRetrying:
+		return q.pkeys.Delayed
+	}
+	return q.pkeys.Ready
+}
+
 // priorityFetch returns the fetch of a priority queue's state.
 func (q *Queue) priorityFetch(st State) fetchFunc {
 	c := q.rdb()
-	key := q.pkeys.Ready
-	switch st {
-	case StateRunning:
-		key = q.pkeys.Leases
-	case StateDelayed, StateRetrying:
-		key = q.pkeys.Delayed
-	}
+	key := q.prioritySet(st)
 	return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
 		zs, more, err := zpage(ctx, c, key, cursor, n)
 		if err != nil || len(zs) == 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -121,13 +122,11 @@ JSON: {"removed":[names]}`,
   streamq queues prune --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			in, err := a.inspector(cmd)
-			if err != nil {
+			var removed []string
+			err := a.withInspector(cmd, func(ctx context.Context, in *inspect.Inspector) (err error) {
+				removed, err = in.PruneQueues(ctx)
 				return err
-			}
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			removed, err := in.PruneQueues(ctx)
+			})
 			if err != nil {
 				return err
 			}
@@ -194,13 +193,11 @@ JSON: {"servers":[{"addr","server":"redis|valkey","version","mode","role",
   streamq --cluster 10.0.0.5:7000 redis --json`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			in, err := a.inspector(cmd)
-			if err != nil {
+			var ss []inspect.RedisServer
+			err := a.withInspector(cmd, func(ctx context.Context, in *inspect.Inspector) (err error) {
+				ss, err = in.Redis(ctx)
 				return err
-			}
-			ctx, cancel := a.ctx(cmd)
-			defer cancel()
-			ss, err := in.Redis(ctx)
+			})
 			if err != nil {
 				return err
 			}
@@ -276,6 +273,18 @@ func bytesText(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+// withInspector connects and runs call with the inspector and the context
+// of one Redis call (--timeout).
+func (a *app) withInspector(cmd *cobra.Command, call func(context.Context, *inspect.Inspector) error) error {
+	in, err := a.inspector(cmd)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.ctx(cmd)
+	defer cancel()
+	return call(ctx, in)
 }
 
 // inUse turns DeleteQueue's refusal into the CLI's words.

@@ -247,13 +247,11 @@ func parseSpan(s string) (time.Duration, error) {
 
 // rollUpAll runs the roll-up of every queue.
 func (a *app) rollUpAll(cmd *cobra.Command) error {
-	in, err := a.inspector(cmd)
-	if err != nil {
+	var n int
+	err := a.withInspector(cmd, func(ctx context.Context, in *inspect.Inspector) (err error) {
+		n, err = in.RollUp(ctx)
 		return err
-	}
-	ctx, cancel := a.ctx(cmd)
-	defer cancel()
-	n, err := in.RollUp(ctx)
+	})
 	if err != nil {
 		return fmt.Errorf("rolled up %d queues: %w", n, err)
 	}
