@@ -343,14 +343,15 @@ func TestReadOnly(t *testing.T) {
 	c := newClient(t, newDashboard(t, f, dashboard.Options{ReadOnly: true}))
 	for _, p := range []string{"/queues/work", "/queues/work/dead", "/queues/work/jobs/" + escapeID(f.dead), "/queues/work/jobs/" + escapeID(f.running)} {
 		r := c.mustGet(p, "read-only")
-		for _, action := range []string{`method="post"`, `id="pause"`, `id="requeue"`, `id="cancel"`, `id="delete"`, `id="purge-all"`} {
+		for _, action := range []string{`method="post"`, `id="pause"`, `id="requeue"`, `id="cancel"`, `id="delete"`, `id="purge-all"`, `id="delete-queue"`, `id="bulk-`} {
 			if strings.Contains(r.Body, action) {
 				t.Errorf("read-only page %s shows %s", p, action)
 			}
 		}
 	}
 	ctx := context.Background()
-	for _, p := range []string{"/queues/work/pause", "/queues/work/jobs/" + escapeID(f.dead) + "/requeue", "/queues/work/jobs/" + escapeID(f.running) + "/cancel", "/queues/work/dead/purge"} {
+	for _, p := range []string{"/queues/work/pause", "/queues/work/jobs/" + escapeID(f.dead) + "/requeue", "/queues/work/jobs/" + escapeID(f.running) + "/cancel", "/queues/work/dead/purge",
+		"/queues/work/delete", "/queues/work/bulk/cancel?state=running", "/queues/idle/bulk/delete"} {
 		r := c.post(p, url.Values{"confirm": {"yes"}})
 		if r.Status != http.StatusForbidden || !strings.Contains(r.Body, "read-only") {
 			t.Errorf("POST %s in read-only mode: status %d, want 403", p, r.Status)

@@ -41,12 +41,12 @@ It needs a terminal; the other commands print tables or JSON for scripts.`,
 			if refresh < 500*time.Millisecond {
 				return usagef("--refresh %s: use at least 500ms", refresh)
 			}
-			if !a.stdinTTY || !a.stdoutTTY {
-				return usagef("dash needs a terminal on stdin and stdout: use 'streamq watch' or 'streamq queues' in scripts")
-			}
 			in, err := a.inspector(cmd)
 			if err != nil {
 				return err
+			}
+			if !a.stdinTTY || !a.stdoutTTY {
+				return usagef("dash needs a terminal on stdin and stdout: use 'streamq watch' or 'streamq queues' in scripts")
 			}
 			m := newDashModel(in, a.conn.prefix, a.timeout, refresh)
 			p := tea.NewProgram(m, tea.WithContext(cmd.Context()), tea.WithInput(a.stdin), tea.WithOutput(a.stdout), tea.WithAltScreen())
