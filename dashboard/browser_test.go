@@ -4,14 +4,18 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/streamq/streamq/dashboard"
@@ -135,6 +139,7 @@ func TestBrowser(t *testing.T) {
 		"/", "/queues/work", "/queues/work?state=running", "/queues/work?state=retrying", "/queues/idle",
 		"/queues/idle?state=delayed", "/queues/work/jobs/" + escapeID(f.running), "/queues/work/dead",
 		"/queues/work/consumers", "/queues/work/priority", "/queues/work/writebehind", "/schedules",
+		"/queues/work/history", "/redis",
 	} {
 		do("load "+p, chromedp.Navigate(srv.URL+p), chromedp.WaitVisible(chromedp.CSS("main")))
 		noError(p)
@@ -210,11 +215,26 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("the confirmation counts %s dead letters, want 6", got)
 	}
 	shot("confirm")
-	do("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("flash")))
-	if got := text("#flash"); got != "Requeued 6 dead letters of work." {
+	do("confirm", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-done")))
+	if got := text("#bulk-done"); got != "Requeued 6 dead letters of work." {
 		t.Errorf("flash after the bulk requeue: %q", got)
 	}
 	waitDead(t, work, 0)
+
+	shotsOf(t, bctx, srv.URL, f.retrying, shot)
+
+	// Delete every waiting job of idle: the confirmation counts them, the
+	// page shows the result.
+	do("bulk delete", chromedp.Navigate(srv.URL+"/queues/idle"), chromedp.Click(chromedp.ID("bulk-delete")),
+		chromedp.WaitVisible(chromedp.ID("confirm-count")))
+	if got := text("#confirm-count"); got != "5" {
+		t.Errorf("the bulk delete's confirmation counts %s waiting jobs, want 5", got)
+	}
+	do("confirm bulk delete", chromedp.Click(chromedp.ID("confirm")), chromedp.WaitVisible(chromedp.ID("bulk-done")))
+	if got := text("#bulk-done"); got != "Deleted 5 waiting jobs of idle." {
+		t.Errorf("after the bulk delete: %q", got)
+	}
+	shot("bulk")
 
 	// With a token: sign in on the form, act, and sign out (the browser's
 	// forms carry their origin, which the dashboard checks).
@@ -258,4 +278,62 @@ func waitDead(t *testing.T, q *inspect.Queue, n int) {
 		last = c
 		return err == nil && c == n
 	})
+}
+
+// shotsOf loads the main pages at desktop and phone width, in light and dark
+// mode: none may be wider than the window (tables scroll in their own box),
+// dark mode must apply, and it saves the screenshots the docs show.
+func shotsOf(t *testing.T, bctx context.Context, base, job string, shot func(string)) {
+	t.Helper()
+	pages := map[string]string{
+		"overview": "/", "queue": "/queues/work?state=dead", "job": "/queues/work/jobs/" + escapeID(job),
+		"dead": "/queues/work/dead", "consumers": "/queues/work/consumers", "history": "/queues/work/history",
+		"redis": "/redis", "schedules": "/schedules",
+	}
+	// The screenshots the docs use, by width and scheme.
+	want := map[string]string{
+		"desktop/light/history": "history", "desktop/light/redis": "redis", "desktop/dark/overview": "overview-dark",
+		"desktop/dark/job": "job-dark", "phone/light/overview": "overview-phone", "phone/light/queue": "queue-phone",
+		"phone/dark/overview": "overview-phone-dark", "phone/dark/history": "history-phone-dark",
+	}
+	for _, size := range []struct {
+		name          string
+		width, height int64
+	}{{"desktop", 1280, 860}, {"phone", 390, 844}} {
+		for _, scheme := range []string{"light", "dark"} {
+			err := chromedp.Do(bctx,
+				chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateMobile),
+				chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+					_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+						Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+					return err
+				}))
+			if err != nil {
+				t.Fatalf("browser: emulate %s %s: %v", size.name, scheme, err)
+			}
+			for _, name := range slices.Sorted(maps.Keys(pages)) {
+				what := size.name + "/" + scheme + "/" + name
+				if err := chromedp.Do(bctx, chromedp.Navigate(base+pages[name]), chromedp.WaitVisible(chromedp.CSS("main"))); err != nil {
+					t.Fatalf("browser: load %s: %v", what, err)
+				}
+				wide, err := chromedp.Run(bctx, chromedp.Evaluate[int64](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
+				if err != nil || wide > 0 {
+					t.Errorf("browser: %s is %d px wider than the %d px window (%v)", what, wide, size.width, err)
+				}
+				bg, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
+				if wantBG := map[string]string{"light": "rgb(255, 255, 255)", "dark": "rgb(18, 23, 29)"}[scheme]; err != nil || bg != wantBG {
+					t.Errorf("browser: %s has background %q, want %q (%v)", what, bg, wantBG, err)
+				}
+				if name, ok := want[what]; ok {
+					shot(name)
+				}
+			}
+		}
+	}
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(1280, 860), chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{})
+		return err
+	})); err != nil {
+		t.Fatalf("browser: back to the desktop: %v", err)
+	}
 }

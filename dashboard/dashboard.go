@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -47,7 +48,8 @@ type Options struct {
 	BasePath string
 
 	// ReadOnly hides every action (pause, resume, cancel, delete, run now,
-	// requeue, purge) and refuses them with 403 Forbidden. Defaults to false.
+	// requeue, purge, the bulk actions per state, deleting a queue) and
+	// refuses them with 403 Forbidden. Defaults to false.
 	ReadOnly bool
 
 	// Auth, when set, requires HTTP basic authentication or a bearer token on
@@ -79,7 +81,8 @@ type Options struct {
 	Logger *slog.Logger
 
 	// AuditLogger receives one line per action (pause, resume, cancel,
-	// delete, run now, requeue, purge, sign-in, sign-out): who (the basic
+	// delete, run now, requeue, purge, bulk actions, deleting a queue,
+	// sign-in, sign-out): who (the basic
 	// user, "token", or "anonymous"), from which client address, what, on
 	// which queue and job, and how many jobs it touched. Defaults to Logger.
 	AuditLogger *slog.Logger
@@ -156,6 +159,9 @@ type server struct {
 	throttle *throttle
 	hosts    hostPolicy
 	trusted  []string // Options.TrustedOrigins, normalised
+
+	rollMu sync.Mutex
+	rolled map[string]time.Time // queue -> last roll-up of its history counters
 }
 
 // New returns the dashboard as an http.Handler reading the queues of client.

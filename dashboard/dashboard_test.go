@@ -277,16 +277,14 @@ func TestActions_Bulk(t *testing.T) {
 	}
 	// A filter that matches nothing purges nothing.
 	r = c.post("/queues/work/dead/purge", url.Values{"error": {"no such error"}, "confirm": {"yes"}})
-	if r.Status != http.StatusSeeOther {
+	if r.Status != http.StatusOK || !strings.Contains(r.Body, `id="bulk-done">Purged 0 dead letters of work.`) {
 		t.Fatalf("confirmed purge: status %d:\n%s", r.Status, r.Body)
 	}
-	c.mustGet("/queues/work/dead", "Purged 0 dead letters")
-	// Confirmed: done, and the next page says how many.
+	// Confirmed: done, and the page says how many when it is done.
 	r = c.post("/queues/work/dead/purge", url.Values{"reason": {"permanent"}, "confirm": {"yes"}})
-	if r.Status != http.StatusSeeOther {
+	if r.Status != http.StatusOK || !strings.Contains(r.Body, `id="bulk-done">Purged 1 dead letters of work.`) || !strings.Contains(r.Body, "</html>") {
 		t.Fatalf("confirmed purge: status %d:\n%s", r.Status, r.Body)
 	}
-	c.mustGet("/queues/work/dead", "Purged 1 dead letters")
 	work, _ := f.in.Queue(ctx, "work")
 	if n, err := work.CountDead(ctx, inspect.DeadFilter{}); err != nil || n != 0 {
 		t.Errorf("after the purge: %d dead letters (%v), want 0", n, err)
@@ -345,14 +343,15 @@ func TestReadOnly(t *testing.T) {
 	c := newClient(t, newDashboard(t, f, dashboard.Options{ReadOnly: true}))
 	for _, p := range []string{"/queues/work", "/queues/work/dead", "/queues/work/jobs/" + escapeID(f.dead), "/queues/work/jobs/" + escapeID(f.running)} {
 		r := c.mustGet(p, "read-only")
-		for _, action := range []string{`method="post"`, `id="pause"`, `id="requeue"`, `id="cancel"`, `id="delete"`, `id="purge-all"`} {
+		for _, action := range []string{`method="post"`, `id="pause"`, `id="requeue"`, `id="cancel"`, `id="delete"`, `id="purge-all"`, `id="delete-queue"`, `id="bulk-`} {
 			if strings.Contains(r.Body, action) {
 				t.Errorf("read-only page %s shows %s", p, action)
 			}
 		}
 	}
 	ctx := context.Background()
-	for _, p := range []string{"/queues/work/pause", "/queues/work/jobs/" + escapeID(f.dead) + "/requeue", "/queues/work/jobs/" + escapeID(f.running) + "/cancel", "/queues/work/dead/purge"} {
+	for _, p := range []string{"/queues/work/pause", "/queues/work/jobs/" + escapeID(f.dead) + "/requeue", "/queues/work/jobs/" + escapeID(f.running) + "/cancel", "/queues/work/dead/purge",
+		"/queues/work/delete", "/queues/work/bulk/cancel?state=running", "/queues/idle/bulk/delete"} {
 		r := c.post(p, url.Values{"confirm": {"yes"}})
 		if r.Status != http.StatusForbidden || !strings.Contains(r.Body, "read-only") {
 			t.Errorf("POST %s in read-only mode: status %d, want 403", p, r.Status)

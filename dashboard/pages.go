@@ -32,15 +32,19 @@ func (s *server) routes() {
 	m.HandleFunc("GET /{$}", s.overview)
 	m.HandleFunc("GET /static/{file}", s.serveStatic)
 	m.HandleFunc("GET /schedules", s.schedules)
+	m.HandleFunc("GET /redis", s.redis)
 	m.HandleFunc("GET /queues/{queue}", s.queue)
 	m.HandleFunc("GET /queues/{queue}/jobs/{id}", s.job)
 	m.HandleFunc("GET /queues/{queue}/dead", s.dead)
 	m.HandleFunc("GET /queues/{queue}/consumers", s.consumers)
 	m.HandleFunc("GET /queues/{queue}/priority", s.priority)
 	m.HandleFunc("GET /queues/{queue}/writebehind", s.writeBehind)
+	m.HandleFunc("GET /queues/{queue}/history", s.history)
 	m.HandleFunc("POST /queues/{queue}/{action}", s.action("", s.queueAction))
+	m.HandleFunc("POST /queues/{queue}/delete", s.action("delete-queue", s.deleteQueue))
 	m.HandleFunc("POST /queues/{queue}/jobs/{id}/{action}", s.action("", s.jobAction))
 	m.HandleFunc("POST /queues/{queue}/dead/{action}", s.action("dead-", s.bulkAction))
+	m.HandleFunc("POST /queues/{queue}/bulk/{action}", s.action("bulk-", s.stateBulkAction))
 	m.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, s.opts.BasePath+"/", http.StatusSeeOther)
 	})
@@ -62,7 +66,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		status = http.StatusNotFound
 		v.Title = "Not found"
 		v.Data = nf
-	case errors.As(err, &se):
+	case errors.As(err, &se), errors.Is(err, inspect.ErrQueueInUse):
 		status = http.StatusConflict
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		status = http.StatusServiceUnavailable
@@ -153,6 +157,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 			row := &d.Rows[i]
 			q, err := s.in.Queue(gctx, info.Name)
 			if err == nil {
+				s.rollUp(gctx, q)
 				row.Overview, err = q.Overview(gctx)
 			}
 			if err == nil {
@@ -269,7 +274,7 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 	base := pathOf(s.opts.BasePath, "queues", q.Name())
 	for _, st := range []inspect.State{inspect.StateWaiting, inspect.StateRunning, inspect.StateDelayed, inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled} {
 		approx := ov.Estimated && st != inspect.StateWaiting && st != inspect.StateRunning
-		d.States = append(d.States, stateTab{State: st, Count: stateCount(ov, st), Approx: approx, URL: base + "?state=" + string(st)})
+		d.States = append(d.States, stateTab{State: st, Count: ov.Count(st), Approx: approx, URL: base + "?state=" + string(st)})
 	}
 	d.Rows = s.jobRows(q.Name(), d.Page.Jobs)
 	keep := url.Values{"state": {string(d.State)}}
@@ -287,25 +292,6 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 		d.NextURL = base + "?" + keep.Encode()
 	}
 	s.render(w, r, http.StatusOK, "queue", &view{Title: q.Name(), Queue: ov, Tab: "jobs", LiveURL: s.live(r), Next: s.here(r, nil), Data: d})
-}
-
-// stateCount is the overview's count of st.
-func stateCount(ov *inspect.Overview, st inspect.State) int64 {
-	switch st {
-	case inspect.StateWaiting:
-		return ov.Waiting
-	case inspect.StateRunning:
-		return ov.Running
-	case inspect.StateDelayed:
-		return ov.Delayed
-	case inspect.StateRetrying:
-		return ov.Retrying
-	case inspect.StateDead:
-		return ov.Dead
-	case inspect.StateCancelled:
-		return ov.Cancelled
-	}
-	return 0
 }
 
 // jobRows makes the rows of a job list.
@@ -572,4 +558,69 @@ func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.render(w, r, http.StatusOK, "schedules", &view{Title: "Schedules", Tab: "schedules", LiveURL: s.live(r), Data: sch})
+}
+
+// historyData is the history page of a queue.
+type historyData struct {
+	Minutes, Hours *inspect.History
+}
+
+func (s *server) history(w http.ResponseWriter, r *http.Request) {
+	s.queueTab(w, r, "history", "history", false, func(ctx context.Context, q *inspect.Queue, _ *inspect.Overview) (any, error) {
+		s.rollUp(ctx, q)
+		d := &historyData{}
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() (err error) {
+			d.Minutes, err = q.History(gctx, inspect.MinuteHistory)
+			return err
+		})
+		g.Go(func() (err error) {
+			d.Hours, err = q.History(gctx, inspect.HourHistory)
+			return err
+		})
+		return d, g.Wait()
+	})
+}
+
+// rollUpEvery is how often the dashboard rolls a queue's minute counters up
+// into its hour counters (inspect.Queue.RollUp), as its pages are read.
+const rollUpEvery = time.Minute
+
+// rollUp runs q.RollUp when the last one of this dashboard for q is older
+// than rollUpEvery. A failure is logged: the history misses the minutes
+// until a later roll-up succeeds.
+func (s *server) rollUp(ctx context.Context, q *inspect.Queue) {
+	now := s.now()
+	s.rollMu.Lock()
+	if s.rolled == nil {
+		s.rolled = map[string]time.Time{}
+	}
+	if last, ok := s.rolled[q.Name()]; ok && now.Sub(last) < rollUpEvery {
+		s.rollMu.Unlock()
+		return
+	}
+	if len(s.rolled) >= maxQueues*2 {
+		clear(s.rolled) // queues come and go: forget them all now and then
+	}
+	s.rolled[q.Name()] = now
+	s.rollMu.Unlock()
+	if err := q.RollUp(ctx); err != nil {
+		s.log.WarnContext(ctx, "dashboard: roll up the history counters", "queue", q.Name(), "error", err)
+	}
+}
+
+// redisData is the Redis page.
+type redisData struct {
+	Servers []inspect.RedisServer
+}
+
+func (s *server) redis(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
+	defer cancel()
+	ss, err := s.in.Redis(ctx)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.render(w, r, http.StatusOK, "redis", &view{Title: "Redis", Tab: "redis", LiveURL: s.live(r), Data: &redisData{Servers: ss}})
 }

@@ -26,7 +26,12 @@ var assets embed.FS
 var pageNames = []string{
 	"overview", "queue", "job", "dead", "confirm", "consumers",
 	"schedules", "priority", "writebehind", "login", "error",
+	"progress", "history", "redis",
 }
+
+// progressMarker is where the page of a bulk action (progress.html) is cut
+// to write its progress.
+const progressMarker = `<span id="progress-marker" hidden></span>`
 
 // view is what every page template receives.
 type view struct {
@@ -46,15 +51,27 @@ type view struct {
 	Data         any
 }
 
+// bulkButton is a button of a bulk action on the queue page (template
+// "bulkform").
+type bulkButton struct {
+	V                                   *view
+	Action, State, Before, After, Class string
+}
+
 // parseTemplates parses every page with the layout and the helper functions
 // of base (the BasePath links start with).
 func parseTemplates(base string) (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"path":  func(parts ...string) string { return pathOf(base, parts...) },
-		"ago":   ago,
-		"dur":   fmtDuration,
-		"ts":    timestamp,
-		"chart": throughputChart,
+		"path":    func(parts ...string) string { return pathOf(base, parts...) },
+		"ago":     ago,
+		"dur":     fmtDuration,
+		"ts":      timestamp,
+		"chart":   throughputChart,
+		"history": historyChart,
+		"bulk": func(v *view, action, state, before, after, class string) bulkButton {
+			return bulkButton{V: v, Action: action, State: state, Before: before, After: after, Class: class}
+		},
+		"size":  sizeText,
 		"bars":  levelBars,
 		"trunc": truncate,
 		"bytes": escapedBytes,
@@ -104,6 +121,21 @@ func pathOf(base string, parts ...string) string {
 // render executes page into a buffer (so an error never leaves half a page)
 // and writes it with status. With ?partial=1 it writes only the live part.
 func (s *server) render(w http.ResponseWriter, r *http.Request, status int, page string, v *view) {
+	b, err := s.renderPage(w, r, page, v)
+	if err != nil {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// renderPage executes page with v (only its live part with ?partial=1) and
+// returns it with every hidden character escaped (see visibleText). It may
+// set cookies (CSRF, flash) on w, so it runs before the status is written;
+// it logs an error.
+func (s *server) renderPage(w http.ResponseWriter, r *http.Request, page string, v *view) ([]byte, error) {
 	v.Base = s.opts.BasePath
 	v.ReadOnly = s.opts.ReadOnly
 	v.HidePayloads = s.opts.HidePayloads
@@ -126,12 +158,9 @@ func (s *server) render(w http.ResponseWriter, r *http.Request, status int, page
 	var buf bytes.Buffer
 	if err := s.pages[page].ExecuteTemplate(&buf, tmpl, v); err != nil {
 		s.log.ErrorContext(r.Context(), "dashboard: render", "page", page, "error", err)
-		http.Error(w, "internal error", http.StatusInternalServerError)
-		return
+		return nil, err
 	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	_, _ = w.Write(visibleText(buf.Bytes()))
+	return visibleText(buf.Bytes()), nil
 }
 
 // visibleText writes every character of page that would not show as itself
@@ -333,11 +362,27 @@ func pretty(payload []byte) (text, kind string) {
 }
 
 // throughputChart draws processed and failed jobs per minute as an inline
-// SVG line chart. It writes only numbers and fixed text, so it is safe HTML.
+// SVG line chart.
 func throughputChart(points []inspect.Point, width, height int) template.HTML {
+	return lineChart(points, time.Minute, width, height)
+}
+
+// historyChart draws a History, per minute or per hour.
+func historyChart(h *inspect.History, width, height int) template.HTML {
+	return lineChart(h.Points, h.Step, width, height)
+}
+
+// lineChart draws processed and failed jobs per step (a minute or an hour)
+// as an inline SVG line chart that scales down to the width of its box. It
+// writes only numbers and fixed text, so it is safe HTML.
+func lineChart(points []inspect.Point, step time.Duration, width, height int) template.HTML {
 	const pad = 22
+	unit, span := "min", "m"
+	if step == time.Hour {
+		unit, span = "h", "h"
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="processed and failed per minute">`, width, height, width, height)
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="processed and failed per %s">`, width, height, width, height, unit)
 	var maxV int64 = 1
 	var sumP, sumF int64
 	for _, p := range points {
@@ -345,12 +390,12 @@ func throughputChart(points []inspect.Point, width, height int) template.HTML {
 		sumP += p.Processed
 		sumF += p.Failed
 	}
-	fmt.Fprintf(&b, `<title>last %d minutes: %d processed, %d failed</title>`, len(points), sumP, sumF)
+	fmt.Fprintf(&b, `<title>last %d%s: %d processed, %d failed</title>`, len(points), span, sumP, sumF)
 	plotW, plotH := float64(width-2*pad), float64(height-2*pad)
 	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, pad, height-pad, width-pad, height-pad)
-	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">%d/min</text>`, pad, pad-8, maxV)
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">%d/%s</text>`, pad, pad-8, maxV, unit)
 	if n := len(points); n > 0 {
-		fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">-%dm</text>`, pad, height-6, n)
+		fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">-%d%s</text>`, pad, height-6, n, span)
 		fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="end">now</text>`, width-pad, height-6)
 		line := func(class string, v func(inspect.Point) int64) {
 			fmt.Fprintf(&b, `<polyline class="%s" points="`, class)
@@ -369,6 +414,20 @@ func throughputChart(points []inspect.Point, width, height int) template.HTML {
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String()) //nolint:gosec // numbers and fixed text only
+}
+
+// sizeText writes n bytes in binary units: "1.5 MiB".
+func sizeText(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }
 
 // levelBars draws the jobs of each priority band as horizontal SVG bars.

@@ -280,7 +280,7 @@ func TestAudit(t *testing.T) {
 		}
 	}
 	f.waitState(t, "work", f.dead, "dead")
-	if r := c.post("/queues/work/dead/purge", url.Values{"reason": {"permanent"}, "confirm": {"yes"}}); r.Status != http.StatusSeeOther {
+	if r := c.post("/queues/work/dead/purge", url.Values{"reason": {"permanent"}, "confirm": {"yes"}}); r.Status != http.StatusOK || !strings.Contains(r.Body, "bulk-done") {
 		t.Fatalf("purge: status %d:\n%s", r.Status, r.Body)
 	}
 	// A refused action is logged too.

@@ -41,46 +41,54 @@ const moves = 3
 // both. A running job gives a [*StateError] (cancel it first); an unknown
 // one a [*NotFoundError].
 func (q *Queue) Delete(ctx context.Context, id string) error {
-	return q.control(ctx, id, "delete", func(j *Job) (string, error) {
-		switch {
-		case j.State == StateDead || j.State == StateCancelled:
-			n, err := q.db.PurgeDead(ctx, []string{j.EntryID})
-			if n == 0 {
-				return rdb.ReplyGone, err
-			}
-			return "ok", err
-		case q.kind == KindPriority && (j.State == StateWaiting || j.State == StateDelayed || j.State == StateRetrying):
-			return q.priorityControl(ctx, "delete", j)
-		case j.State == StateWaiting:
-			return q.db.DeleteWaiting(ctx, rdb.DeleteParams{ID: j.EntryID, JobID: j.ID, Key: j.Key})
-		case j.State == StateDelayed || j.State == StateRetrying:
-			key, token, found, err := q.db.DelayedKey(ctx, j.EntryID)
-			if err != nil || !found {
-				return rdb.ReplyGone, err
-			}
-			return q.db.DeleteDelayed(ctx, rdb.DeleteParams{ID: j.EntryID, JobID: j.ID, Key: key, Token: token})
+	return q.control(ctx, id, "delete", q.deleteJob)
+}
+
+// deleteJob deletes j, found in its state, with the script of that state:
+// "ok", rdb.ReplyGone when it moved meanwhile, or the state it is in when
+// it cannot be deleted.
+func (q *Queue) deleteJob(ctx context.Context, j *Job) (string, error) {
+	switch {
+	case j.State == StateDead || j.State == StateCancelled:
+		n, err := q.db.PurgeDead(ctx, []string{j.EntryID})
+		if n == 0 {
+			return rdb.ReplyGone, err
 		}
-		return string(j.State), nil
-	})
+		return "ok", err
+	case q.kind == KindPriority && (j.State == StateWaiting || j.State == StateDelayed || j.State == StateRetrying):
+		return q.priorityControl(ctx, "delete", j)
+	case j.State == StateWaiting:
+		return q.db.DeleteWaiting(ctx, rdb.DeleteParams{ID: j.EntryID, JobID: j.ID, Key: j.Key})
+	case j.State == StateDelayed || j.State == StateRetrying:
+		key, token, found, err := q.db.DelayedKey(ctx, j.EntryID)
+		if err != nil || !found {
+			return rdb.ReplyGone, err
+		}
+		return q.db.DeleteDelayed(ctx, rdb.DeleteParams{ID: j.EntryID, JobID: j.ID, Key: key, Token: token})
+	}
+	return string(j.State), nil
 }
 
 // RunNow moves a delayed or retrying job to the front of its way: into the
 // stream (or a priority queue's ready set) at once, in one script. Other
 // states give a [*StateError].
 func (q *Queue) RunNow(ctx context.Context, id string) error {
-	return q.control(ctx, id, "run now", func(j *Job) (string, error) {
-		if j.State != StateDelayed && j.State != StateRetrying {
-			return string(j.State), nil
-		}
-		if q.kind == KindPriority {
-			return q.priorityControl(ctx, "run", j)
-		}
-		nid, err := q.db.RunNow(ctx, rdb.RunNowParams{ID: j.EntryID, JobID: j.ID})
-		if nid == "" {
-			return rdb.ReplyGone, err
-		}
-		return "ok", err
-	})
+	return q.control(ctx, id, "run now", q.runJobNow)
+}
+
+// runJobNow makes j due now (see deleteJob for the reply).
+func (q *Queue) runJobNow(ctx context.Context, j *Job) (string, error) {
+	if j.State != StateDelayed && j.State != StateRetrying {
+		return string(j.State), nil
+	}
+	if q.kind == KindPriority {
+		return q.priorityControl(ctx, "run", j)
+	}
+	nid, err := q.db.RunNow(ctx, rdb.RunNowParams{ID: j.EntryID, JobID: j.ID})
+	if nid == "" {
+		return rdb.ReplyGone, err
+	}
+	return "ok", err
 }
 
 // Cancel asks the consumer (or priority worker) that runs a job to cancel
@@ -89,21 +97,25 @@ func (q *Queue) RunNow(ctx context.Context, id string) error {
 // reason "cancelled" (not retried). The check that it runs and the request
 // are one script. A job in another state gives a [*StateError].
 func (q *Queue) Cancel(ctx context.Context, id string) error {
-	return q.control(ctx, id, "cancel", func(j *Job) (string, error) {
-		if j.State != StateRunning {
-			return string(j.State), nil
-		}
-		if q.kind == KindPriority {
-			return q.priorityControl(ctx, "cancel", j)
-		}
-		return q.db.RequestCancel(ctx, rdb.RequestCancelParams{ID: j.EntryID, JobID: j.ID})
-	})
+	return q.control(ctx, id, "cancel", q.cancelJob)
+}
+
+// cancelJob asks the runner of j to cancel it (see deleteJob for the
+// reply).
+func (q *Queue) cancelJob(ctx context.Context, j *Job) (string, error) {
+	if j.State != StateRunning {
+		return string(j.State), nil
+	}
+	if q.kind == KindPriority {
+		return q.priorityControl(ctx, "cancel", j)
+	}
+	return q.db.RequestCancel(ctx, rdb.RequestCancelParams{ID: j.EntryID, JobID: j.ID})
 }
 
 // control looks job id up and runs act on it until act says "ok" (nil), a
 // state the action does not apply to ([*StateError]), or the job is gone
 // ([*NotFoundError]); a job that moved meanwhile is looked up again.
-func (q *Queue) control(ctx context.Context, id, action string, act func(*Job) (string, error)) error {
+func (q *Queue) control(ctx context.Context, id, action string, act func(context.Context, *Job) (string, error)) error {
 	for range moves {
 		j, err := q.locate(ctx, id)
 		if err != nil {
@@ -112,7 +124,7 @@ func (q *Queue) control(ctx context.Context, id, action string, act func(*Job) (
 		if j == nil {
 			return &NotFoundError{What: "job", Name: id}
 		}
-		res, err := act(j)
+		res, err := act(ctx, j)
 		if err != nil {
 			return fmt.Errorf("inspect: %s job %s of %s: %w", action, id, q.name, err)
 		}

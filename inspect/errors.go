@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Errors a caller checks with errors.Is.
@@ -18,7 +19,35 @@ var (
 	// ErrUnknownReason: a dead-letter reason that streamq does not write
 	// (see [ParseReason]).
 	ErrUnknownReason = errors.New("inspect: unknown dead-letter reason")
+	// ErrQueueInUse: DeleteQueue refused a queue whose consumers or
+	// workers are live (see [InUseError]).
+	ErrQueueInUse = errors.New("inspect: queue in use")
 )
+
+// InUseError says which live consumers and workers kept
+// [Inspector.DeleteQueue] from deleting a queue.
+type InUseError struct {
+	Queue  string
+	Live   []Consumer
+	Within time.Duration // DeleteQueueOptions.LiveWithin
+}
+
+// Error names the live consumers (the first five) and says what to do.
+func (e *InUseError) Error() string {
+	names := make([]string, 0, 5)
+	for i, c := range e.Live {
+		if i == 5 {
+			names = append(names, fmt.Sprintf("and %d more", len(e.Live)-5))
+			break
+		}
+		names = append(names, c.Kind+" "+c.Name)
+	}
+	return fmt.Sprintf("inspect: queue %q has %d live consumers or workers (seen within %s: %s): stop them first, or force the deletion",
+		e.Queue, len(e.Live), e.Within, strings.Join(names, ", "))
+}
+
+// Is matches [ErrQueueInUse].
+func (e *InUseError) Is(target error) bool { return target == ErrQueueInUse }
 
 // NotFoundError says which queue or job was not found, and which names are
 // close to it (queues only: the registered names within a small edit

@@ -81,3 +81,29 @@ func TestParsers(t *testing.T) {
 		}
 	}
 }
+
+func TestParseInfo(t *testing.T) {
+	t.Parallel()
+	valkey := "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.0.1\r\nredis_mode:standalone\r\nuptime_in_seconds:90\r\n" +
+		"# Clients\r\nconnected_clients:3\r\nblocked_clients:1\r\n# Memory\r\nused_memory:1048576\r\nmaxmemory:0\r\nmaxmemory_policy:allkeys-lru\r\n" +
+		"# Persistence\r\naof_enabled:1\r\naof_last_write_status:ok\r\nrdb_last_save_time:1700000000\r\n# Stats\r\ninstantaneous_ops_per_sec:42\r\n"
+	s := parseInfo(valkey)
+	if s.Server != "valkey" || s.Version != "8.0.1" || s.Mode != "standalone" || s.Uptime.Seconds() != 90 || s.Clients != 3 ||
+		s.BlockedClients != 1 || s.UsedMemory != 1<<20 || s.OpsPerSec != 42 || !s.AOF || s.RDBLastSave.Unix() != 1700000000 {
+		t.Errorf("parseInfo(valkey) = %+v", s)
+	}
+	if w := s.EvictionWarning(); w == "" {
+		t.Error("allkeys-lru gives no warning")
+	}
+	s.RDBSchedule = ""
+	if got := s.Persistence(); got != "AOF" {
+		t.Errorf("Persistence = %q", got)
+	}
+	r := parseInfo("redis_version:7.0.15\nmaxmemory_policy:noeviction\n")
+	if r.Server != "redis" || r.Version != "7.0.15" || r.EvictionWarning() != "" {
+		t.Errorf("parseInfo(redis) = %+v, warning %q", r, r.EvictionWarning())
+	}
+	if got := r.Persistence(); got != "none (data is lost on restart)" {
+		t.Errorf("Persistence = %q", got)
+	}
+}

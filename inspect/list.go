@@ -47,26 +47,32 @@ func (q *Queue) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 	if err := q.checkCursor(o.State, o.Cursor); err != nil {
 		return nil, err
 	}
-	var fetch fetchFunc
-	switch o.State {
-	case StateWaiting, StateRunning, StateDelayed, StateRetrying:
-		if q.kind == KindPriority {
-			fetch = q.priorityFetch(o.State)
-		} else {
-			var err error
-			if fetch, err = q.streamFetch(ctx, o.State); err != nil {
-				return nil, err
-			}
-		}
-	case StateDead, StateCancelled:
-		fetch = q.deadFetch(o.State == StateCancelled)
-	case StateDone:
+	if o.State == StateDone {
 		return &Page{}, nil
-	default:
-		_, err := ParseState(string(o.State))
+	}
+	fetch, err := q.fetchFor(ctx, o.State)
+	if err != nil {
 		return nil, err
 	}
 	return q.list(ctx, &o, fetch)
+}
+
+// fetchFor returns the fetch of the jobs in state st (not StateDone).
+func (q *Queue) fetchFor(ctx context.Context, st State) (fetchFunc, error) {
+	switch st {
+	case StateWaiting, StateRunning, StateDelayed, StateRetrying:
+		if q.kind == KindPriority {
+			return q.priorityFetch(st), nil
+		}
+		return q.streamFetch(ctx, st)
+	case StateDead, StateCancelled:
+		return q.deadFetch(st == StateCancelled), nil
+	}
+	_, err := ParseState(string(st))
+	if err == nil {
+		err = fmt.Errorf("inspect: %s jobs are not listed: results are kept by job ID only", st)
+	}
+	return nil, err
 }
 
 // list runs fetch until o.Limit jobs matched or ScanLimit entries were
@@ -275,16 +281,22 @@ func (q *Queue) deadFetch(cancelled bool) fetchFunc {
 	}
 }
 
+// prioritySet returns the sorted set of a priority queue that holds the
+// jobs of state st: the ready set, the leases or the delayed set.
+func (q *Queue) prioritySet(st State) string {
+	switch st {
+	case StateRunning:
+		return q.pkeys.Leases
+	case StateDelayed, StateRetrying:
+		return q.pkeys.Delayed
+	}
+	return q.pkeys.Ready
+}
+
 // priorityFetch returns the fetch of a priority queue's state.
 func (q *Queue) priorityFetch(st State) fetchFunc {
 	c := q.rdb()
-	key := q.pkeys.Ready
-	switch st {
-	case StateRunning:
-		key = q.pkeys.Leases
-	case StateDelayed, StateRetrying:
-		key = q.pkeys.Delayed
-	}
+	key := q.prioritySet(st)
 	return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
 		zs, more, err := zpage(ctx, c, key, cursor, n)
 		if err != nil || len(zs) == 0 {

@@ -83,12 +83,17 @@ type progress struct {
 }
 
 func (a *app) progress(label string, total int) *progress {
-	return &progress{w: a.stderr, on: a.stderrTTY && total > 0, label: label, total: total}
+	return &progress{w: a.stderr, on: a.stderrTTY, label: label, total: total}
 }
 
-// done shows that n of total are done.
+// done shows that n of total are done (n alone when the total is not
+// known, 0).
 func (p *progress) done(n int) {
 	if !p.on {
+		return
+	}
+	if p.total <= 0 {
+		fmt.Fprintf(p.w, "\r%s %d", p.label, n)
 		return
 	}
 	const width = 30

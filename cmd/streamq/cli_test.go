@@ -377,7 +377,7 @@ func TestCLI_Help(t *testing.T) {
 	e := newEnv(t)
 	for _, c := range []string{"queues", "stats", "watch", "jobs", "job", "pause", "resume", "cancel", "delete",
 		"run-now", "dead", "dead ls", "dead show", "dead requeue", "dead purge", "consumers", "consumers prune",
-		"schedules", "enqueue", "version", "dashboard"} {
+		"schedules", "enqueue", "version", "dashboard", "queue", "queue delete", "queues prune", "redis", "dash"} {
 		out := e.ok(append(strings.Fields(c), "-h")...)
 		if !strings.Contains(out, "Examples:") || !strings.Contains(out, "streamq "+c) {
 			t.Errorf("streamq %s -h has no example:\n%s", c, out)

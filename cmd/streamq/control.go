@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -93,25 +95,55 @@ type verb struct {
 	example           string
 	call              func(*inspect.Queue, context.Context, string) error
 	confirmMany       bool
+	// all does the action to every job of a state (--all); states are the
+	// ones --state takes, the first the default.
+	all    func(q *inspect.Queue, ctx context.Context, st inspect.State, progress func(int)) (int, error)
+	states []inspect.State
 }
 
 func newJobVerbCmd(a *app, v verb) *cobra.Command {
-	var yes bool
+	var yes, all bool
+	var state string
+	states := make([]string, len(v.states))
+	for i, st := range v.states {
+		states[i] = string(st)
+	}
 	cmd := &cobra.Command{
-		Use:   v.use + " <queue> <id>...",
+		Use:   v.use + " <queue> <id>... | " + v.use + " <queue> --all",
 		Short: v.short,
 		Long: v.long + `
 
+With --all it takes every job in --state (` + strings.Join(states, ", ") + `; default ` + states[0] + `)
+there is when it starts, 100 at a time, each with the same check as one job: it
+says how many there are and asks for confirmation on a terminal (--yes
+otherwise), and shows a progress bar on a terminal.
+
 JSON: {"queue","action":"` + v.action + `","done":[ids],"failed":[{"id","code":"not_found|wrong_state|error","error"}]}
-Exit code 3 when every failed job was not found, 1 for other failures.`,
+Exit code 3 when every failed job was not found, 1 for other failures.
+With --all: {"queue","action":"` + v.action + `","state","matched":<jobs there>,"done":<jobs done>}`,
 		Example: v.example,
-		Args:    rangeArgs(2, -1, "<queue> <id>..."),
+		Args:    rangeArgs(1, -1, "<queue> <id>... or <queue> --all"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			ids := args[1:]
+			switch {
+			case all && len(ids) > 0:
+				return usagef("--all takes every %s job: leave out the IDs, or --all", state)
+			case !all && len(ids) == 0:
+				return usagef("say which jobs to %s: their IDs, or --all (with --state %s)", v.action, strings.Join(states, "|"))
+			case !all && cmd.Flags().Changed("state"):
+				return usagef("--state goes with --all: jobs named by ID are found in whichever state they are")
+			}
+			st := inspect.State(state)
+			if all && !slices.Contains(v.states, st) {
+				return usagef("--state %q: %s --all takes %s", state, v.use, strings.Join(states, ", "))
+			}
 			q, err := a.queue(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			ids := args[1:]
+			if all {
+				return a.bulkState(cmd, q, v, st, yes)
+			}
 			if v.confirmMany && len(ids) > 1 {
 				if err := a.confirm(fmt.Sprintf("%s %d jobs of queue %s", v.action, len(ids), args[0]), yes); err != nil {
 					return err
@@ -168,10 +200,46 @@ Exit code 3 when every failed job was not found, 1 for other failures.`,
 			return nil
 		},
 	}
-	if v.confirmMany {
-		cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (needed when stdin is not a terminal)")
-	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (needed when stdin is not a terminal)")
+	cmd.Flags().BoolVar(&all, "all", false, "take every job in --state")
+	cmd.Flags().StringVar(&state, "state", states[0], "with --all, the jobs to take: "+strings.Join(states, ", "))
 	return cmd
+}
+
+// bulkState does v to every job of q in state st, after a confirmation that
+// says how many there are.
+func (a *app) bulkState(cmd *cobra.Command, q *inspect.Queue, v verb, st inspect.State, yes bool) error {
+	ctx, cancel := a.ctx(cmd)
+	n, err := q.Count(ctx, st)
+	cancel()
+	if err != nil {
+		return err
+	}
+	out := bulkJSON{Queue: q.Name(), Action: v.action, State: string(st), Matched: int(n)}
+	noun := jobsIn(st)
+	if n == 0 {
+		return a.bulkDone(out, v.past, noun)
+	}
+	if err := a.confirm(fmt.Sprintf("%s %s of queue %s", v.action, noun(int(n)), q.Name()), yes); err != nil {
+		return err
+	}
+	bar := a.progress(v.action, int(n))
+	out.Done, err = v.all(q, cmd.Context(), st, bar.done)
+	bar.end()
+	if err != nil {
+		return fmt.Errorf("%s after %d of %d: %w", v.action, out.Done, n, err)
+	}
+	return a.bulkDone(out, v.past, noun)
+}
+
+// jobsIn returns the noun of n jobs in state st: "1 waiting job".
+func jobsIn(st inspect.State) func(int) string {
+	return func(n int) string {
+		if n == 1 {
+			return "1 " + string(st) + " job"
+		}
+		return fmt.Sprintf("%d %s jobs", n, st)
+	}
 }
 
 func joinLines(s []string) string {
@@ -194,8 +262,13 @@ handler's context is cancelled with cause streamq.ErrCancelled and the job is
 dead-lettered with reason "cancelled" (not retried). Only running jobs can be
 cancelled; delete a waiting or delayed job instead.`,
 		example: `  streamq cancel orders 1732500000000-0
-  streamq cancel orders 1732500000000-0 1732500000001-0 --json`,
+  streamq cancel orders 1732500000000-0 1732500000001-0 --json
+  streamq cancel orders --all --yes`,
 		call: (*inspect.Queue).Cancel,
+		all: func(q *inspect.Queue, ctx context.Context, _ inspect.State, progress func(int)) (int, error) {
+			return q.CancelAll(ctx, progress)
+		},
+		states: []inspect.State{inspect.StateRunning},
 	})
 }
 
@@ -207,9 +280,12 @@ func newDeleteCmd(a *app) *cobra.Command {
 cannot be deleted: cancel it. Deleting more than one job asks for confirmation
 on a terminal and needs --yes otherwise.`,
 		example: `  streamq delete orders 1732500000000-0
-  streamq delete orders 1732500000000-0 1732500000001-0 --yes`,
+  streamq delete orders 1732500000000-0 1732500000001-0 --yes
+  streamq delete orders --all --state waiting --yes`,
 		call:        (*inspect.Queue).Delete,
 		confirmMany: true,
+		all:         (*inspect.Queue).DeleteAll,
+		states:      []inspect.State{inspect.StateWaiting, inspect.StateDelayed, inspect.StateRetrying},
 	})
 }
 
@@ -221,7 +297,10 @@ func newRunNowCmd(a *app) *cobra.Command {
 the stream, at the end of the jobs already waiting (a stream only grows at its
 end), and runs when those have started; in a priority queue it moves into the
 ready set at its priority. It does not jump the queue.`,
-		example: `  streamq run-now orders 1732500000000-0`,
-		call:    (*inspect.Queue).RunNow,
+		example: `  streamq run-now orders 1732500000000-0
+  streamq run-now orders --all --state retrying --yes`,
+		call:   (*inspect.Queue).RunNow,
+		all:    (*inspect.Queue).RunAllNow,
+		states: []inspect.State{inspect.StateDelayed, inspect.StateRetrying},
 	})
 }

@@ -37,8 +37,10 @@ func newDashboardCmd(a *app) *cobra.Command {
 		Short: "Serve the web dashboard (loopback only by default)",
 		Long: `Serve the web dashboard of the queues: counts and charts, jobs by state with
 search, one job in full, dead letters with filters and bulk requeue and purge,
-consumers, schedules, priority bands and write-behind status, and the actions
-(pause, resume, cancel, delete, run now, requeue, purge) unless --read-only.
+consumers, schedules, priority bands, write-behind status, each queue's history
+(2 hours per minute, 7 days per hour) and the Redis server, and the actions
+(pause, resume, cancel, delete, run now, requeue, purge, the same for every job
+of a state, deleting a queue) unless --read-only.
 
 Authentication comes from the environment, never from flags (they show in ps):
   STREAMQ_DASHBOARD_USER and STREAMQ_DASHBOARD_PASSWORD   basic authentication (a password

@@ -184,6 +184,7 @@ func newDeadShowCmd(a *app) *cobra.Command {
 type bulkJSON struct {
 	Queue   string `json:"queue"`
 	Action  string `json:"action"`
+	State   string `json:"state,omitempty"` // the state of a --all action of delete, run-now, cancel
 	Matched int    `json:"matched"`
 	Done    int    `json:"done"`
 }
@@ -244,7 +245,7 @@ JSON: {"queue","action":"` + verb + `","matched":<jobs selected>,"done":<jobs ` 
 					what = fmt.Sprintf("%s %s of queue %s", verb, deadLetters(n), args[0])
 				}
 				if n == 0 {
-					return a.bulkDone(bulkJSON{Queue: args[0], Action: verb}, past)
+					return a.bulkDone(bulkJSON{Queue: args[0], Action: verb}, past, deadLetters)
 				}
 				if err := a.confirm(what, yes); err != nil {
 					return err
@@ -262,10 +263,10 @@ JSON: {"queue","action":"` + verb + `","matched":<jobs selected>,"done":<jobs ` 
 				return fmt.Errorf("%s after %d of %d: %w", verb, done, n, err)
 			}
 			if len(ids) > 0 && done < len(ids) {
-				_ = a.bulkDone(bulkJSON{Queue: args[0], Action: verb, Matched: n, Done: done}, past)
+				_ = a.bulkDone(bulkJSON{Queue: args[0], Action: verb, Matched: n, Done: done}, past, deadLetters)
 				return &exitError{code: exitNotFound, err: fmt.Errorf("%d of the %d IDs are not dead letters of %s ('streamq dead ls %s' lists them)", len(ids)-done, len(ids), args[0], args[0])}
 			}
-			return a.bulkDone(bulkJSON{Queue: args[0], Action: verb, Matched: n, Done: done}, past)
+			return a.bulkDone(bulkJSON{Queue: args[0], Action: verb, Matched: n, Done: done}, past, deadLetters)
 		},
 	}
 	df.register(cmd)
@@ -300,11 +301,12 @@ func (a *app) countDead(cmd *cobra.Command, q *inspect.Queue, f inspect.DeadFilt
 	return full.CountDead(cmd.Context(), f)
 }
 
-func (a *app) bulkDone(out bulkJSON, past string) error {
+// bulkDone prints what a bulk action did; noun names its jobs.
+func (a *app) bulkDone(out bulkJSON, past string, noun func(int) string) error {
 	if a.json {
 		return printJSON(a.stdout, out)
 	}
-	fmt.Fprintf(a.stdout, "%s %s of %s\n", past, deadLetters(out.Done), out.Queue)
+	fmt.Fprintf(a.stdout, "%s %s of %s\n", past, noun(out.Done), out.Queue)
 	return nil
 }
 

@@ -11,16 +11,23 @@
 // Subcommands (each has -h with examples):
 //
 //	queues                           every queue: kind, jobs by state, oldest waiting, paused
+//	queues prune                     remove ghost queues (registry entries without keys)
+//	queue delete <queue>             delete a queue and every key of it (--force while consumers are live)
 //	stats <queue>                    one queue: counters, throughput per minute, priority levels, write-behind
+//	stats <queue> --history 2h|7d    processed and failed per minute (2 hours) or per hour (7 days)
+//	stats --rollup                   keep the 7-day history (cron, at least every 2 hours)
 //	watch [queue]                    refreshing view of counts and rates (plain or JSON lines off a terminal)
 //	jobs <queue> --state S           jobs in one state, a page at a time (--limit --cursor --header --grep)
 //	job <queue> <id>                 one job wherever it is: payload, headers, attempts, errors, progress, result
 //	pause|resume <queue>             stop and restart taking jobs
 //	cancel|delete|run-now <queue> <id>...
+//	cancel|delete|run-now <queue> --all [--state S]   every job of a state, after a confirmation
 //	dead ls|show|requeue|purge       dead letters, with the filters --reason --error --since --until
 //	consumers <queue>                consumers/workers; consumers prune <queue> --idle D
 //	schedules [queue]                periodic schedules with their last and next tick
 //	enqueue <queue> [payload|-]      one job (--header --in --at --unique --ttl --priority), or many (--jsonl FILE|-)
+//	redis                            the Redis server: version, memory, eviction policy, ops/s, clients, persistence
+//	dash                             interactive terminal view: queues, jobs by state, one job; pause, retry, delete
 //	dashboard                        the web dashboard (--listen --tls-cert --tls-key --allowed-host --hide-payloads ...)
 //	bench                            the benchmark of docs/performance.md (also cmd/streamq-bench)
 //	version                          the streamq version

@@ -343,6 +343,14 @@ var (
 // durations.
 var volatile = map[string]bool{
 	"id": true, "entry_id": true, "cursor": true, "go": true,
+	// streamq redis: the test server's own
+	"addr": true, "rdb_schedule": true, "persistence": true,
+}
+
+// volatileNumbers are numbers that change from run to run (streamq redis).
+var volatileNumbers = map[string]bool{
+	"uptime_s": true, "used_memory": true, "peak_memory": true, "ops_per_sec": true, "clients": true,
+	"blocked_clients": true, "rdb_changes": true, "evicted_keys": true, "deleted_keys": true,
 }
 
 // counters are the per-minute throughput counters.
@@ -399,6 +407,9 @@ func scrub(key string, v any) any {
 	case json.Number:
 		if strings.HasSuffix(key, "_ms") {
 			return "<ms>" // 0 or not depends on the millisecond the test ran in
+		}
+		if volatileNumbers[key] {
+			return "<" + key + ">"
 		}
 		if counters[key] {
 			return "<n>" // per-minute counters: flushed in batches, split at minute boundaries

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -73,7 +74,7 @@ func (a *app) overviews(cmd *cobra.Command, only string) ([]*inspect.Overview, e
 }
 
 func newQueuesCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "queues",
 		Short: "List every queue with its kind, sizes, oldest waiting job and state",
 		Long: `List every queue registered under the key prefix, with its kind (stream or
@@ -83,7 +84,8 @@ and whether it is paused.
 JSON: {"queues":[{"name","kind","paused","write_behind","length","waiting",
 "running","delayed","retrying","dead","cancelled","consumers","oldest_waiting_ms"}]}`,
 		Example: `  streamq queues
-  streamq queues --prefix myapp --json`,
+  streamq queues --prefix myapp --json
+  streamq queues prune`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ovs, err := a.overviews(cmd, "")
@@ -106,6 +108,8 @@ JSON: {"queues":[{"name","kind","paused","write_behind","length","waiting",
 			return overviewTable(a.stdout, ovs)
 		},
 	}
+	cmd.AddCommand(newQueuesPruneCmd(a))
+	return cmd
 }
 
 func overviewTable(w io.Writer, ovs []*inspect.Overview) error {
@@ -134,6 +138,7 @@ func state(paused bool) string {
 type statsJSON struct {
 	Queue       overviewJSON     `json:"queue"`
 	Throughput  []pointJSON      `json:"throughput"`
+	History     *historyJSON     `json:"history,omitempty"`
 	Levels      []levelJSON      `json:"levels,omitempty"`
 	WriteBehind *writeBehindJSON `json:"write_behind,omitempty"`
 }
@@ -142,6 +147,12 @@ type pointJSON struct {
 	At        *time.Time `json:"at"`
 	Processed int64      `json:"processed"`
 	Failed    int64      `json:"failed"`
+}
+
+// historyJSON is the JSON shape of stats --history.
+type historyJSON struct {
+	StepS  int64       `json:"step_s"`
+	Points []pointJSON `json:"points"`
 }
 
 type levelJSON struct {
@@ -159,22 +170,44 @@ type writeBehindJSON struct {
 
 func newStatsCmd(a *app) *cobra.Command {
 	var minutes int
+	var history string
+	var rollup bool
 	cmd := &cobra.Command{
-		Use:   "stats <queue>",
-		Short: "Show one queue's counters, throughput per minute, priority levels and write-behind state",
+		Use:   "stats <queue> | stats --rollup",
+		Short: "Show one queue's counters, throughput per minute or hour, priority levels and write-behind state",
 		Long: `Show one queue: jobs by state, consumers, the oldest waiting job, jobs processed
 and failed per minute over the last --minutes, the jobs per priority (priority
 queues) and the write-behind backlog (queues fed by a writebehind.Writer).
 
+--history SPAN shows processed and failed jobs over SPAN instead: per minute
+up to 2h, per hour up to 7d (SPAN like 90m, 2h, 24h, 7d). Consumers count per
+minute, and those counters are kept 2 hours; each run of stats (and the
+dashboard) copies them into hour counters kept 7 days. Without a dashboard
+open, run 'streamq stats --rollup' at least every 2 hours (cron) to keep the
+7-day history complete: it rolls up every queue and prints how many.
+
 JSON: {"queue":{...as in queues...},"throughput":[{"at","processed","failed"}],
+"history":{"step_s":60|3600,"points":[{"at","processed","failed"}]},
 "levels":[{"priority","count"}],"write_behind":{"unpersisted","oldest_age_ms",
-"retrying","dead","last_error"}}`,
+"retrying","dead","last_error"}}; with --rollup: {"rolled_up":<queues>}`,
 		Example: `  streamq stats orders
-  streamq stats orders --minutes 60 --json`,
-		Args: exactArgs(1, "<queue>"),
+  streamq stats orders --minutes 60 --json
+  streamq stats orders --history 7d
+  streamq stats --rollup    # from cron, hourly: 0 * * * *`,
+		Args: rangeArgs(0, 1, "<queue> (or --rollup alone)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if minutes < 1 || minutes > 120 {
 				return usagef("--minutes %d: use 1..120 (the counters are kept 2 hours)", minutes)
+			}
+			span, err := parseSpan(history)
+			if err != nil {
+				return err
+			}
+			if len(args) == 0 {
+				if !rollup {
+					return usagef("stats: wants <queue>, or --rollup alone to roll up every queue")
+				}
+				return a.rollUpAll(cmd)
 			}
 			q, err := a.queue(cmd, args[0])
 			if err != nil {
@@ -182,14 +215,56 @@ JSON: {"queue":{...as in queues...},"throughput":[{"at","processed","failed"}],
 			}
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			return a.stats(ctx, q, minutes)
+			if err := q.RollUp(ctx); err != nil {
+				fmt.Fprintf(a.stderr, "streamq: warning: %v (the 7-day history misses these minutes until a roll-up succeeds)\n", err)
+			}
+			return a.stats(ctx, q, minutes, span)
 		},
 	}
 	cmd.Flags().IntVar(&minutes, "minutes", 10, "minutes of throughput to show (1..120)")
+	cmd.Flags().StringVar(&history, "history", "", "show processed and failed jobs over this span: per minute up to 2h, per hour up to 7d")
+	cmd.Flags().BoolVar(&rollup, "rollup", false, "without a queue: copy every queue's minute counters into the 7-day hour counters (cron)")
 	return cmd
 }
 
-func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int) error {
+// parseSpan reads --history: a Go duration, or whole days ("7d").
+func parseSpan(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok && err != nil {
+		var n int
+		if _, err2 := fmt.Sscanf(days, "%d", &n); err2 == nil && fmt.Sprint(n) == days {
+			d, err = time.Duration(n)*24*time.Hour, nil
+		}
+	}
+	if err != nil || d < time.Minute || d > inspect.HourHistory {
+		return 0, usagef("--history %q: use a span from 1m to 7d, like 2h or 7d (per minute up to 2h, per hour beyond)", s)
+	}
+	return d, nil
+}
+
+// rollUpAll runs the roll-up of every queue.
+func (a *app) rollUpAll(cmd *cobra.Command) error {
+	var n int
+	err := a.withInspector(cmd, func(ctx context.Context, in *inspect.Inspector) (err error) {
+		n, err = in.RollUp(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("rolled up %d queues: %w", n, err)
+	}
+	if a.json {
+		return printJSON(a.stdout, struct {
+			RolledUp int `json:"rolled_up"`
+		}{n})
+	}
+	fmt.Fprintf(a.stdout, "rolled up %d queues\n", n)
+	return nil
+}
+
+func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int, span time.Duration) error {
 	o, err := q.Overview(ctx)
 	if err != nil {
 		return err
@@ -197,6 +272,12 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int) error {
 	pts, err := q.Throughput(ctx, minutes)
 	if err != nil {
 		return err
+	}
+	var hist *inspect.History
+	if span > 0 {
+		if hist, err = q.History(ctx, span); err != nil {
+			return err
+		}
 	}
 	var levels []inspect.Level
 	if q.Kind() == inspect.KindPriority {
@@ -212,8 +293,9 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int) error {
 	}
 	if a.json {
 		out := statsJSON{Queue: newOverviewJSON(o), Throughput: []pointJSON{}}
-		for _, p := range pts {
-			out.Throughput = append(out.Throughput, pointJSON{At: jsonTime(p.At), Processed: p.Processed, Failed: p.Failed})
+		out.Throughput = pointsJSON(pts)
+		if hist != nil {
+			out.History = &historyJSON{StepS: int64(hist.Step / time.Second), Points: pointsJSON(hist.Points)}
 		}
 		for _, l := range levels {
 			out.Levels = append(out.Levels, levelJSON{Priority: l.Priority, Count: l.Count})
@@ -247,10 +329,41 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int) error {
 			return err
 		}
 	}
+	if hist != nil {
+		return historyTable(w, hist)
+	}
 	fmt.Fprintln(w, "\nThroughput per minute (UTC):")
 	t := newTable(w, "  MINUTE", "PROCESSED", "FAILED")
 	for _, p := range pts {
 		t.row("  "+p.At.UTC().Format("15:04"), p.Processed, p.Failed)
 	}
 	return t.flush()
+}
+
+// historyTable writes a History as a table, per minute or per hour.
+func historyTable(w io.Writer, h *inspect.History) error {
+	step, col, layout := "minute", "  MINUTE", "15:04"
+	if h.Step == time.Hour {
+		step, col, layout = "hour", "  HOUR", "Jan 02 15:00"
+	}
+	var sumP, sumF int64
+	for _, p := range h.Points {
+		sumP += p.Processed
+		sumF += p.Failed
+	}
+	fmt.Fprintf(w, "\nHistory per %s (UTC), %d processed and %d failed in all:\n", step, sumP, sumF)
+	t := newTable(w, col, "PROCESSED", "FAILED")
+	for _, p := range h.Points {
+		t.row("  "+p.At.UTC().Format(layout), p.Processed, p.Failed)
+	}
+	return t.flush()
+}
+
+// pointsJSON is pts in JSON.
+func pointsJSON(pts []inspect.Point) []pointJSON {
+	out := make([]pointJSON, len(pts))
+	for i, p := range pts {
+		out[i] = pointJSON{At: jsonTime(p.At), Processed: p.Processed, Failed: p.Failed}
+	}
+	return out
 }

@@ -22,6 +22,7 @@ import (
 // the table or the JSON).
 var commands = []func(*app) *cobra.Command{
 	newQueuesCmd,
+	newQueueCmd,
 	newStatsCmd,
 	newWatchCmd,
 	newJobsCmd,
@@ -34,10 +35,12 @@ var commands = []func(*app) *cobra.Command{
 	newDeadCmd,
 	newConsumersCmd,
 	newSchedulesCmd,
+	newRedisCmd,
 	newEnqueueCmd,
 	newBenchCmd,
 	newVersionCmd,
 	newDashboardCmd,
+	newDashCmd,
 }
 
 // app is the state every subcommand shares: its streams, the global flags
