@@ -17,9 +17,11 @@
 //     streamqtest, which builds on this one, does not link Docker);
 //
 // and otherwise fails with a message saying how to get one. Tests that stop,
-// restart or kill Redis start their own server with [StartServer]. Conditions
-// that have no signal to wait on are awaited with [WaitFor]; consumers,
-// workers and schedulers run in the background of a test with [Background].
+// restart or kill Redis start their own server with [StartServer]; tests
+// that load it heavily get one of their own with [NewIsolatedClient].
+// Conditions that have no signal to wait on are awaited with [WaitFor];
+// consumers, workers and schedulers run in the background of a test with
+// [Background].
 //
 // Tests of replication, failover and encryption start whole topologies of
 // their own, every process on a free loopback port with its files in
@@ -197,6 +199,24 @@ func Addr() string {
 func NewClient(t testing.TB) *redis.Client {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// NewIsolatedClient starts a redis-server for this test alone (see
+// [StartServer]; extraArgs are passed on) and returns a client of it, closed
+// in t.Cleanup. Tests that load Redis heavily (a million entries, crash
+// storms, large backlogs) use it, so that they never starve the tests that
+// share the binary's server, and are not slowed down by them. Without a
+// redis-server binary (REDIS_ADDR or a container serves the binary) it logs
+// so and returns [NewClient], a client of the shared server.
+func NewIsolatedClient(t testing.TB, extraArgs ...string) *redis.Client {
+	t.Helper()
+	if _, err := lookBinary(); err != nil {
+		t.Logf("redistest: this heavy test shares the binary's server: %v", err)
+		return NewClient(t)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: StartServer(t, extraArgs...).Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }

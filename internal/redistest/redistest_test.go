@@ -441,3 +441,23 @@ func TestServers_DieWithTestBinary(t *testing.T) {
 		})
 	}
 }
+
+// A heavy test's server is its own: not the binary's, and gone after the
+// test.
+func TestNewIsolatedClient(t *testing.T) {
+	t.Parallel()
+	var a string
+	t.Run("heavy", func(t *testing.T) {
+		c := NewIsolatedClient(t)
+		a = c.Options().Addr
+		if a == Addr() {
+			t.Fatalf("NewIsolatedClient reaches the shared server %s", a)
+		}
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := probeOnce(a, 0, nil); err == nil {
+		t.Errorf("the heavy test's server at %s still answers after the test", a)
+	}
+}
