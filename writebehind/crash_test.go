@@ -145,10 +145,10 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 	// then a no-op: concurrent CREATE TABLE IF NOT EXISTS can fail in
 	// PostgreSQL), and drop it after they were killed.
 	newSinkOn(t, db, d, table)
-	q := newQueue(t, nil)
+	q := newQueueOn(t, redistest.NewIsolatedClient(t), nil) // workers killed while updates keep coming
 	w := newWriter(t, q, nil)
 	args := append([]string{
-		"-addr", redistest.Addr(), "-queue", q.Name(), "-table", table,
+		"-addr", redistest.AddrOf(t, core.Of(q).RDB), "-queue", q.Name(), "-table", table,
 		"-min-idle", "300ms", "-max-batch", "500", "-concurrency", "1000",
 	}, dbArg...)
 	workers := []*crashWorker{

@@ -27,23 +27,23 @@ import (
 	"github.com/streamq/streamq/writebehind"
 )
 
-// TestWriteBehind_EndToEnd writes 50,000 random updates (sets and some
-// deletes) over 1,000 keys through a Writer, persists them with two
-// consumers, each with its own Handler on the same database, and checks that
-// the database ends up holding exactly what the cache holds. With -short it
-// writes 5,000 updates.
+// TestWriteBehind_EndToEnd writes 10,000 random updates (sets and some
+// deletes) over 1,000 keys with 16 goroutines through a Writer, persists
+// them with two consumers, each with its own Handler on the same database,
+// and checks that the database ends up holding exactly what the cache
+// holds. With -short it writes 2,000 updates.
 func TestWriteBehind_EndToEnd(t *testing.T) {
 	t.Parallel()
 	const keys = 1_000
-	updates := 50_000
+	updates := 10_000
 	if testing.Short() {
-		updates = 5_000
+		updates = 2_000
 	}
 	for _, d := range e2eDialects() {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			sink := newSink(t, d, "")
-			q := newQueue(t, nil)
+			q := newQueueOn(t, redistest.NewIsolatedClient(t), nil) // a large backlog
 			w := newWriter(t, q, nil)
 			var handlers []*writebehind.Handler
 			for range 2 {
@@ -263,7 +263,7 @@ func TestWriteBehind_EndToEndHash(t *testing.T) {
 		t.Run(d.String(), func(t *testing.T) {
 			t.Parallel()
 			sink := newSink(t, d, "")
-			q := newQueue(t, nil)
+			q := newQueueOn(t, redistest.NewIsolatedClient(t), nil) // a large backlog
 			w := newWriter(t, q, nil)
 			h := newHandler(t, sink, nil)
 			runConsumer(t, q, h, consumerConfig(streamq.ConsumerConfig{}))

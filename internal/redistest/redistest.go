@@ -46,6 +46,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -100,6 +101,8 @@ const (
 	maxNameBase = 60
 	// waitInterval is the polling period of [WaitFor].
 	waitInterval = 5 * time.Millisecond
+	// minParallel is the least number of tests [Run] lets run at once.
+	minParallel = 8
 )
 
 // howToGetRedis is printed whenever no server can be found or started.
@@ -134,7 +137,13 @@ type Fallback func() (addr string, stop func(), err error)
 // to get one and returns 1 without running the tests. When the tests pass,
 // Run also fails the binary if goroutines outlive them (goleak), so every
 // package that uses it checks for leaks.
+//
+// Unless -test.parallel is given, Run lets at least 8 parallel tests run at
+// once instead of GOMAXPROCS (2 on a small machine): the project's tests
+// mostly wait (for Redis, timers, child processes) rather than compute, so
+// the default would leave such a machine idle while they wait in line.
 func Run(m *testing.M, fallbacks ...Fallback) int {
+	raiseParallel()
 	code := RunWithoutLeakCheck(m, fallbacks...)
 	if code == 0 {
 		// go-redis redials a dead node in the background after a refused
@@ -148,9 +157,9 @@ func Run(m *testing.M, fallbacks ...Fallback) int {
 	return code
 }
 
-// RunWithoutLeakCheck is [Run] without the goroutine leak check, for test
-// binaries of users (package streamqtest), whose goroutines are theirs to
-// check.
+// RunWithoutLeakCheck is [Run] without the goroutine leak check and without
+// raising -test.parallel, for test binaries of users (package streamqtest),
+// whose goroutines and parallelism are theirs to choose.
 func RunWithoutLeakCheck(m *testing.M, fallbacks ...Fallback) int {
 	a, stop, err := defaultFinder(fallbacks...).find()
 	if err != nil {
@@ -161,6 +170,23 @@ func RunWithoutLeakCheck(m *testing.M, fallbacks ...Fallback) int {
 	code := m.Run()
 	stop()
 	return code
+}
+
+// raiseParallel sets -test.parallel to minParallel if the command line did
+// not set it and it is lower. It parses the command line, as m.Run would.
+func raiseParallel() {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.parallel")
+	if f == nil {
+		return
+	}
+	given := false
+	flag.Visit(func(v *flag.Flag) { given = given || v == f })
+	if n, err := strconv.Atoi(f.Value.String()); err == nil && !given && n < minParallel {
+		_ = f.Value.Set(strconv.Itoa(minParallel))
+	}
 }
 
 // shared is the server found by SharedAddr when TestMain did not call Run
@@ -219,6 +245,19 @@ func NewIsolatedClient(t testing.TB, extraArgs ...string) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: StartServer(t, extraArgs...).Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// AddrOf returns the address (host:port) of the single server c talks to,
+// for the processes a test starts against the same server (which may be
+// its own, see [NewIsolatedClient]). It fails the test unless c is a
+// *redis.Client.
+func AddrOf(t testing.TB, c redis.UniversalClient) string {
+	t.Helper()
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		t.Fatalf("redistest: AddrOf needs a *redis.Client (one server), got %T", c)
+	}
+	return rc.Options().Addr
 }
 
 // NewProxiedClient starts a [faultproxy.Proxy] to [Addr] and returns it with

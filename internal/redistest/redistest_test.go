@@ -449,7 +449,7 @@ func TestNewIsolatedClient(t *testing.T) {
 	var a string
 	t.Run("heavy", func(t *testing.T) {
 		c := NewIsolatedClient(t)
-		a = c.Options().Addr
+		a = AddrOf(t, c)
 		if a == Addr() {
 			t.Fatalf("NewIsolatedClient reaches the shared server %s", a)
 		}
