@@ -206,10 +206,11 @@ func TestWriteBehind_PostgresOutage(t *testing.T) {
 		func() { proxy.SetRefuse(false) })
 }
 
-// outage runs a consumer writing to sink, writes updates, calls down, writes
-// more while the sink fails until some batches failed, calls up, writes more,
-// and checks that everything arrived without dead letters. The retry budget
-// (40 attempts, backoff up to 2 s) is far longer than the outage.
+// outage runs a consumer writing to sink, writes 500 updates, calls down,
+// writes 500 more while the sink fails until some batches failed, calls up,
+// writes 500 more, and checks that everything arrived without dead letters.
+// The retry budget (40 attempts, backoff up to 2 s) is far longer than the
+// outage.
 func outage(t *testing.T, db *testSink, sink writebehind.Sink, down, up func()) {
 	t.Helper()
 	q := newQueue(t, nil)
@@ -220,12 +221,12 @@ func outage(t *testing.T, db *testSink, sink writebehind.Sink, down, up func()) 
 		Backoff:       streamq.ExponentialBackoff(50*time.Millisecond, 2*time.Second),
 	}))
 
-	expect := workload(t, w, 1000, 100, 4, 10, nil)
+	expect := workload(t, w, 500, 100, 4, 10, nil)
 	waitDrained(t, q)
 
 	down()
 	failedBefore := h.Stats().WriteErrors
-	for k, e := range workload(t, w, 1000, 100, 4, 10, nil) {
+	for k, e := range workload(t, w, 500, 100, 4, 10, nil) {
 		expect[k] = e
 	}
 	redistest.WaitFor(t, 30*time.Second, "3 failed batches during the outage", func() bool {
@@ -233,7 +234,7 @@ func outage(t *testing.T, db *testSink, sink writebehind.Sink, down, up func()) 
 	})
 	up()
 
-	for k, e := range workload(t, w, 1000, 100, 4, 10, nil) {
+	for k, e := range workload(t, w, 500, 100, 4, 10, nil) {
 		expect[k] = e
 	}
 	waitDrained(t, q)
@@ -252,10 +253,11 @@ func outage(t *testing.T, db *testSink, sink writebehind.Sink, down, up func()) 
 // strings and deletions of the same keys, so that keys switch between the
 // two types, persists them with a consumer, and checks that the database
 // ends up holding exactly what the cache holds: each hash as its canonical
-// JSON, each string as it is. With -short it writes 2,000 updates.
+// JSON, each string as it is: 5,000 updates over 500 keys, 2,000 with
+// -short.
 func TestWriteBehind_EndToEndHash(t *testing.T) {
 	t.Parallel()
-	updates := 10_000
+	updates := 5_000
 	if testing.Short() {
 		updates = 2_000
 	}

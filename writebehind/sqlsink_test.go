@@ -321,8 +321,8 @@ func TestSQLSink_Write_LargeBatch(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
 		// More rows than one statement may bind in the dialect: a full
-		// statement and a partial one.
-		n := s.MaxRows() * 3 / 2
+		// statement, at the dialect's limit of parameters, and one more row.
+		n := s.MaxRows() + 1
 		statements := 0
 		s.SetAfterStatement(func(int, int) { statements++ })
 		batch := make([]writebehind.Change, n)
