@@ -12,8 +12,8 @@
 //  2. a private redis-server process (from PATH or /usr/bin/redis-server) on a
 //     free loopback port, without persistence, killed when the tests end;
 //  3. the fallbacks given to Run, in order: the project's test binaries pass
-//     [rediscontainer.Start], a redis:7 container started with
-//     testcontainers-go if Docker runs (a package of its own, so that
+//     Start of package internal/rediscontainer, a redis:7 container started
+//     with testcontainers-go if Docker runs (a package of its own, so that
 //     streamqtest, which builds on this one, does not link Docker);
 //
 // and otherwise fails with a message saying how to get one. Tests that stop,
@@ -121,7 +121,8 @@ var addr atomic.Pointer[string]
 
 // Fallback starts a server when neither REDIS_ADDR nor a redis-server
 // binary gives one, and returns its address (host:port) and a function that
-// stops it. Its errors name what it tried. [rediscontainer.Start] is one.
+// stops it. Its errors name what it tried. Start of package
+// internal/rediscontainer is one.
 type Fallback func() (addr string, stop func(), err error)
 
 // Run finds or starts a Redis for the test binary, runs m.Run(), tears down
@@ -198,8 +199,8 @@ var shared = sync.OnceValues(func() (string, error) {
 
 // SharedAddr returns the address of the test binary's Redis: the one found
 // by [Run] if TestMain called it, else one found on the first call, in the
-// order documented on Run without fallbacks, and kept for the rest of the binary. A private
-// redis-server started that way has no TestMain to stop it: it is killed by
+// order documented on Run without fallbacks, and kept for the rest of the
+// binary. A private redis-server started that way has no TestMain to stop it: it is killed by
 // the kernel when the test binary exits (Linux; elsewhere it outlives the
 // tests, so call Run from TestMain). The error says how to get a Redis.
 func SharedAddr() (string, error) {
@@ -234,8 +235,9 @@ func NewClient(t testing.TB) *redis.Client {
 // in t.Cleanup. Tests that load Redis heavily (a million entries, crash
 // storms, large backlogs) use it, so that they never starve the tests that
 // share the binary's server, and are not slowed down by them. Without a
-// redis-server binary (REDIS_ADDR or a container serves the binary) it logs
-// so and returns [NewClient], a client of the shared server.
+// redis-server binary (the binary's server is then REDIS_ADDR or a
+// container) it logs that and returns [NewClient], a client of the shared
+// server.
 func NewIsolatedClient(t testing.TB, extraArgs ...string) *redis.Client {
 	t.Helper()
 	if _, err := lookBinary(); err != nil {
