@@ -19,6 +19,7 @@ import (
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testsignal"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -50,6 +51,12 @@ func ctlSetup(t *testing.T) (*redis.Client, *streamq.Queue, *streamq.Producer, r
 // until the test ends (or stop is called).
 func ctlConsumer(t *testing.T, q *streamq.Queue, h streamq.HandlerFunc, cfg streamq.ConsumerConfig) (*streamq.Consumer, func()) {
 	t.Helper()
+	return ctlConsumerWith(t, q, h, cfg, nil)
+}
+
+// ctlConsumerWith is ctlConsumer whose run fires the signals in sig.
+func ctlConsumerWith(t *testing.T, q *streamq.Queue, h streamq.HandlerFunc, cfg streamq.ConsumerConfig, sig *testsignal.Signals) (*streamq.Consumer, func()) {
+	t.Helper()
 	cfg.ControlInterval = ctlInterval
 	if cfg.Block == 0 {
 		cfg.Block = 50 * time.Millisecond
@@ -62,7 +69,7 @@ func ctlConsumer(t *testing.T, q *streamq.Queue, h streamq.HandlerFunc, cfg stre
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := redistest.Background(t, "Consumer.Run", 15*time.Second, c.Run)
+	r := redistest.Background(t, "Consumer.Run", 15*time.Second, sig.Run(c.Run))
 	return c, func() { _ = r.Stop() }
 }
 
@@ -128,20 +135,25 @@ func TestConsumer_PauseWhileBacklogDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	var started, done atomic.Int64
-	cons, _ := ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+	sig := &testsignal.Signals{Paused: testsignal.New[struct{}]()}
+	cons, _ := ctlConsumerWith(t, q, func(ctx context.Context, m *streamq.Message) error {
 		started.Add(1)
 		defer done.Add(1)
 		time.Sleep(2 * time.Millisecond)
 		return nil
-	}, streamq.ConsumerConfig{Concurrency: 4})
+	}, streamq.ConsumerConfig{Concurrency: 4}, sig)
 
 	redistest.WaitFor(t, 10*time.Second, "some jobs to run", func() bool { return done.Load() >= 50 })
 	if err := c.Set(ctx, k.Paused, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	redistest.WaitFor(t, 5*time.Second, "the consumer to report the pause", func() bool { return cons.Health().Paused })
-	// A read in flight when the pause was seen still starts its jobs: the
-	// pause settles once they ran.
+	// The consumer reports the pause as soon as it sees it, but a read may
+	// still be on its way and start its jobs: the pause has settled once
+	// the fetch loop stopped and the jobs it fetched before ran.
+	sig.Paused.Wait(t, 5*time.Second, "the fetch loop to stop for the pause")
+	if !cons.Health().Paused {
+		t.Error("the fetch loop stopped for the pause, but Health does not report it")
+	}
 	redistest.WaitFor(t, 5*time.Second, "running jobs to finish", func() bool {
 		return cons.Health().Jobs == 0 && started.Load() == done.Load()
 	})

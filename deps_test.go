@@ -63,8 +63,12 @@ func depRules() map[string][]string {
 		// streamqtype is a leaf: the standard library only.
 		"streamqtype": nil,
 		// streamqtest is imported by tests only: it finds a Redis as the
-		// project's tests do, falling back to testcontainers-go.
-		"streamqtest": with("github.com/testcontainers/testcontainers-go",
+		// project's tests do (REDIS_ADDR, or a private redis-server), and
+		// links no Docker client: testcontainers-go is forbidden for it.
+		"streamqtest": with("go.uber.org/goleak"),
+		// streamqtest/containers is its Docker fallback, which users import
+		// explicitly: testcontainers-go and what it links.
+		"streamqtest/containers": with("github.com/testcontainers/testcontainers-go",
 			"github.com/testcontainers/testcontainers-go/modules/redis", "go.uber.org/goleak",
 			// linked by testcontainers-go
 			"github.com/docker/go-connections", "github.com/docker/go-units", "github.com/stretchr/testify"),

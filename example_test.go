@@ -15,10 +15,11 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rediscontainer"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m, rediscontainer.Start)) }
 
 // exampleClient returns a client to the test Redis. In your code this is
 // redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}), or a

@@ -22,12 +22,13 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/dashboard"
 	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/rediscontainer"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
 // TestMain gives the package's tests a Redis; redistest.Run also fails the
 // run if goroutines outlive the tests.
-func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m, rediscontainer.Start)) }
 
 // waitTimeout bounds every wait for a job to reach a state.
 const waitTimeout = 15 * time.Second

@@ -12,6 +12,7 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testsignal"
 )
 
 const control = 100 * time.Millisecond // the consumers' ControlInterval in these tests
@@ -150,12 +151,19 @@ func TestQueue_PauseWhileDraining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	redistest.Background(t, "consumer", 10*time.Second, c.Run)
+	sig := &testsignal.Signals{Paused: testsignal.New[struct{}]()}
+	redistest.Background(t, "consumer", 10*time.Second, sig.Run(c.Run))
 	redistest.WaitFor(t, 10*time.Second, "the drain to start", func() bool { return done.Load() >= 10 })
 	if err := e.iq.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
-	redistest.WaitFor(t, 10*time.Second, "the consumer to report the pause", func() bool { return c.Health().Paused })
+	// The consumer reports the pause as soon as it sees it, but a fetch
+	// may still be on its way: the pause has settled once the fetch loop
+	// stopped and the jobs it fetched before have finished.
+	sig.Paused.Wait(t, 10*time.Second, "the consumer's fetch loop to stop for the pause")
+	if !c.Health().Paused {
+		t.Error("the fetch loop stopped for the pause, but Health does not report it")
+	}
 	redistest.WaitFor(t, 10*time.Second, "running jobs to finish", func() bool {
 		o, err := e.iq.Overview(ctx)
 		return err == nil && o.Running == 0

@@ -27,10 +27,16 @@ type env struct {
 	iq     *inspect.Queue
 }
 
-// setup returns a registered, empty stream queue and its inspector.
+// setup returns a registered, empty stream queue and its inspector, on the
+// package's Redis.
 func setup(t *testing.T, opts *inspect.Options) *env {
 	t.Helper()
-	c := redistest.NewClient(t)
+	return setupOn(t, redistest.NewClient(t), opts)
+}
+
+// setupOn is setup on the Redis of c.
+func setupOn(t *testing.T, c *redis.Client, opts *inspect.Options) *env {
+	t.Helper()
 	prefix := "iq-" + redistest.Name(t)
 	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
 	e := &env{c: c, prefix: prefix, name: "jobs"}

@@ -110,7 +110,7 @@ func enqueueN(t *testing.T, p *streamq.Producer, from, n int) {
 func TestConsumer_TenThousandJobsExactlyOnce(t *testing.T) {
 	t.Parallel()
 	const n = 10_000
-	_, q, p := cqSetup(t, nil)
+	q, p := relQueue(t, redistest.NewIsolatedClient(t), nil) // a backlog of 10,000
 	ctx := context.Background()
 	for i := range n { // one by one: exercises Enqueue, not just batches
 		if _, err := p.Enqueue(ctx, []byte(strconv.Itoa(i))); err != nil {

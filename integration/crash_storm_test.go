@@ -156,7 +156,8 @@ type stormResult struct {
 // the handler in Redis before anything else, and its dead letter records
 // that many attempts; no normal job is dead-lettered, although its runs are
 // cut short by the pills running beside it (its last attempt runs alone);
-// nothing is lost. Each round uses a fresh queue.
+// nothing is lost. Each round uses a fresh queue on a server of its own,
+// and the rounds run in parallel.
 //
 // The exit pills quiesce before they exit (see testworker.Quiesce): they
 // cancel their worker's Run, so it stops reading, and wait until every job
@@ -176,6 +177,7 @@ func TestCrash_Storm(t *testing.T) {
 		bin := proctest.Build(t, b.pkg)
 		for round := 1; round <= b.rounds; round++ {
 			t.Run(fmt.Sprintf("%s/round%d", b.name, round), func(t *testing.T) {
+				t.Parallel() // each round has a Redis of its own
 				r := stormRun(t, b, bin)
 				t.Run("NothingLost", r.nothingLost)
 				t.Run("ExactAttempts", r.exactAttempts)
@@ -187,10 +189,11 @@ func TestCrash_Storm(t *testing.T) {
 }
 
 // stormRun runs one round of b's storm with the worker program bin on a
-// fresh queue and returns what it left.
+// fresh queue, on a Redis server of the round's own, and returns what it
+// left.
 func stormRun(t *testing.T, b stormBackend, bin string) *stormResult {
 	t.Helper()
-	rdb := redistest.NewClient(t)
+	rdb := redistest.NewIsolatedClient(t)
 	q, _ := relQueue(t, rdb, nil)
 	enqueue, settled := b.open(t, q)
 	ctx := context.Background()

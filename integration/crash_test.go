@@ -42,7 +42,7 @@ func crashStart(t *testing.T, bin string, q *streamq.Queue, name, logDir string,
 	t.Helper()
 	logFile := filepath.Join(logDir, name+".log")
 	args := []string{
-		"-addr", redistest.Addr(),
+		"-addr", redistest.AddrOf(t, core.Of(q).RDB),
 		"-queue", q.Name(),
 		"-name", name,
 		"-concurrency", strconv.Itoa(crashConcurrency),
@@ -72,7 +72,7 @@ type crashKill struct {
 func TestCrash_KillWorkersNoJobLost(t *testing.T) {
 	t.Parallel()
 	bin := proctest.Build(t, crashWorkerPkg)
-	rdb := redistest.NewClient(t)
+	rdb := redistest.NewIsolatedClient(t) // workers killed every half second
 	q, p := relQueue(t, rdb, nil)
 	ctx := context.Background()
 	logDir := t.TempDir()

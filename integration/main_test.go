@@ -6,7 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/streamq/streamq/internal/rediscontainer"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(redistest.Run(m, rediscontainer.Start)) }

@@ -19,6 +19,7 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testsignal"
 )
 
 // Bounds of the waits in the reliability, fault and crash tests.
@@ -121,7 +122,13 @@ type relRunning struct {
 // relRun starts c.Run; the test's cleanup stops it if the test did not.
 func relRun(t *testing.T, c *streamq.Consumer) *relRunning {
 	t.Helper()
-	r := redistest.Background(t, "Consumer.Run", relRunStop, c.Run)
+	return relRunWith(t, c, nil)
+}
+
+// relRunWith is relRun whose run fires the signals in sig.
+func relRunWith(t *testing.T, c *streamq.Consumer, sig *testsignal.Signals) *relRunning {
+	t.Helper()
+	r := redistest.Background(t, "Consumer.Run", relRunStop, sig.Run(c.Run))
 	return &relRunning{Runner: r, done: r.Done()}
 }
 
@@ -404,10 +411,14 @@ func TestReliability_PoisonJobDeadLetteredThenRequeued(t *testing.T) {
 	run.stop()
 }
 
+// TestReliability_LongJobKeepsItsClaim: a job that runs three times
+// MinIdle keeps its claim (refreshed every MinIdle/4): the other consumer
+// never takes it over. A MinIdle shorter than a second made the test fail
+// on a busy machine, where a refresh can be late by a few hundred ms.
 func TestReliability_LongJobKeepsItsClaim(t *testing.T) {
 	t.Parallel()
 	const (
-		minIdle = 200 * time.Millisecond
+		minIdle = time.Second
 		work    = 3 * time.Second
 	)
 	rdb := redistest.NewClient(t)
@@ -1145,7 +1156,8 @@ func TestReliability_PruneDepartedConsumers(t *testing.T) {
 		handled <- consumers() // while the job runs here, its entry is ours
 		return nil
 	}, streamq.ConsumerConfig{Name: "live", MinIdle: time.Second, ReclaimInterval: 100 * time.Millisecond, PruneIdle: 300 * time.Millisecond})
-	run := relRun(t, c)
+	sig := &testsignal.Signals{LoopDone: testsignal.New[string]()}
+	run := relRunWith(t, c, sig)
 
 	var during map[string]int64
 	select {
@@ -1156,7 +1168,11 @@ func TestReliability_PruneDepartedConsumers(t *testing.T) {
 	if _, ok := during["live"]; !ok {
 		t.Errorf("consumers while the job ran: %v; want the live one", during)
 	}
-	redistest.WaitFor(t, relWait, "the departed consumers pruned", func() bool {
+	// Look after each tick of the loop that prunes, not every few ms.
+	sig.LoopDone.WaitFor(t, relWait, "the departed consumers pruned", func(loop string) bool {
+		if loop != "prune consumers" {
+			return false
+		}
 		cs := consumers()
 		_, idle := cs["idle"]
 		_, holder := cs["holder"]

@@ -14,11 +14,12 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rediscontainer"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
-	code := redistest.Run(m)
+	code := redistest.Run(m, rediscontainer.Start)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)

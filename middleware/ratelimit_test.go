@@ -204,17 +204,27 @@ func TestRateLimit_PostponesInsteadOfFailing(t *testing.T) {
 // hogLimit keeps the bucket of l's key empty until the test ends or the
 // returned stop is called: n goroutines, like busy workers of other
 // processes, take every token as soon as it is due (each reserves the next
-// one and waits for it), so a job with a short MaxWait finds no token. stop
-// waits for them to return.
+// one and waits for it), so a job with a short MaxWait finds no token. It
+// returns once the hogs have taken n tokens: before that, on a busy
+// machine, a job could find one they had not reached yet. stop waits for
+// them to return.
 func hogLimit(t *testing.T, q *streamq.Queue, cfg middleware.RateLimitConfig, n int) (stop func()) {
 	t.Helper()
 	cfg.MaxWait = time.Minute
 	hog := newLimiter(t, q, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
+	var taken atomic.Int64
 	for range n {
 		wg.Go(func() {
-			for hog.Wait(ctx) == nil {
+			for {
+				if err := hog.Wait(ctx); err != nil {
+					if ctx.Err() == nil {
+						t.Errorf("a hog of the rate limit stopped: %v", err)
+					}
+					return
+				}
+				taken.Add(1)
 			}
 		})
 	}
@@ -223,6 +233,7 @@ func hogLimit(t *testing.T, q *streamq.Queue, cfg middleware.RateLimitConfig, n 
 		wg.Wait()
 	})
 	t.Cleanup(stop)
+	redistest.WaitFor(t, waitTimeout, fmt.Sprintf("the hogs to take %d tokens", n), func() bool { return taken.Load() >= int64(n) })
 	return stop
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/internal/testsignal"
 	"github.com/streamq/streamq/priority"
 )
 
@@ -116,11 +117,14 @@ func TestWorker_Pause(t *testing.T) {
 	if err := e.rdb.Set(ctx, k.Paused, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	run(t, w)
-	redistest.WaitFor(t, waitTimeout, "the worker to see the pause", func() bool { return w.Health().Paused })
+	sig := &testsignal.Signals{Paused: testsignal.New[struct{}]()}
+	redistest.Background(t, "Worker.Run", waitTimeout, sig.Run(w.Run))
 	// A pop in flight when the pause was seen may still take jobs: push
-	// after the pause has settled (one more tick).
-	time.Sleep(2 * ctlInterval)
+	// once the pause has settled, when the fetch loop stopped.
+	sig.Paused.Wait(t, waitTimeout, "the worker's fetch loop to stop for the pause")
+	if !w.Health().Paused {
+		t.Error("the fetch loop stopped for the pause, but Health does not report it")
+	}
 	const n = 20
 	prios := make([]int, n)
 	e.push(t, prios...)

@@ -42,7 +42,7 @@ func startProc(t *testing.T, bin string, q *streamq.Queue, name, logDir string, 
 	return proctest.Start(t, proctest.Options{
 		Name:    name,
 		Bin:     bin,
-		Args:    append([]string{"-addr", redistest.Addr(), "-queue", q.Name(), "-name", name, "-log-file", logFile}, args...),
+		Args:    append([]string{"-addr", redistest.AddrOf(t, core.Of(q).RDB), "-queue", q.Name(), "-name", name, "-log-file", logFile}, args...),
 		LogFile: logFile,
 		OnLine:  onLine,
 	})
@@ -79,7 +79,7 @@ func TestCrash_WorkerKilled(t *testing.T) {
 		killEvery = 400 * time.Millisecond // mean, ±25%
 	)
 	bin := proctest.Build(t, crashHelperPkg)
-	e := setup(t, nil)
+	e := setupClient(t, redistest.NewIsolatedClient(t), nil) // helpers killed over a backlog
 	ctx := context.Background()
 	logDir := t.TempDir()
 	seed := uint64(time.Now().UnixNano())
@@ -212,7 +212,7 @@ func TestCrash_ForwardKilled(t *testing.T) {
 		kills = 4
 	)
 	bin := proctest.Build(t, crashHelperPkg)
-	e := setup(t, nil)
+	e := setupClient(t, redistest.NewIsolatedClient(t), nil) // helpers killed over a backlog
 	ctx := context.Background()
 	logDir := t.TempDir()
 	seed := uint64(time.Now().UnixNano())

@@ -29,7 +29,7 @@ import (
 func TestWorker_TenThousandInPriorityOrder(t *testing.T) {
 	t.Parallel()
 	const n = 10_000
-	e := setup(t, nil)
+	e := setupClient(t, redistest.NewIsolatedClient(t), nil) // a backlog of 10,000
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
 	jobs := make([]priority.Job, n)
 	prios := make([]int, n)

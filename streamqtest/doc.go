@@ -14,8 +14,10 @@
 //
 // Integration tests get a real Redis with [NewRedis] or [NewQueue]: the
 // server at REDIS_ADDR, else a private redis-server on a free loopback
-// port, else a redis:7 container through testcontainers-go, found once per
-// test binary (see [Main]). Each test gets a key prefix of its own, whose
+// port, found once per test binary (see [Main]). For a Docker fallback (a
+// redis:7 container through testcontainers-go), call containers.Main from
+// package [github.com/streamq/streamq/streamqtest/containers] in TestMain
+// instead: this package alone links no Docker client. Each test gets a key prefix of its own, whose
 // keys are deleted when it ends, so tests run in parallel on one server and
 // none is ever flushed.
 //

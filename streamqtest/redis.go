@@ -16,9 +16,10 @@ import (
 //
 // It uses the server at REDIS_ADDR (host:port) if that is set; else a
 // private redis-server (from PATH or /usr/bin) on a free loopback port,
-// without persistence, killed when the tests end; else a redis:7 container
-// started with testcontainers-go, if a Docker engine runs. If none works, it
-// prints how to get one and returns 1 without running the tests.
+// without persistence, killed when the tests end. If neither works, it
+// prints how to get one and returns 1 without running the tests. For a
+// Docker fallback (a redis:7 container), use containers.Main from package
+// [github.com/streamq/streamq/streamqtest/containers] instead.
 //
 // Main is optional: without it, the first [NewRedis] finds a server the same
 // way, and a private redis-server it started is killed by the kernel when

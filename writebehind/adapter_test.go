@@ -674,18 +674,31 @@ func TestHandler_Handle_MaxBatchBytes(t *testing.T) {
 	})
 	want := make(map[string]string)
 	var results []<-chan error
+	var returned atomic.Int64 // Handle calls that returned
+	handle := func(msg *streamq.Message) {
+		ch := make(chan error, 1)
+		go func() {
+			ch <- h.Handle(t.Context(), msg)
+			returned.Add(1)
+		}()
+		results = append(results, ch)
+	}
 	for i := range 10 {
 		key, value := fmt.Sprintf("k%02d", i), strings.Repeat(strconv.Itoa(i), 297) // 300 bytes
 		want[key] = value
-		results = append(results, handleAsync(t.Context(), h, setMsg(key, int64(i+1), value)))
+		handle(setMsg(key, int64(i+1), value))
 	}
 	huge := strings.Repeat("h", 2500) // larger than a batch may be
 	want["huge"] = huge
-	results = append(results, handleAsync(t.Context(), h, setMsg("huge", 11, huge)))
-	// The batches fill up by size, not by count: all but the last are
-	// written without waiting for MaxLatency or Close.
-	redistest.WaitFor(t, 10*time.Second, "batches written by size", func() bool {
-		return h.Stats().Changes >= 8
+	handle(setMsg("huge", 11, huge))
+	// The batches fill up by size, not by count: once every change is in a
+	// batch (its Handle call waits, or returned), all but the last batch
+	// are written without waiting for MaxLatency or Close. A call that has
+	// not started yet would find the handler closed.
+	redistest.WaitFor(t, 10*time.Second, "every change in a batch, and the batches written by size", func() bool {
+		r := returned.Load() // before Waiting: a call moves from Waiting to returned, never back
+		s := h.Stats()
+		return r+s.Waiting == int64(len(results)) && s.Changes >= 8
 	})
 	if err := h.Close(); err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ const (
 	// crashMaxUpdates bounds the writes made while the workers are killed.
 	crashMaxUpdates = 500_000
 	// crashChangesPerKill is how many changes are written between two kills.
-	crashChangesPerKill = 2000
+	crashChangesPerKill = 1000
 	// crashStop bounds a worker's graceful stop after SIGTERM.
 	crashStop = 30 * time.Second
 )
@@ -145,10 +145,10 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 	// then a no-op: concurrent CREATE TABLE IF NOT EXISTS can fail in
 	// PostgreSQL), and drop it after they were killed.
 	newSinkOn(t, db, d, table)
-	q := newQueue(t, nil)
+	q := newQueueOn(t, redistest.NewIsolatedClient(t), nil) // workers killed while updates keep coming
 	w := newWriter(t, q, nil)
 	args := append([]string{
-		"-addr", redistest.Addr(), "-queue", q.Name(), "-table", table,
+		"-addr", redistest.AddrOf(t, core.Of(q).RDB), "-queue", q.Name(), "-table", table,
 		"-min-idle", "300ms", "-max-batch", "500", "-concurrency", "1000",
 	}, dbArg...)
 	workers := []*crashWorker{
@@ -173,7 +173,7 @@ func crashWorkers(t *testing.T, bin string, d writebehind.Dialect) {
 	orphaned := int64(0)
 	for k := range crashKills {
 		i := k % len(workers)
-		// Let a few thousand changes through between kills.
+		// Let a thousand changes through between kills.
 		redistest.WaitFor(t, time.Minute, "more changes written", func() bool {
 			n, err := core.Of(q).RDB.XLen(ctx, core.Of(q).Keys.Stream).Result()
 			return err == nil && n >= int64(k+1)*crashChangesPerKill

@@ -198,7 +198,14 @@ func readRows(tb testing.TB, db *sql.DB, table string) map[string]dbRow {
 // queue's keys when the test ends.
 func newQueue(tb testing.TB, cfg *streamq.QueueConfig) *streamq.Queue {
 	tb.Helper()
-	rdb := redistest.NewClient(tb)
+	return newQueueOn(tb, redistest.NewClient(tb), cfg)
+}
+
+// newQueueOn is newQueue on the Redis of rdb: heavy tests pass
+// redistest.NewIsolatedClient, so that their load does not starve the
+// package's other tests.
+func newQueueOn(tb testing.TB, rdb *redis.Client, cfg *streamq.QueueConfig) *streamq.Queue {
+	tb.Helper()
 	q, err := streamq.NewQueue(rdb, redistest.Name(tb), cfg)
 	if err != nil {
 		tb.Fatal(err)

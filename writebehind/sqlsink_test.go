@@ -319,11 +319,10 @@ func TestSQLSink_Write_SameKeyInBatch(t *testing.T) {
 
 func TestSQLSink_Write_LargeBatch(t *testing.T) {
 	t.Parallel()
-	const n = 20_000 // more rows than one statement may bind in either dialect
 	forEachDialect(t, func(t *testing.T, s *writebehind.SQLSink) {
-		if n <= s.MaxRows() {
-			t.Fatalf("%d rows fit in one statement (max %d): the test would not cover chunking", n, s.MaxRows())
-		}
+		// More rows than one statement may bind in the dialect: a full
+		// statement, at the dialect's limit of parameters, and one more row.
+		n := s.MaxRows() + 1
 		statements := 0
 		s.SetAfterStatement(func(int, int) { statements++ })
 		batch := make([]writebehind.Change, n)
@@ -339,7 +338,8 @@ func TestSQLSink_Write_LargeBatch(t *testing.T) {
 			t.Errorf("Write used %d statements, want %d", statements, wantStatements)
 		}
 		wantSinkAll(t, s, want)
-		wantSinkRow(t, s, "key-19999", "value-19999", 19999%7+1, false)
+		last := n - 1
+		wantSinkRow(t, s, fmt.Sprintf("key-%05d", last), fmt.Sprintf("value-%d", last), int64(last%7+1), false)
 
 		// Replaying the whole batch changes nothing.
 		for i := range batch {

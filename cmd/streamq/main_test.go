@@ -22,6 +22,7 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/rediscontainer"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/periodic"
 	"github.com/streamq/streamq/priority"
@@ -51,7 +52,7 @@ func testMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "go build streamq: %v\n%s", err, out)
 		return 1
 	}
-	return redistest.Run(m)
+	return redistest.Run(m, rediscontainer.Start)
 }
 
 // result is what one run of the binary did.

@@ -38,9 +38,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
-	"github.com/streamq/streamq/internal/core"
-	keyspace "github.com/streamq/streamq/internal/rdb"
-	"github.com/streamq/streamq/internal/redact"
 	"github.com/streamq/streamq/middleware"
 )
 
@@ -124,7 +121,9 @@ func run(ctx context.Context, log *slog.Logger, o demoOptions, wb wbOptions) err
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		if failEvery > 0 && n%failEvery == 0 && msg.Attempt == 0 {
+		// Attempts count from 1: the first run of every failEvery-th job
+		// fails, its retry succeeds.
+		if failEvery > 0 && n%failEvery == 0 && msg.Attempt == 1 {
 			return streamq.RetryAfter(50*time.Millisecond, errors.New("simulated transient failure"))
 		}
 		return nil
@@ -223,9 +222,12 @@ func connect(ctx context.Context) (*redis.Client, func(), error) {
 	if !explicit {
 		url = defaultURL
 	}
-	opts, err := redact.ParseURL(url)
+	opts, err := redis.ParseURL(url)
 	if err != nil {
-		return nil, nil, fmt.Errorf("REDIS_URL %w (want e.g. %s)", err, defaultURL)
+		// go-redis's error may quote the URL, password and all: say what
+		// to check without it.
+		return nil, nil, fmt.Errorf("REDIS_URL is not a valid Redis URL (not shown: it may hold a password): "+
+			"check the scheme (redis://, rediss:// or unix://), the port, the database number and the options; want e.g. %s", defaultURL)
 	}
 	rdb := redis.NewClient(opts)
 	pingErr := ping(ctx, rdb)
@@ -271,11 +273,15 @@ func (l redisLog) Printf(_ context.Context, format string, v ...any) {
 }
 
 // deleteQueue deletes the demo queue's keys (SCAN, not KEYS, which would
-// block a shared server) and its entries in the registry of queues that
-// streamq queues and the dashboard list.
+// block a shared server) and its entries in the registries of queues that
+// streamq queues, the CLI and the dashboard list. The keys follow the
+// documented layout (docs/operations.md): every key of a queue starts with
+// "<prefix>:{<queue>}:", the registries are "<prefix>:queues" and
+// "<prefix>:writebehind". The demo's queues use the default prefix.
 func deleteQueue(rdb *redis.Client, q *streamq.Queue) {
 	ctx := context.Background()
-	iter := rdb.Scan(ctx, 0, core.Of(q).Keys.Part("*"), 1000).Iterator()
+	prefix := streamq.DefaultKeyPrefix
+	iter := rdb.Scan(ctx, 0, prefix+":{"+q.Name()+"}:*", 1000).Iterator()
 	var keys []string
 	for iter.Next(ctx) {
 		keys = append(keys, iter.Val())
@@ -283,7 +289,6 @@ func deleteQueue(rdb *redis.Client, q *streamq.Queue) {
 	if len(keys) > 0 {
 		rdb.Del(ctx, keys...)
 	}
-	prefix := core.Of(q).Prefix
-	rdb.HDel(ctx, keyspace.Registry(prefix), q.Name())
-	rdb.HDel(ctx, keyspace.WriteBehindRegistry(prefix), q.Name())
+	rdb.HDel(ctx, prefix+":queues", q.Name())
+	rdb.HDel(ctx, prefix+":writebehind", q.Name())
 }

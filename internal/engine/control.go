@@ -148,6 +148,7 @@ func (r *run[F]) waitResumed(ctx context.Context) bool {
 	if ch == nil {
 		return true
 	}
+	r.sig.Paused.Fire(struct{}{})
 	select {
 	case <-ctx.Done():
 		return false

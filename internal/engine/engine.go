@@ -26,6 +26,7 @@ import (
 
 	"github.com/streamq/streamq/internal/pool"
 	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/testsignal"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -181,6 +182,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	// that lingers.
 	r := &run[F]{cfg: e.cfg, exec: e.exec, mon: e.mon, b: b,
 		fins: pool.NewBatcher[finished[F]](max(2*e.cfg.Concurrency, e.cfg.FinishBatch), min(e.cfg.Concurrency, e.cfg.FinishBatch))}
+	r.sig = testsignal.From(ctx)
 	// Handlers reach the config through their context (SetProgress,
 	// SetResult): one value for the run, nothing per job.
 	r.pool = pool.New(context.WithValue(ctx, cfgKey{}, &r.cfg), pool.Config{
@@ -254,6 +256,9 @@ type run[F any] struct {
 
 	// resume is closed when a paused queue is resumed; nil while it runs.
 	resume atomic.Pointer[chan struct{}]
+
+	// sig are the events a test asked for (none outside tests).
+	sig testsignal.Signals
 
 	// counts are finished jobs by minute, not yet added to the queue's
 	// throughput counters (see counted).
@@ -777,6 +782,7 @@ func (r *run[F]) loop(ctx context.Context, l Loop) error {
 				break
 			}
 		}
+		r.sig.LoopDone.Fire(l.Name)
 		select {
 		case <-ctx.Done():
 			return nil

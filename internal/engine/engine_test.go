@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/testsignal"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -43,6 +44,7 @@ type fakeBackend struct {
 	notHeld  map[string]bool // keys Charge reports not held
 	fetchErr error
 	changed  chan struct{} // a settlement happened
+	loops    []Loop
 }
 
 type move struct {
@@ -151,7 +153,7 @@ func (f *fakeBackend) Abandon(key string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeBackend) Loops() []Loop { return nil }
+func (f *fakeBackend) Loops() []Loop { return f.loops }
 func (f *fakeBackend) Wake()         {}
 
 // settled waits until n jobs were settled (finished, moved or dead).
@@ -224,6 +226,13 @@ type runner struct {
 
 func start(t *testing.T, b Backend, cfg Config, handle func(ctx context.Context, r *Run) error) *runner {
 	t.Helper()
+	return startWith(t, context.Background(), b, cfg, handle)
+}
+
+// startWith is start with the run's context made from ctx (which may ask
+// for test signals).
+func startWith(t *testing.T, ctx context.Context, b Backend, cfg Config, handle func(ctx context.Context, r *Run) error) *runner {
+	t.Helper()
 	def := Config{
 		Queue:           "q",
 		Concurrency:     4,
@@ -255,7 +264,7 @@ func start(t *testing.T, b Backend, cfg Config, handle func(ctx context.Context,
 	}
 	def.OnEvent = cfg.OnEvent
 	e := New[noState](def, testExec{handle})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	r := &runner{eng: e, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- e.Run(ctx, b) }()
 	t.Cleanup(func() { r.stop(t) })
@@ -570,3 +579,27 @@ type fatalErr string
 
 func (e fatalErr) Error() string { return string(e) }
 func (fatalErr) RedisError()     {}
+
+// TestEngine_LoopDoneSignal: a backend's loop signals the end of each tick
+// once the tick's work is done (here three calls, the first two of which
+// report more work).
+func TestEngine_LoopDoneSignal(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	f := newFake()
+	f.loops = []Loop{{Name: "tidy", Every: time.Millisecond, Do: func(context.Context) (bool, error) {
+		return calls.Add(1)%3 != 0, nil
+	}}}
+	sig := &testsignal.Signals{LoopDone: testsignal.New[string]()}
+	startWith(t, testsignal.With(context.Background(), sig), f, Config{}, func(context.Context, *Run) error { return nil })
+	if name := sig.LoopDone.Wait(t, wait, "the first tick"); name != "tidy" {
+		t.Errorf("LoopDone fired with %q, want the loop's name", name)
+	}
+	if n := calls.Load(); n < 3 {
+		t.Errorf("LoopDone fired after %d calls, want the tick's 3", n)
+	}
+	sig.LoopDone.Wait(t, wait, "the second tick")
+	if n := calls.Load(); n < 6 {
+		t.Errorf("second LoopDone after %d calls, want 6", n)
+	}
+}

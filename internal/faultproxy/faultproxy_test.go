@@ -17,11 +17,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/streamq/streamq/internal/faultproxy"
+	"github.com/streamq/streamq/internal/rediscontainer"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
-	code := redistest.Run(m)
+	code := redistest.Run(m, rediscontainer.Start)
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintf(os.Stderr, "goroutine leak after the tests: %v\n", err)

@@ -11,12 +11,17 @@
 //  1. the address in the REDIS_ADDR environment variable (host:port), if set;
 //  2. a private redis-server process (from PATH or /usr/bin/redis-server) on a
 //     free loopback port, without persistence, killed when the tests end;
-//  3. a redis:7 container started with testcontainers-go, if Docker runs;
+//  3. the fallbacks given to Run, in order: the project's test binaries pass
+//     Start of package internal/rediscontainer, a redis:7 container started
+//     with testcontainers-go if Docker runs (a package of its own, so that
+//     streamqtest, which builds on this one, does not link Docker);
 //
 // and otherwise fails with a message saying how to get one. Tests that stop,
-// restart or kill Redis start their own server with [StartServer]. Conditions
-// that have no signal to wait on are awaited with [WaitFor]; consumers,
-// workers and schedulers run in the background of a test with [Background].
+// restart or kill Redis start their own server with [StartServer]; tests
+// that load it heavily get one of their own with [NewIsolatedClient].
+// Conditions that have no signal to wait on are awaited with [WaitFor];
+// consumers, workers and schedulers run in the background of a test with
+// [Background].
 //
 // Tests of replication, failover and encryption start whole topologies of
 // their own, every process on a free loopback port with its files in
@@ -41,6 +46,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -57,8 +63,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/testcontainers/testcontainers-go"
-	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 	"go.uber.org/goleak"
 
 	"github.com/streamq/streamq/internal/faultproxy"
@@ -73,8 +77,6 @@ const (
 	// fallbackBinary is where Debian's redis-server package installs the
 	// server, for machines where /usr/bin is not on PATH.
 	fallbackBinary = "/usr/bin/redis-server"
-	// containerImage is the image started through testcontainers-go.
-	containerImage = "redis:7"
 
 	// startTimeout bounds the wait for a fresh redis-server to answer.
 	startTimeout = 10 * time.Second
@@ -88,14 +90,9 @@ const (
 	probeTimeout = time.Second
 	// adminTimeout bounds one command of the topology helpers' own clients.
 	adminTimeout = 5 * time.Second
-	// addrProbeTimeout bounds the check that REDIS_ADDR answers.
+	// addrProbeTimeout bounds the check that REDIS_ADDR, or a fallback's
+	// server, answers.
 	addrProbeTimeout = 5 * time.Second
-	// dockerHealthTimeout bounds the check that a Docker engine answers.
-	dockerHealthTimeout = 10 * time.Second
-	// containerTimeout bounds starting the container, image pull included.
-	containerTimeout = 3 * time.Minute
-	// containerStopTimeout bounds removing the container after the tests.
-	containerStopTimeout = 30 * time.Second
 
 	// logTail is how many bytes of a server's output are kept for error
 	// messages.
@@ -104,6 +101,8 @@ const (
 	maxNameBase = 60
 	// waitInterval is the polling period of [WaitFor].
 	waitInterval = 5 * time.Millisecond
+	// minParallel is the least number of tests [Run] lets run at once.
+	minParallel = 8
 )
 
 // howToGetRedis is printed whenever no server can be found or started.
@@ -111,28 +110,42 @@ const howToGetRedis = `redistest: no Redis server for the tests. Do one of:
   - install redis-server (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis),
     so the tests can start a private server on a free loopback port;
   - or set REDIS_ADDR=host:port to a running Redis the tests may write to (they never flush it);
-  - or start a Docker engine, so the tests can run the redis:7 image with testcontainers-go.`
+  - or start a Docker engine and use the container fallback, which runs the redis:7 image with
+    testcontainers-go: the project's own tests do; in your tests, call containers.Main from TestMain
+    (package github.com/streamq/streamq/streamqtest/containers).`
 
 // addr holds the address found or started by Run. It and shared are the
 // package-level variables: a test binary has one TestMain, and Addr takes no
 // arguments.
 var addr atomic.Pointer[string]
 
+// Fallback starts a server when neither REDIS_ADDR nor a redis-server
+// binary gives one, and returns its address (host:port) and a function that
+// stops it. Its errors name what it tried. Start of package
+// internal/rediscontainer is one.
+type Fallback func() (addr string, stop func(), err error)
+
 // Run finds or starts a Redis for the test binary, runs m.Run(), tears down
 // what it started, and returns the exit code. Use it from TestMain:
 //
-//	func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+//	func TestMain(m *testing.M) { os.Exit(redistest.Run(m, rediscontainer.Start)) }
 //
 // The server is the one named by REDIS_ADDR if that is set (it must answer
 // PING); otherwise a private redis-server process on a free loopback port,
 // started with --save "" --appendonly no and killed when m.Run returns (and by
-// the kernel if the test binary dies, on Linux); otherwise a redis:7 container
-// through testcontainers-go. If none works, Run prints how to get one and
-// returns 1 without running the tests. When the tests pass, Run also fails
-// the binary if goroutines outlive them (goleak), so every package that uses
-// it checks for leaks.
-func Run(m *testing.M) int {
-	code := RunWithoutLeakCheck(m)
+// the kernel if the test binary dies, on Linux); otherwise the first of
+// fallbacks that starts one that answers PING. If none works, Run prints how
+// to get one and returns 1 without running the tests. When the tests pass,
+// Run also fails the binary if goroutines outlive them (goleak), so every
+// package that uses it checks for leaks.
+//
+// Unless -test.parallel is given, Run lets at least 8 parallel tests run at
+// once instead of GOMAXPROCS (2 on a small machine): the project's tests
+// mostly wait (for Redis, timers, child processes) rather than compute, so
+// the default would leave such a machine idle while they wait in line.
+func Run(m *testing.M, fallbacks ...Fallback) int {
+	raiseParallel()
+	code := RunWithoutLeakCheck(m, fallbacks...)
 	if code == 0 {
 		// go-redis redials a dead node in the background after a refused
 		// dial (a test killed it), once a second until the client that
@@ -145,11 +158,11 @@ func Run(m *testing.M) int {
 	return code
 }
 
-// RunWithoutLeakCheck is [Run] without the goroutine leak check, for test
-// binaries of users (package streamqtest), whose goroutines are theirs to
-// check.
-func RunWithoutLeakCheck(m *testing.M) int {
-	a, stop, err := defaultFinder().find()
+// RunWithoutLeakCheck is [Run] without the goroutine leak check and without
+// raising -test.parallel, for test binaries of users (package streamqtest),
+// whose goroutines and parallelism are theirs to choose.
+func RunWithoutLeakCheck(m *testing.M, fallbacks ...Fallback) int {
+	a, stop, err := defaultFinder(fallbacks...).find()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -160,7 +173,25 @@ func RunWithoutLeakCheck(m *testing.M) int {
 	return code
 }
 
-// shared is the server found by SharedAddr when TestMain did not call Run.
+// raiseParallel sets -test.parallel to minParallel if the command line did
+// not set it and it is lower. It parses the command line, as m.Run would.
+func raiseParallel() {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	f := flag.Lookup("test.parallel")
+	if f == nil {
+		return
+	}
+	given := false
+	flag.Visit(func(v *flag.Flag) { given = given || v == f })
+	if n, err := strconv.Atoi(f.Value.String()); err == nil && !given && n < minParallel {
+		_ = f.Value.Set(strconv.Itoa(minParallel))
+	}
+}
+
+// shared is the server found by SharedAddr when TestMain did not call Run
+// (without fallbacks).
 var shared = sync.OnceValues(func() (string, error) {
 	a, _, err := defaultFinder().find()
 	return a, err
@@ -168,8 +199,8 @@ var shared = sync.OnceValues(func() (string, error) {
 
 // SharedAddr returns the address of the test binary's Redis: the one found
 // by [Run] if TestMain called it, else one found on the first call, in the
-// order documented on Run, and kept for the rest of the binary. A private
-// redis-server started that way has no TestMain to stop it: it is killed by
+// order documented on Run without fallbacks, and kept for the rest of the
+// binary. A private redis-server started that way has no TestMain to stop it: it is killed by
 // the kernel when the test binary exits (Linux; elsewhere it outlives the
 // tests, so call Run from TestMain). The error says how to get a Redis.
 func SharedAddr() (string, error) {
@@ -197,6 +228,38 @@ func NewClient(t testing.TB) *redis.Client {
 	rdb := redis.NewClient(&redis.Options{Addr: Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// NewIsolatedClient starts a redis-server for this test alone (see
+// [StartServer]; extraArgs are passed on) and returns a client of it, closed
+// in t.Cleanup. Tests that load Redis heavily (a million entries, crash
+// storms, large backlogs) use it, so that they never starve the tests that
+// share the binary's server, and are not slowed down by them. Without a
+// redis-server binary (the binary's server is then REDIS_ADDR or a
+// container) it logs that and returns [NewClient], a client of the shared
+// server.
+func NewIsolatedClient(t testing.TB, extraArgs ...string) *redis.Client {
+	t.Helper()
+	if _, err := lookBinary(); err != nil {
+		t.Logf("redistest: this heavy test shares the binary's server: %v", err)
+		return NewClient(t)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: StartServer(t, extraArgs...).Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// AddrOf returns the address (host:port) of the single server c talks to,
+// for the processes a test starts against the same server (which may be
+// its own, see [NewIsolatedClient]). It fails the test unless c is a
+// *redis.Client.
+func AddrOf(t testing.TB, c redis.UniversalClient) string {
+	t.Helper()
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		t.Fatalf("redistest: AddrOf needs a *redis.Client (one server), got %T", c)
+	}
+	return rc.Options().Addr
 }
 
 // NewProxiedClient starts a [faultproxy.Proxy] to [Addr] and returns it with
@@ -499,19 +562,19 @@ func (s *Server) Restart() {
 
 // finder looks for a Redis server; its fields are swapped in tests.
 type finder struct {
-	getenv         func(string) string
-	lookBinary     func() (string, error)
-	startPrivate   func(bin string) (addr string, stop func(), err error)
-	startContainer func() (addr string, stop func(), err error)
+	getenv       func(string) string
+	lookBinary   func() (string, error)
+	startPrivate func(bin string) (addr string, stop func(), err error)
+	fallbacks    []Fallback
 }
 
-// defaultFinder looks in the real environment.
-func defaultFinder() finder {
+// defaultFinder looks in the real environment, then tries fallbacks.
+func defaultFinder(fallbacks ...Fallback) finder {
 	return finder{
-		getenv:         os.Getenv,
-		lookBinary:     lookBinary,
-		startPrivate:   startPrivate,
-		startContainer: startContainer,
+		getenv:       os.Getenv,
+		lookBinary:   lookBinary,
+		startPrivate: startPrivate,
+		fallbacks:    fallbacks,
 	}
 }
 
@@ -537,14 +600,23 @@ func (f finder) find() (string, func(), error) {
 			return a, stop, nil
 		}
 		// The binary exists but does not start: say why, rather than
-		// hiding it behind a Docker error.
+		// hiding it behind a fallback's error.
 		reasons = append(reasons, "redis-server: "+err.Error())
 	}
-	a, stop, err := f.startContainer()
-	if err == nil {
-		return a, stop, nil
+	for _, fb := range f.fallbacks {
+		a, stop, err := fb()
+		if err == nil {
+			if err = probe(a, addrProbeTimeout, 0, nil, nil); err == nil {
+				return a, stop, nil
+			}
+			stop()
+			err = fmt.Errorf("the fallback's server at %s does not answer PING: %w", a, err)
+		}
+		reasons = append(reasons, err.Error())
 	}
-	reasons = append(reasons, "testcontainers: "+err.Error())
+	if len(f.fallbacks) == 0 {
+		reasons = append(reasons, "no fallback (such as a Docker container) was given")
+	}
 	return "", nil, fmt.Errorf("%s\nwhat was tried:\n  - %s", howToGetRedis, strings.Join(reasons, "\n  - "))
 }
 
@@ -590,56 +662,6 @@ func startPrivate(bin string) (string, func(), error) {
 		_ = os.RemoveAll(dir)
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), stop, nil
-}
-
-// startContainer runs a redis:7 container with testcontainers-go. It first
-// asks the Docker engine for its health with a short timeout, so that a
-// machine without Docker fails fast, and turns the panics that
-// testcontainers-go raises when it finds no Docker host into errors.
-func startContainer() (a string, stop func(), err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			a, stop, err = "", nil, fmt.Errorf("no usable Docker engine: %v", r)
-		}
-	}()
-	provider, err := testcontainers.ProviderDefault.GetProvider()
-	if err != nil {
-		return "", nil, fmt.Errorf("no usable Docker engine: %w", err)
-	}
-	hctx, hcancel := context.WithTimeout(context.Background(), dockerHealthTimeout)
-	err = provider.Health(hctx) // Health also closes the provider.
-	hcancel()
-	if err != nil {
-		return "", nil, fmt.Errorf("no usable Docker engine: %w", err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), containerTimeout)
-	defer cancel()
-	ctr, err := tcredis.Run(ctx, containerImage)
-	terminate := func() {
-		if ctr == nil {
-			return
-		}
-		tctx, tcancel := context.WithTimeout(context.Background(), containerStopTimeout)
-		defer tcancel()
-		if err := testcontainers.TerminateContainer(ctr, testcontainers.StopContext(tctx)); err != nil {
-			fmt.Fprintf(os.Stderr, "redistest: removing the redis container: %v\n", err)
-		}
-	}
-	if err != nil {
-		terminate()
-		return "", nil, fmt.Errorf("start %s container: %w", containerImage, err)
-	}
-	a, err = ctr.PortEndpoint(ctx, "6379/tcp", "")
-	if err != nil {
-		terminate()
-		return "", nil, fmt.Errorf("address of the %s container: %w", containerImage, err)
-	}
-	if err := probe(a, addrProbeTimeout, 0, nil, nil); err != nil {
-		terminate()
-		return "", nil, fmt.Errorf("%s container at %s does not answer PING: %w", containerImage, a, err)
-	}
-	return a, terminate, nil
 }
 
 // errPortInUse marks a start that failed because the port was taken.

@@ -13,13 +13,16 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/rediscontainer"
 )
 
-func TestMain(m *testing.M) { os.Exit(Run(m)) }
+func TestMain(m *testing.M) { os.Exit(Run(m, rediscontainer.Start)) }
 
 // testTimeout bounds every wait in these tests.
 const testTimeout = 10 * time.Second
@@ -315,12 +318,21 @@ func TestFinder(t *testing.T) {
 	binary := func() (string, error) { return "/bin/redis-server", nil }
 	private := func(string) (string, func(), error) { return "private:1", func() {}, nil }
 	privateFails := func(string) (string, func(), error) { return "", nil, errors.New("crashed at start") }
-	container := func() (string, func(), error) { return "container:1", func() {}, nil }
+	container := func() (string, func(), error) { return live, func() {}, nil }
+	// silent starts a server that never answers: find must stop it.
+	var silentStopped atomic.Bool
+	silent := func() (string, func(), error) { return closed, func() { silentStopped.Store(true) }, nil }
+	t.Cleanup(func() { // after the parallel subtests
+		if !silentStopped.Load() {
+			t.Error("find did not stop the fallback's server that does not answer")
+		}
+	})
 	noDocker := func() (string, func(), error) { return "", nil, errors.New("docker is down") }
 	mustNotCall := func() (string, func(), error) {
-		t.Errorf("container started although an earlier option worked")
+		t.Errorf("fallback started although an earlier option worked")
 		return "", nil, errors.New("unexpected")
 	}
+	fallbacks := func(f ...Fallback) []Fallback { return f }
 
 	tests := []struct {
 		name     string
@@ -328,23 +340,29 @@ func TestFinder(t *testing.T) {
 		wantAddr string
 		wantErr  []string
 	}{
-		{name: "REDIS_ADDR", f: finder{env(live), noBinary, private, mustNotCall}, wantAddr: live},
-		{name: "REDIS_ADDR down", f: finder{env(closed), binary, private, mustNotCall}, wantErr: []string{"REDIS_ADDR", closed, "unset REDIS_ADDR"}},
-		{name: "REDIS_ADDR is a URL", f: finder{env("redis://x:1"), binary, private, mustNotCall}, wantErr: []string{"not host:port", "URL"}},
-		{name: "REDIS_ADDR bad port", f: finder{env("localhost:x"), binary, private, mustNotCall}, wantErr: []string{"not host:port", "bad port"}},
-		{name: "REDIS_ADDR no port", f: finder{env("localhost"), binary, private, mustNotCall}, wantErr: []string{"not host:port"}},
-		{name: "private", f: finder{env(""), binary, private, mustNotCall}, wantAddr: "private:1"},
-		{name: "container", f: finder{env(""), noBinary, private, container}, wantAddr: "container:1"},
-		{name: "private fails then container", f: finder{env(""), binary, privateFails, container}, wantAddr: "container:1"},
+		{name: "REDIS_ADDR", f: finder{env(live), noBinary, private, fallbacks(mustNotCall)}, wantAddr: live},
+		{name: "REDIS_ADDR down", f: finder{env(closed), binary, private, fallbacks(mustNotCall)}, wantErr: []string{"REDIS_ADDR", closed, "unset REDIS_ADDR"}},
+		{name: "REDIS_ADDR is a URL", f: finder{env("redis://x:1"), binary, private, fallbacks(mustNotCall)}, wantErr: []string{"not host:port", "URL"}},
+		{name: "REDIS_ADDR bad port", f: finder{env("localhost:x"), binary, private, fallbacks(mustNotCall)}, wantErr: []string{"not host:port", "bad port"}},
+		{name: "REDIS_ADDR no port", f: finder{env("localhost"), binary, private, fallbacks(mustNotCall)}, wantErr: []string{"not host:port"}},
+		{name: "private", f: finder{env(""), binary, private, fallbacks(mustNotCall)}, wantAddr: "private:1"},
+		{name: "fallback", f: finder{env(""), noBinary, private, fallbacks(container)}, wantAddr: live},
+		{name: "private fails then fallback", f: finder{env(""), binary, privateFails, fallbacks(container)}, wantAddr: live},
+		{name: "first fallback fails", f: finder{env(""), noBinary, private, fallbacks(noDocker, container)}, wantAddr: live},
 		{
-			name:    "nothing",
-			f:       finder{env(""), noBinary, private, noDocker},
-			wantErr: []string{"apt-get install -y redis-server", "REDIS_ADDR=host:port", "Docker", "not installed", "docker is down"},
+			name:    "fallback's server does not answer",
+			f:       finder{env(""), noBinary, private, fallbacks(silent)},
+			wantErr: []string{"not installed", "fallback's server at " + closed + " does not answer PING"},
 		},
 		{
-			name:    "binary broken and no docker",
-			f:       finder{env(""), binary, privateFails, noDocker},
-			wantErr: []string{"crashed at start", "docker is down"},
+			name:    "nothing",
+			f:       finder{env(""), noBinary, private, fallbacks(noDocker)},
+			wantErr: []string{"apt-get install -y redis-server", "REDIS_ADDR=host:port", "Docker", "streamqtest/containers", "not installed", "docker is down"},
+		},
+		{
+			name:    "binary broken and no fallback",
+			f:       finder{env(""), binary, privateFails, nil},
+			wantErr: []string{"crashed at start", "no fallback"},
 		},
 	}
 	for _, tt := range tests {
@@ -371,26 +389,6 @@ func TestFinder(t *testing.T) {
 				t.Errorf("find() = %q, want %q", a, tt.wantAddr)
 			}
 		})
-	}
-}
-
-func TestStartContainer_NoDockerFailsFast(t *testing.T) {
-	t.Parallel()
-	if os.Getenv("DOCKER_HOST") != "" {
-		t.Skip("DOCKER_HOST is set: this test covers machines without Docker")
-	}
-	if _, err := os.Stat("/var/run/docker.sock"); err == nil {
-		t.Skip("/var/run/docker.sock exists: this test covers machines without Docker")
-	}
-	start := time.Now()
-	a, stop, err := startContainer()
-	if err == nil {
-		stop()
-		t.Fatalf("startContainer() = %q without a Docker socket, want an error", a)
-	}
-	t.Logf("startContainer without Docker: %v", err)
-	if elapsed := time.Since(start); elapsed > dockerHealthTimeout+5*time.Second {
-		t.Errorf("startContainer took %v to fail, want it bounded by the health check", elapsed)
 	}
 }
 
@@ -441,5 +439,25 @@ func TestServers_DieWithTestBinary(t *testing.T) {
 		WaitFor(t, testTimeout, "the crashed test binary's server at "+a+" to die", func() bool {
 			return probeOnce(a, 0, nil) != nil
 		})
+	}
+}
+
+// A heavy test's server is its own: not the binary's, and gone after the
+// test.
+func TestNewIsolatedClient(t *testing.T) {
+	t.Parallel()
+	var a string
+	t.Run("heavy", func(t *testing.T) {
+		c := NewIsolatedClient(t)
+		a = AddrOf(t, c)
+		if a == Addr() {
+			t.Fatalf("NewIsolatedClient reaches the shared server %s", a)
+		}
+		if err := c.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := probeOnce(a, 0, nil); err == nil {
+		t.Errorf("the heavy test's server at %s still answers after the test", a)
 	}
 }
