@@ -1286,7 +1286,7 @@ func TestReliability_LastAttemptAloneSurvivesShutdown(t *testing.T) {
 	}, streamq.ConsumerConfig{
 		Concurrency:     2,
 		MaxDeliveries:   maxDeliveries,
-		MinIdle:         200 * time.Millisecond,
+		MinIdle:         time.Second, // far above the 20 ms refreshes of dead-2's claim
 		ReclaimInterval: 50 * time.Millisecond,
 		OnEvent: func(_ context.Context, e streamq.Event) {
 			if e.Kind == streamq.EventRetried && e.ID == crashed {
@@ -1294,12 +1294,28 @@ func TestReliability_LastAttemptAloneSurvivesShutdown(t *testing.T) {
 			}
 		},
 	})
+	// "long" must start before the crashed job is taken over: dead-2 keeps
+	// its claim fresh until then (JUSTID counts no delivery), so however
+	// slow the machine, the takeover cannot come first.
+	keepFresh := make(chan struct{})
+	go func() {
+		defer close(keepFresh)
+		for range int(relWait / (20 * time.Millisecond)) {
+			select {
+			case <-longStarted:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_ = rdb.XClaimJustID(ctx, &redis.XClaimArgs{Stream: core.Of(q).Keys.Stream, Group: q.Group(), Consumer: "dead-2", Messages: []string{crashed}}).Err()
+		}
+	}()
 	run1 := relRun(t, first)
 	select {
 	case <-longStarted:
 	case <-time.After(relWait):
 		t.Fatal("\"long\" did not start")
 	}
+	<-keepFresh
 	redistest.WaitFor(t, relWait, "the first consumer to take the crashed job over", func() bool {
 		pe, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: core.Of(q).Keys.Stream, Group: q.Group(), Start: crashed, End: crashed, Count: 1}).Result()
 		// Taken over without a charge: it waits and has not started, so its

@@ -82,9 +82,11 @@ func (p *dashboardProc) stop() string {
 	if err := p.cmd.Process.Signal(os.Interrupt); err != nil {
 		p.t.Fatal(err)
 	}
+	// Read stderr to its end before Wait, which closes the pipe once the
+	// process exited and would drop what the copy has not read yet.
+	<-p.copied
 	err := p.cmd.Wait()
 	p.exited = true
-	<-p.copied
 	if err != nil {
 		p.t.Fatalf("after an interrupt the dashboard exited with %v, want exit code 0", err)
 	}
