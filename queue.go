@@ -162,6 +162,7 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 		DeadLetterMaxLen: c.DeadLetterMaxLen,
 		NewEngine:        newEngine,
 		Defaults:         runDefaults(),
+		Options:          coreOptions,
 	})
 	return q, nil
 }

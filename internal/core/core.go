@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"maps"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -49,6 +50,20 @@ type Queue struct {
 	// Defaults are the root package's defaults of consumers and workers
 	// (see [Queue.NewRun]).
 	Defaults RunDefaults
+	// Options applies a []streamq.EnqueueOption as Enqueue does and
+	// returns what they ask for: so that packages that store jobs to
+	// enqueue later (the outbox) take the same options.
+	Options func(opts any) (EnqueueOptions, error)
+}
+
+// EnqueueOptions are the per-job options of an enqueue, as the root
+// package's options set them.
+type EnqueueOptions struct {
+	Headers   map[string]string
+	At        time.Time     // due time; zero: see In
+	In        time.Duration // delay after the enqueue when positive
+	UniqueKey string
+	UniqueTTL time.Duration
 }
 
 // CheckJob checks a job about to be written to the queue (see wire.Check):
@@ -98,6 +113,8 @@ type Producer struct {
 	Kind string
 	// WriteBehind records the queue as fed by a write-behind Writer too.
 	WriteBehind bool
+	// Replicas is what the producer's writes wait for (MinReplicas).
+	Replicas rdb.Replicas
 
 	registered atomic.Bool
 }
