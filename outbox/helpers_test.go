@@ -55,7 +55,7 @@ var drivers = []string{"sqlite", "postgres"}
 // openTable makes a fresh outbox table of driver, migrated, dropped at the
 // end of the test. PostgreSQL tests skip when no server answers, unless
 // STREAMQ_REQUIRE_POSTGRES is set.
-func openTable(t *testing.T, driver string, notify bool) *table {
+func openTable(t testing.TB, driver string, notify bool) *table {
 	t.Helper()
 	name := fmt.Sprintf("obt_%016x", rand.Uint64())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -109,7 +109,7 @@ func openTable(t *testing.T, driver string, notify bool) *table {
 // openPostgres opens the test PostgreSQL, closed at the end of the test, or
 // skips the test when it does not answer (fails with
 // STREAMQ_REQUIRE_POSTGRES).
-func openPostgres(t *testing.T) *sql.DB {
+func openPostgres(t testing.TB) *sql.DB {
 	t.Helper()
 	db, err := wbpostgres.Open(testDSN())
 	if err != nil {
@@ -130,7 +130,7 @@ func openPostgres(t *testing.T) *sql.DB {
 }
 
 // newQueue returns a queue with a fresh name on rdb, and a producer of it.
-func newQueue(t *testing.T, rdb redis.UniversalClient) (*streamq.Queue, *streamq.Producer) {
+func newQueue(t testing.TB, rdb redis.UniversalClient) (*streamq.Queue, *streamq.Producer) {
 	t.Helper()
 	q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
 	if err != nil {
@@ -151,7 +151,7 @@ func newQueue(t *testing.T, rdb redis.UniversalClient) (*streamq.Queue, *streamq
 
 // inTx runs fn in a transaction of db, and commits it when commit is true,
 // else rolls it back.
-func inTx(t *testing.T, db *sql.DB, commit bool, fn func(tx *sql.Tx) error) {
+func inTx(t testing.TB, db *sql.DB, commit bool, fn func(tx *sql.Tx) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -176,7 +176,7 @@ func inTx(t *testing.T, db *sql.DB, commit bool, fn func(tx *sql.Tx) error) {
 // enqueueN enqueues payloads prefix-0 ... prefix-(n-1), each in a
 // transaction of its own, committed unless rollback(i); it returns the
 // committed payloads.
-func (tb *table) enqueueN(t *testing.T, q *streamq.Queue, prefix string, n int, rollback func(i int) bool) []string {
+func (tb *table) enqueueN(t testing.TB, q *streamq.Queue, prefix string, n int, rollback func(i int) bool) []string {
 	t.Helper()
 	var committed []string
 	for i := range n {
@@ -194,7 +194,7 @@ func (tb *table) enqueueN(t *testing.T, q *streamq.Queue, prefix string, n int, 
 }
 
 // payloads returns the payloads of the jobs in q's stream and delayed set.
-func payloads(t *testing.T, rdb redis.UniversalClient, q *streamq.Queue) []string {
+func payloads(t testing.TB, rdb redis.UniversalClient, q *streamq.Queue) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -212,7 +212,7 @@ func payloads(t *testing.T, rdb redis.UniversalClient, q *streamq.Queue) []strin
 
 // checkOnce fails the test unless got holds every payload of want exactly
 // once and nothing else.
-func checkOnce(t *testing.T, got, want []string) {
+func checkOnce(t testing.TB, got, want []string) {
 	t.Helper()
 	count := make(map[string]int, len(got))
 	for _, p := range got {
@@ -248,7 +248,7 @@ func cut(s []string) string {
 }
 
 // waitEmpty waits until the table's backlog is empty.
-func (tb *table) waitEmpty(t *testing.T, timeout time.Duration) {
+func (tb *table) waitEmpty(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	redistest.WaitFor(t, timeout, "the outbox table to empty", func() bool {
 		b, err := tb.store.Backlog(t.Context())
@@ -257,7 +257,7 @@ func (tb *table) waitEmpty(t *testing.T, timeout time.Duration) {
 }
 
 // newRelay returns a relay of tb through p.
-func newRelay(t *testing.T, store outbox.Store, cfg outbox.RelayConfig, p ...*streamq.Producer) *outbox.Relay {
+func newRelay(t testing.TB, store outbox.Store, cfg outbox.RelayConfig, p ...*streamq.Producer) *outbox.Relay {
 	t.Helper()
 	cfg.Producers = p
 	r, err := outbox.NewRelay(store, &cfg)

@@ -21,9 +21,6 @@ const (
 	// DefaultRetention is how long the mark of a relayed row is kept when
 	// RelayConfig.Retention is 0.
 	DefaultRetention = 24 * time.Hour
-	// DefaultConcurrency is how many Redis calls a relay makes at once when
-	// RelayConfig.Concurrency is 0.
-	DefaultConcurrency = 16
 
 	// maxRowRetry bounds the wait of a row that failed (see rowRetry).
 	maxRowRetry = 5 * time.Minute
@@ -59,10 +56,6 @@ type RelayConfig struct {
 	// that time removes it without enqueueing it again. The mark is
 	// deleted with the row otherwise. Defaults to DefaultRetention.
 	Retention time.Duration
-
-	// Concurrency is how many Redis calls the relay makes at once.
-	// Defaults to DefaultConcurrency.
-	Concurrency int
 
 	// Logger receives the relay's errors. nil means slog.Default().
 	Logger *slog.Logger
@@ -127,7 +120,7 @@ func NewRelay(store Store, cfg *RelayConfig) (*Relay, error) {
 		name string
 		v    *int
 		def  int
-	}{{"BatchSize", &c.BatchSize, DefaultBatchSize}, {"Concurrency", &c.Concurrency, DefaultConcurrency}} {
+	}{{"BatchSize", &c.BatchSize, DefaultBatchSize}} {
 		if *f.v < 0 {
 			return nil, &streamq.ConfigError{Field: "RelayConfig." + f.name, Reason: fmt.Sprintf("is negative (%d): use 0 for the default, %d", *f.v, f.def)}
 		}
@@ -140,7 +133,7 @@ func NewRelay(store Store, cfg *RelayConfig) (*Relay, error) {
 	if r.log == nil {
 		r.log = slog.Default()
 	}
-	r.sender = &markSender{producers: producers, retention: c.Retention, concurrency: c.Concurrency}
+	r.sender = &markSender{producers: producers, retention: c.Retention}
 	return r, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/streamq/streamq"
@@ -29,40 +28,61 @@ type sender interface {
 // errNoProducer marks a row of a queue that the relay has no producer for.
 var errNoProducer = errors.New("streamq: outbox row of a queue the relay has no producer for")
 
-// markSender is the sender until streamq.WithJobID exists: every row is
-// enqueued by the unique-enqueue script with the row's mark
-// (rdb.Keys.OutboxMark) as its lock, which the job does not release: the
-// mark and the job are written in one script call, and a second call for
-// the row finds the mark and adds nothing. The mark is deleted once the
-// row is (see forget), and expires after retention in any case.
+// markSender is the sender until streamq.WithJobID exists: the jobs of a
+// queue's rows are enqueued by one script call per chunk (rdb.Queue.Outbox)
+// that writes each job with its row's mark (rdb.Keys.OutboxMark), unless
+// the mark exists: then the job was enqueued before and nothing is
+// written. The mark is deleted once the row is (see forget), and expires
+// after retention in any case.
 type markSender struct {
-	producers   map[string]*streamq.Producer
-	retention   time.Duration
-	concurrency int
+	producers map[string]*streamq.Producer
+	retention time.Duration
 }
 
 func (s *markSender) send(ctx context.Context, rows []Row) []error {
 	errs := make([]error, len(rows))
-	sem := make(chan struct{}, s.concurrency)
-	var wg sync.WaitGroup
-	for i := range rows {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			errs[i] = s.sendOne(ctx, &rows[i])
-		}()
+	type chunk struct {
+		p    *streamq.Producer
+		rows []int // indexes into rows
+		op   rdb.OutboxParams
 	}
-	wg.Wait()
+	byQueue := make(map[string]*chunk)
+	var chunks []*chunk
+	for i := range rows {
+		r := &rows[i]
+		p := s.producers[r.Queue]
+		if p == nil {
+			errs[i] = fmt.Errorf("%w %q: add a producer of the queue to RelayConfig.Producers", errNoProducer, r.Queue)
+			continue
+		}
+		c := byQueue[r.Queue]
+		if c == nil || c.op.Len() == streamq.MaxBatchChunk {
+			cp := core.OfProducer(p)
+			c = &chunk{p: p, op: rdb.OutboxParams{MarkTTL: s.retention, Replicas: cp.Replicas}}
+			byQueue[r.Queue] = c
+			chunks = append(chunks, c)
+		}
+		if errs[i] = s.add(ctx, c.p, &c.op, r); errs[i] == nil {
+			c.rows = append(c.rows, i)
+		}
+	}
+	for _, c := range chunks {
+		cp := core.OfProducer(c.p)
+		err := cp.Queue.DB.Outbox(ctx, &c.op)
+		if err != nil {
+			err = fmt.Errorf("streamq: outbox enqueue on %s: %w", cp.Queue.Name, err)
+		} else if c.op.Added > 0 {
+			cp.Register(ctx)
+		}
+		for _, i := range c.rows {
+			errs[i] = err
+		}
+	}
 	return errs
 }
 
-// sendOne enqueues the job of row r once.
-func (s *markSender) sendOne(ctx context.Context, r *Row) error {
-	p := s.producers[r.Queue]
-	if p == nil {
-		return fmt.Errorf("%w %q: add a producer of the queue to RelayConfig.Producers", errNoProducer, r.Queue)
-	}
+// add adds the job of row r to op, or returns why it cannot be enqueued.
+func (s *markSender) add(ctx context.Context, p *streamq.Producer, op *rdb.OutboxParams, r *Row) error {
 	o, err := decodeOptions(r.Options)
 	if err != nil {
 		return err
@@ -87,15 +107,7 @@ func (s *markSender) sendOne(ctx context.Context, r *Row) error {
 	if !due.IsZero() {
 		job.JobID = rdb.NewDelayedID()
 	}
-	_, _, err = cq.DB.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{
-		Job: &job, Lock: cq.Keys.OutboxMark(r.ID), LockTTL: s.retention, Due: due, Replicas: cp.Replicas,
-	})
-	if err != nil {
-		return err
-	}
-	// Enqueued now, or found marked: enqueued before, by this relay or
-	// another one that did not remove the row.
-	cp.Register(ctx)
+	op.Add(cq.Keys, r.ID, &job, due)
 	return nil
 }
 

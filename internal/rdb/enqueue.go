@@ -301,10 +301,6 @@ type EnqueueUniqueParams struct {
 	// Job is the job; its Key is the unique key and its KeyToken the lock's
 	// token. A delayed job's JobID is its delayed-set ID.
 	Job *wire.Job
-	// Lock is the lock's key when it is not the job's unique key: the
-	// outbox's mark of a relayed row, which the job does not release (its
-	// Key is empty) and which lives for LockTTL. Empty: Keys.Unique(Job.Key).
-	Lock string
 	// LockTTL is how long the lock lives at most.
 	LockTTL time.Duration
 	// Due is when a delayed job is due (zero: the job goes into the stream
@@ -326,11 +322,7 @@ func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool
 	}
 	j := p.Job
 	args := append([]any{q.maxLen, p.LockTTL.Milliseconds(), j.KeyToken, due, j.JobID}, j.Args()...)
-	lock := p.Lock
-	if lock == "" {
-		lock = q.keys.Unique(j.Key)
-	}
-	keys := []string{q.keys.Stream, lock, q.keys.Delayed, q.keys.DelayedJobs}
+	keys := []string{q.keys.Stream, q.keys.Unique(j.Key), q.keys.Delayed, q.keys.DelayedJobs}
 	cmd, werr := q.runWrite(ctx, scriptEnqueueUnique, q.memoOr(p.Memo), p.Replicas, keys, args)
 	res, err := cmd.Slice()
 	if err != nil {

@@ -209,44 +209,6 @@ func TestQueue_EnqueueUnique(t *testing.T) {
 	}
 }
 
-// TestQueue_EnqueueUnique_Lock: with Lock set (the outbox's mark), the
-// lock is that key, the job carries no unique key (so nothing releases the
-// lock when it ends), and a second call under the lock adds nothing and
-// returns the first job's ID.
-func TestQueue_EnqueueUnique_Lock(t *testing.T) {
-	t.Parallel()
-	e := setup(t, Config{})
-	mark := e.k.OutboxMark("row1")
-	send := func(payload string) (bool, string, error) {
-		j := &wire.Job{Payload: []byte(payload), EnqMillis: 1}
-		return e.q.EnqueueUnique(e.ctx, &EnqueueUniqueParams{Job: j, Lock: mark, LockTTL: time.Minute})
-	}
-	ok, id, err := send("first")
-	if err != nil || !ok || id == "" {
-		t.Fatalf("EnqueueUnique: %v %q %v", ok, id, err)
-	}
-	if got, _ := e.c.HGet(e.ctx, mark, "id").Result(); got != id {
-		t.Errorf("mark holds id %q, want %q", got, id)
-	}
-	if ttl := e.c.PTTL(e.ctx, mark).Val(); ttl <= 0 || ttl > time.Minute {
-		t.Errorf("mark TTL %s, want up to 1m", ttl)
-	}
-	entries := e.c.XRange(e.ctx, e.k.Stream, "-", "+").Val()
-	if len(entries) != 1 {
-		t.Fatalf("stream holds %d entries, want 1", len(entries))
-	}
-	if _, has := entries[0].Values[wire.FieldKey]; has {
-		t.Errorf("the job carries a unique key: %v", entries[0].Values)
-	}
-	ok2, id2, err := send("second")
-	if err != nil || ok2 || id2 != id {
-		t.Fatalf("second send: %v %q %v; want false and %q", ok2, id2, err, id)
-	}
-	if n := e.card(e.k.Stream); n != 1 {
-		t.Errorf("stream holds %d entries after the second send, want 1", n)
-	}
-}
-
 func TestQueue_EnqueueUnique_Full(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{MaxLen: 1})
