@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -45,20 +46,26 @@ func (tb *table) fill(b testing.TB, q *streamq.Queue, n int) {
 // in batches of the same size (the baseline).
 func BenchmarkRelay(b *testing.B) {
 	for _, driver := range drivers {
-		b.Run(driver, func(b *testing.B) {
-			tb := openTable(b, driver, false)
-			c := redistest.NewClient(b)
-			q, p := newQueue(b, c)
-			tb.fill(b, q, b.N)
-			r := newRelay(b, tb.store, outbox.RelayConfig{BatchSize: benchBatch}, p)
-			b.ResetTimer()
-			n := relayAll(b, r)
-			b.StopTimer()
-			if n != b.N {
-				b.Fatalf("relayed %d rows, want %d", n, b.N)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-		})
+		for _, batches := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/batches=%d", driver, batches), func(b *testing.B) {
+				tb := openTable(b, driver, false)
+				c := redistest.NewClient(b)
+				q, p := newQueue(b, c)
+				tb.fill(b, q, b.N)
+				r := newRelay(b, tb.store, outbox.RelayConfig{BatchSize: benchBatch, Batches: batches, PollInterval: time.Millisecond}, p)
+				b.ResetTimer()
+				run := redistest.Background(b, "relay", 10*time.Minute, r.Run)
+				tb.waitEmpty(b, 10*time.Minute)
+				b.StopTimer()
+				if err := run.Stop(); err != nil {
+					b.Fatal(err)
+				}
+				if n := len(payloads(b, c, q)); n != b.N {
+					b.Fatalf("relayed %d rows, want %d", n, b.N)
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			})
+		}
 	}
 	b.Run("EnqueueBatch", func(b *testing.B) {
 		c := redistest.NewClient(b)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/streamq/streamq"
@@ -18,6 +20,9 @@ const (
 	// DefaultPollInterval is how often an idle relay looks for rows when
 	// RelayConfig.PollInterval is 0.
 	DefaultPollInterval = time.Second
+	// DefaultBatches is how many batches a relay works on at once when
+	// RelayConfig.Batches is 0.
+	DefaultBatches = 1
 	// DefaultRetention is how long the mark of a relayed row is kept when
 	// RelayConfig.Retention is 0.
 	DefaultRetention = 24 * time.Hour
@@ -43,6 +48,11 @@ type RelayConfig struct {
 	// BatchSize is how many rows the relay claims at once. Defaults to
 	// DefaultBatchSize.
 	BatchSize int
+
+	// Batches is how many batches Run works on at once while rows wait:
+	// more overlap the database's commits with Redis's work, for
+	// throughput. Defaults to DefaultBatches.
+	Batches int
 
 	// PollInterval is how often an idle relay looks for rows: the only
 	// wake-up on SQLite, the fallback on PostgreSQL, whose relay wakes on
@@ -120,7 +130,7 @@ func NewRelay(store Store, cfg *RelayConfig) (*Relay, error) {
 		name string
 		v    *int
 		def  int
-	}{{"BatchSize", &c.BatchSize, DefaultBatchSize}} {
+	}{{"BatchSize", &c.BatchSize, DefaultBatchSize}, {"Batches", &c.Batches, DefaultBatches}} {
 		if *f.v < 0 {
 			return nil, &streamq.ConfigError{Field: "RelayConfig." + f.name, Reason: fmt.Sprintf("is negative (%d): use 0 for the default, %d", *f.v, f.def)}
 		}
@@ -146,14 +156,14 @@ func (r *Relay) Run(ctx context.Context) error {
 	waker, _ := r.store.(Waker)
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
-		n, err := r.RunOnce(ctx)
+		full, err := r.runBatches(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
 			r.log.ErrorContext(ctx, "streamq: outbox relay", "error", err, "retry_in", backoff)
 			sleep(ctx, backoff)
 			continue
-		case n == r.cfg.BatchSize:
+		case full:
 			backoff = 0
 			continue // more may be waiting
 		}
@@ -166,6 +176,23 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// runBatches runs RelayConfig.Batches batches at once, and reports whether
+// one of them was full (more rows may wait) and the first error.
+func (r *Relay) runBatches(ctx context.Context) (full bool, err error) {
+	if r.cfg.Batches == 1 {
+		n, err := r.RunOnce(ctx)
+		return n == r.cfg.BatchSize, err
+	}
+	ns := make([]int, r.cfg.Batches)
+	errs := make([]error, r.cfg.Batches)
+	var wg sync.WaitGroup
+	for i := range r.cfg.Batches {
+		wg.Go(func() { ns[i], errs[i] = r.RunOnce(ctx) })
+	}
+	wg.Wait()
+	return slices.Contains(ns, r.cfg.BatchSize), errors.Join(errs...)
 }
 
 // RunOnce relays one batch of up to RelayConfig.BatchSize rows and returns

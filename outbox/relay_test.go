@@ -143,8 +143,9 @@ func TestRelay_Options(t *testing.T) {
 	}
 }
 
-// TestRelay_Racing: two and three relays at once over one table, while
-// rows are committed: every job once, nothing left.
+// TestRelay_Racing: two and three relays at once over one table, each
+// working on two batches at once, while rows are committed: every job
+// once, nothing left.
 func TestRelay_Racing(t *testing.T) {
 	t.Parallel()
 	for _, driver := range drivers {
@@ -155,9 +156,8 @@ func TestRelay_Racing(t *testing.T) {
 				c := redistest.NewClient(t)
 				q, p := newQueue(t, c)
 				for i := range relays {
-					// Short leases on SQLite: relays also take rows over.
-					store := tb.store
-					r := newRelay(t, store, outbox.RelayConfig{BatchSize: 7, PollInterval: 10 * time.Millisecond}, p)
+					// Small batches, two at once per relay: many claims race.
+					r := newRelay(t, tb.store, outbox.RelayConfig{BatchSize: 7, Batches: 2, PollInterval: 10 * time.Millisecond}, p)
 					redistest.Background(t, fmt.Sprintf("relay %d", i), time.Minute, r.Run)
 				}
 				want := tb.enqueueN(t, q, "job", 300, nil)
@@ -381,6 +381,7 @@ func TestNewRelay_Config(t *testing.T) {
 		{"nil producer", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{nil}}, "Producers[0]"},
 		{"two of a queue", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p, p2}}, "Producers[1]"},
 		{"negative batch", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, BatchSize: -1}, "BatchSize"},
+		{"negative batches", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, Batches: -1}, "Batches"},
 		{"negative poll", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, PollInterval: -1}, "PollInterval"},
 		{"tiny retention", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, Retention: time.Microsecond}, "Retention"},
 	} {
