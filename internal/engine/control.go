@@ -116,6 +116,7 @@ func (r *run[F]) putCounts(c map[int64]int64) {
 
 // flushCounts writes the counts left when the run ends.
 func (r *run[F]) flushCounts() {
+	r.mon.FlushDeadLog()
 	c := r.takeCounts()
 	if len(c) == 0 {
 		return

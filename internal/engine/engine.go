@@ -691,7 +691,7 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn Run, reason string, cause e
 	case id == "":
 		r.mon.Log.Info("streamq: job was taken over by another worker before it was dead-lettered; leaving it", "job_id", d.ID)
 	default:
-		r.mon.Log.Warn("streamq: job dead-lettered", "job_id", d.ID, "dead_letter_id", id, "reason", reason, "attempts", attempts, "error", cause)
+		r.mon.DeadLettered(reason, "job_id", d.ID, "dead_letter_id", id, "attempts", attempts, "error", cause)
 		ev := Event{Kind: EventDeadLettered, ID: d.ID, Err: cause, Reason: reason}
 		if !malformed {
 			ev.Run = &rn
