@@ -120,9 +120,10 @@ type Config struct {
 	// the cancel requests (0: never; tests of the engine alone).
 	ControlInterval time.Duration
 	// Heartbeat, if not empty, is the name under which each control tick
-	// records the run as alive in the queue's workers set (priority
-	// workers).
-	Heartbeat string
+	// records the run as alive in the queue's workers set, with the record
+	// HeartbeatInfo (JSON of rdb.Heartbeat); the run leaves the set when it
+	// ends.
+	Heartbeat, HeartbeatInfo string
 	// ResultRetention is how long progress and results are kept;
 	// MaxResultBytes bounds a result.
 	ResultRetention time.Duration
