@@ -392,3 +392,45 @@ func TestNewRelay_Config(t *testing.T) {
 		}
 	}
 }
+
+// TestRelay_MinReplicas: with a producer that waits for a replica, rows are
+// removed once the replica holds their jobs; while it is down, the rows stay
+// (the jobs are on the master), and once it is back they are removed
+// without being enqueued again.
+func TestRelay_MinReplicas(t *testing.T) {
+	t.Parallel()
+	tb := openTable(t, "sqlite", false)
+	master := redistest.StartServer(t)
+	replica := redistest.StartReplica(t, master)
+	c := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	rc := redis.NewClient(&redis.Options{Addr: replica.Addr()})
+	t.Cleanup(func() { _ = rc.Close() })
+	q, err := streamq.NewQueue(c, redistest.Name(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := streamq.NewProducer(q, &streamq.ProducerConfig{MinReplicas: 1, ReplicaTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(t, tb.store, outbox.RelayConfig{}, p)
+	want := tb.enqueueN(t, q, "first", 5, nil)
+	relayAll(t, r)
+	checkOnce(t, payloads(t, rc, q), want) // on the replica, once the rows are gone
+	replica.Stop()
+	want = append(want, tb.enqueueN(t, q, "second", 3, nil)...)
+	if n, err := r.RunOnce(t.Context()); n != 0 || !errors.Is(err, streamq.ErrNotReplicated) {
+		t.Errorf("relay without the replica: removed %d rows, error %v; want 0 and ErrNotReplicated", n, err)
+	}
+	if b, err := tb.store.Backlog(t.Context()); err != nil || b.Rows != 3 {
+		t.Fatalf("backlog without the replica: %+v, %v; want 3 rows", b, err)
+	}
+	replica.Restart()
+	redistest.WaitFor(t, 30*time.Second, "the rows to go once the replica is back", func() bool {
+		_, _ = r.RunOnce(t.Context())
+		b, err := tb.store.Backlog(t.Context())
+		return err == nil && b.Rows == 0
+	})
+	checkOnce(t, payloads(t, c, q), want)
+}
