@@ -161,6 +161,7 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 		MaxHeaderBytes:   c.MaxHeaderBytes,
 		DeadLetterMaxLen: c.DeadLetterMaxLen,
 		NewEngine:        newEngine,
+		MessageOpts:      messageOpts,
 		Defaults:         runDefaults(),
 	})
 	return q, nil
