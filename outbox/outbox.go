@@ -117,53 +117,130 @@ func (b *Backlog) Total() {
 	}
 }
 
-// rowOptions are the enqueue options a row carries (its Options column).
+// rowOptions are the enqueue options a row carries (its Options column,
+// JSON); durations and times in milliseconds.
 type rowOptions struct {
-	Headers map[string]string `json:"headers,omitempty"`
-	At      int64             `json:"at,omitempty"` // due time, Unix ms
-	In      int64             `json:"in,omitempty"` // delay after the insert, ms
+	Headers     map[string]string `json:"headers,omitempty"`
+	At          int64             `json:"at,omitempty"` // due time, Unix ms
+	In          int64             `json:"in,omitempty"` // delay after the insert
+	Kind        string            `json:"kind,omitempty"`
+	MaxAttempts int               `json:"ma,omitempty"`
+	Timeout     int64             `json:"to,omitempty"`
+	Deadline    int64             `json:"dl,omitempty"` // Unix ms
+	Retention   int64             `json:"rr,omitempty"`
+	Tags        []string          `json:"tags,omitempty"`
 }
 
 // Prepare checks a job for queue q and returns its row, for a driver to
-// insert: the payload and headers against q's limits, opts as
-// [streamq.Producer.Enqueue] checks them. Options that the outbox cannot
-// keep exactly once fail with an error that says so: [streamq.Unique]
-// (its lock is released when the job ends, so it cannot stop a second
-// relay of the row).
+// insert: opts as [streamq.Producer.Enqueue] checks them, and the payload
+// and headers against q's limits. Options the outbox cannot keep exactly
+// once, or cannot apply, fail with an error that says so: [streamq.Unique]
+// (its lock ends with the job, so it cannot stop a second relay of the
+// row), a job ID and a flow key (not supported by this version), a
+// priority (the relay writes into the stream; forward it with the
+// priority.WithPriority header instead).
 func Prepare(q *streamq.Queue, payload []byte, opts []streamq.EnqueueOption) (*Row, error) {
 	if q == nil {
 		return nil, &streamq.ConfigError{Field: "queue", Reason: "is nil: pass the *streamq.Queue the job goes to"}
 	}
-	cq := core.Of(q)
-	o, err := cq.Options(opts)
-	if err != nil {
+	var o streamq.EnqueueOptions
+	if err := apply(&o, opts); err != nil {
 		return nil, fmt.Errorf("streamq: outbox enqueue on %s: %w", q.Name(), err)
 	}
-	if o.UniqueKey != "" {
-		return nil, &streamq.ConfigError{Field: "Unique", Reason: "is not supported by the outbox: its lock ends with the job, so it cannot keep a relayed row from being enqueued twice; enqueue unique jobs with a Producer"}
+	return prepare(q, payload, &o)
+}
+
+// PrepareArgs is [Prepare] for typed args: the payload is args encoded with
+// codec (nil: streamq.JSONCodec), the kind args.Kind(), and the options
+// those of args (see [streamq.JobArgsWithOptions]), then opts.
+func PrepareArgs(q *streamq.Queue, args streamq.JobArgs, codec streamq.Codec, opts []streamq.EnqueueOption) (*Row, error) {
+	if q == nil {
+		return nil, &streamq.ConfigError{Field: "queue", Reason: "is nil: pass the *streamq.Queue the job goes to"}
 	}
+	if args == nil {
+		return nil, &streamq.ConfigError{Field: "args", Reason: "is nil: pass a value of a JobArgs type"}
+	}
+	var o streamq.EnqueueOptions
+	if wo, ok := args.(streamq.JobArgsWithOptions); ok {
+		if err := apply(&o, wo.InsertOpts()); err != nil {
+			return nil, fmt.Errorf("streamq: outbox enqueue on %s: InsertOpts of %T: %w", q.Name(), args, err)
+		}
+	}
+	if err := apply(&o, append(opts, streamq.WithKind(args.Kind()))); err != nil {
+		return nil, fmt.Errorf("streamq: outbox enqueue on %s: %w", q.Name(), err)
+	}
+	if codec == nil {
+		codec = streamq.JSONCodec{}
+	}
+	payload, err := codec.Marshal(args)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: outbox enqueue on %s: encode args of kind %q: %w", q.Name(), args.Kind(), err)
+	}
+	return prepare(q, payload, &o)
+}
+
+// apply applies opts to o.
+func apply(o *streamq.EnqueueOptions, opts []streamq.EnqueueOption) error {
+	for i, opt := range opts {
+		if opt == nil {
+			return &streamq.ConfigError{Field: fmt.Sprintf("options[%d]", i), Reason: "is nil: remove it"}
+		}
+		if err := opt(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare checks o and the job and returns its row.
+func prepare(q *streamq.Queue, payload []byte, o *streamq.EnqueueOptions) (*Row, error) {
+	refuse := func(field, reason string) (*Row, error) {
+		return nil, fmt.Errorf("streamq: outbox enqueue on %s: %w", q.Name(), &streamq.ConfigError{Field: field, Reason: reason})
+	}
+	switch {
+	case o.UniqueKey != "":
+		return refuse("Unique", "is not supported by the outbox: its lock ends with the job, so it cannot keep a relayed row from being enqueued twice; enqueue unique jobs with a Producer")
+	case o.JobID != "":
+		return refuse("EnqueueOptions.JobID", "is not supported by the outbox: the row's ID identifies the job; leave it empty")
+	case o.FlowKey != "":
+		return refuse("EnqueueOptions.FlowKey", "is not supported by this version: leave it empty")
+	case o.Priority != nil:
+		return refuse("priority.WithPriority", "is not supported by the outbox: enqueue with a Producer of a queue that has a priority set")
+	case !o.Deadline.IsZero() && !o.Deadline.After(core.Of(q).DB.Now()):
+		return refuse("Deadline", fmt.Sprintf("%s has passed: pass a time in the future", o.Deadline.Format(time.RFC3339Nano)))
+	}
+	cq := core.Of(q)
 	if err := cq.CheckJob(payload, o.Headers); err != nil {
 		return nil, fmt.Errorf("streamq: outbox enqueue on %s: %w", q.Name(), err)
 	}
-	ro := rowOptions{Headers: o.Headers, In: o.In.Milliseconds()}
+	ro := rowOptions{
+		Headers: o.Headers, In: millis(o.In), Kind: o.Kind, MaxAttempts: o.MaxAttempts,
+		Timeout: millis(o.Timeout), Retention: millis(o.ResultRetention), Tags: o.Tags,
+	}
 	if !o.At.IsZero() {
 		ro.At = max(o.At.UnixMilli(), 1)
 	}
-	if o.In > 0 && ro.In == 0 {
-		ro.In = 1 // a delay below 1 ms still delays
+	if !o.Deadline.IsZero() {
+		ro.Deadline = o.Deadline.UnixMilli()
 	}
 	row := &Row{ID: NewID(), Queue: q.Name(), Payload: payload}
-	if ro.Headers != nil || ro.At != 0 || ro.In != 0 {
-		b, err := json.Marshal(&ro)
-		if err != nil {
-			return nil, fmt.Errorf("streamq: outbox enqueue on %s: %w", q.Name(), err)
-		}
+	if b, err := json.Marshal(&ro); err != nil {
+		return nil, fmt.Errorf("streamq: outbox enqueue on %s: %w", q.Name(), err)
+	} else if string(b) != "{}" {
 		row.Options = string(b)
 	}
 	if row.Payload == nil {
 		row.Payload = []byte{} // NOT NULL in the table
 	}
 	return row, nil
+}
+
+// millis returns d in whole milliseconds, rounded up (0 for 0 or less).
+func millis(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // NewID returns a new row ID: 32 hex digits of a random 128-bit number.

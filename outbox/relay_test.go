@@ -18,6 +18,7 @@ import (
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/outbox"
 	"github.com/streamq/streamq/outbox/postgres"
+	"github.com/streamq/streamq/outbox/sqlite"
 )
 
 // relayAll runs r until a batch finds nothing to move.
@@ -433,4 +434,77 @@ func TestRelay_MinReplicas(t *testing.T) {
 		return err == nil && b.Rows == 0
 	})
 	checkOnce(t, payloads(t, c, q), want)
+}
+
+// sendMail is the typed args of TestRelay_Typed.
+type sendMail struct {
+	To string `json:"to"`
+}
+
+func (sendMail) Kind() string { return "send_mail" }
+
+func (sendMail) InsertOpts() []streamq.EnqueueOption {
+	return []streamq.EnqueueOption{streamq.MaxAttempts(3)}
+}
+
+// TestRelay_Typed: typed args travel as their JSON with their kind, their
+// own options and the caller's (max attempts, tags, deadline): the relayed
+// entry carries them (wire version 2). A job ID, a flow key or a passed
+// deadline are refused at the enqueue.
+func TestRelay_Typed(t *testing.T) {
+	t.Parallel()
+	for _, driver := range drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			tb := openTable(t, driver, false)
+			c := redistest.NewClient(t)
+			q, p := newQueue(t, c)
+			var enqueueArgs func(ctx context.Context, tx *sql.Tx, q *streamq.Queue, a streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error)
+			switch ob := tb.store.(type) {
+			case *postgres.Outbox:
+				enqueueArgs = func(ctx context.Context, tx *sql.Tx, q *streamq.Queue, a streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error) {
+					return ob.EnqueueArgs(ctx, tx, q, a, opts...)
+				}
+			case *sqlite.Outbox:
+				enqueueArgs = func(ctx context.Context, tx *sql.Tx, q *streamq.Queue, a streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error) {
+					return ob.EnqueueArgs(ctx, tx, q, a, opts...)
+				}
+			}
+			deadline := time.Now().Add(time.Hour)
+			inTx(t, tb.db, true, func(tx *sql.Tx) error {
+				_, err := enqueueArgs(t.Context(), tx, q, sendMail{To: "ada@example.com"}, streamq.Tags("welcome"), streamq.Deadline(deadline))
+				return err
+			})
+			for _, tc := range []struct {
+				name string
+				opt  streamq.EnqueueOption
+				want string
+			}{
+				{"job ID", func(o *streamq.EnqueueOptions) error { o.JobID = "x"; return nil }, "JobID"},
+				{"flow key", func(o *streamq.EnqueueOptions) error { o.FlowKey = "x"; return nil }, "FlowKey"},
+				{"priority", func(o *streamq.EnqueueOptions) error { n := 1; o.Priority = &n; return nil }, "priority"},
+				{"passed deadline", streamq.Deadline(time.Now().Add(-time.Minute)), "Deadline"},
+			} {
+				inTx(t, tb.db, true, func(tx *sql.Tx) error {
+					_, err := enqueueArgs(t.Context(), tx, q, sendMail{}, tc.opt)
+					if err == nil || !strings.Contains(err.Error(), tc.want) {
+						t.Errorf("%s: %v, want an error about %s", tc.name, err, tc.want)
+					}
+					return nil
+				})
+			}
+			if n := relayAll(t, newRelay(t, tb.store, outbox.RelayConfig{}, p)); n != 1 {
+				t.Fatalf("relayed %d rows, want 1", n)
+			}
+			entries := c.XRange(t.Context(), keys(q).Stream, "-", "+").Val()
+			if len(entries) != 1 {
+				t.Fatalf("stream holds %d entries, want 1", len(entries))
+			}
+			v := entries[0].Values
+			if v["v"] != "2" || v["kind"] != "send_mail" || v["ma"] != "3" || !strings.Contains(fmt.Sprint(v["tags"]), "welcome") ||
+				v["dl"] != fmt.Sprint(deadline.UnixMilli()) || v["payload"] != `{"to":"ada@example.com"}` {
+				t.Errorf("entry %v, want v 2, kind send_mail, ma 3, tags [welcome], dl %d and the JSON args", v, deadline.UnixMilli())
+			}
+		})
+	}
 }

@@ -101,6 +101,7 @@ func (s *markSender) add(ctx context.Context, p *streamq.Producer, op *rdb.Outbo
 		due = time.Time{}
 	}
 	job := wire.Job{Payload: r.Payload, Headers: cp.Headers(ctx, o.Headers, nil), EnqMillis: now.UnixMilli()}
+	job.Opts = wire.Opts{Kind: o.Kind, MaxAttempts: o.MaxAttempts, Timeout: o.Timeout, Deadline: o.Deadline, Retention: o.Retention, Tags: o.Tags}
 	if err := cq.CheckJob(job.Payload, job.Headers); err != nil {
 		return err
 	}

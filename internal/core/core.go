@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"maps"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -47,23 +46,18 @@ type Queue struct {
 	// nil). group is the consumer group the handler sees in Message.Group
 	// ("" for none). It sets cfg's OnEvent and causes.
 	NewEngine func(h any, onEvent any, group string, cfg engine.Config) engine.Runner
+	// MessageOpts returns the wire fields of version 2 (kind, per-job
+	// options) of a *streamq.Message, for a forwarder that writes the job
+	// again (priority.Forward).
+	MessageOpts func(msg any) wire.Opts
 	// Defaults are the root package's defaults of consumers and workers
 	// (see [Queue.NewRun]).
 	Defaults RunDefaults
-	// Options applies a []streamq.EnqueueOption as Enqueue does and
-	// returns what they ask for: so that packages that store jobs to
-	// enqueue later (the outbox) take the same options.
-	Options func(opts any) (EnqueueOptions, error)
-}
 
-// EnqueueOptions are the per-job options of an enqueue, as the root
-// package's options set them.
-type EnqueueOptions struct {
-	Headers   map[string]string
-	At        time.Time     // due time; zero: see In
-	In        time.Duration // delay after the enqueue when positive
-	UniqueKey string
-	UniqueTTL time.Duration
+	// HasPrioritySet is set once a priority set of the queue was created in
+	// this process (priority.NewQueue): the stream producer then accepts
+	// the priority option, which the set's forwarder reads.
+	HasPrioritySet atomic.Bool
 }
 
 // CheckJob checks a job about to be written to the queue (see wire.Check):

@@ -53,12 +53,12 @@ type Config struct {
 // caller's transactions, and is the [outbox.Store] of the relays over the
 // table. It is safe for concurrent use.
 type Outbox struct {
-	db      *sql.DB
-	cfg     Config
-	table   string // quoted
-	insert  string
-	claim   string
-	backlog string
+	db        *sql.DB
+	cfg       Config
+	table     string // quoted
+	insertSQL string
+	claim     string
+	backlog   string
 
 	mu     sync.Mutex // guards listen
 	listen *sql.Conn  // the LISTEN connection, once a relay waited
@@ -91,9 +91,9 @@ func New(db *sql.DB, cfg *Config) (*Outbox, error) {
 		return nil, err
 	}
 	o.table = t
-	o.insert = `INSERT INTO ` + t + ` (id, queue, payload, options) VALUES ($1, $2, $3, $4)`
+	o.insertSQL = `INSERT INTO ` + t + ` (id, queue, payload, options) VALUES ($1, $2, $3, $4)`
 	if !o.cfg.NoNotify {
-		o.insert = `WITH ins AS (` + o.insert + `) SELECT pg_notify($5, '')`
+		o.insertSQL = `WITH ins AS (` + o.insertSQL + `) SELECT pg_notify($5, '')`
 	}
 	o.claim = `SELECT id, queue, payload, options, (EXTRACT(EPOCH FROM now() - created_at) * 1000)::bigint, attempts
 FROM ` + t + ` WHERE available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED`
@@ -151,26 +151,42 @@ type PgxExecer interface {
 // anything is written. A database error fails it as any write in tx
 // would.
 func (o *Outbox) Enqueue(ctx context.Context, tx Execer, q *streamq.Queue, payload []byte, opts ...streamq.EnqueueOption) (string, error) {
-	row, err := outbox.Prepare(q, payload, opts)
-	if err != nil {
-		return "", err
-	}
-	if _, err := tx.ExecContext(ctx, o.insert, o.args(row)...); err != nil {
-		return "", fmt.Errorf("streamq: outbox enqueue into %s: %w", o.cfg.Table, err)
-	}
-	return row.ID, nil
+	return o.insert(ctx, tx, nil)(outbox.Prepare(q, payload, opts))
+}
+
+// EnqueueArgs is [Outbox.Enqueue] for typed args (see [outbox.PrepareArgs]:
+// JSON-encoded, the kind from args, the args' own options first).
+func (o *Outbox) EnqueueArgs(ctx context.Context, tx Execer, q *streamq.Queue, args streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error) {
+	return o.insert(ctx, tx, nil)(outbox.PrepareArgs(q, args, nil, opts))
 }
 
 // EnqueuePgx is [Outbox.Enqueue] through a pgx transaction.
 func (o *Outbox) EnqueuePgx(ctx context.Context, tx PgxExecer, q *streamq.Queue, payload []byte, opts ...streamq.EnqueueOption) (string, error) {
-	row, err := outbox.Prepare(q, payload, opts)
-	if err != nil {
-		return "", err
+	return o.insert(ctx, nil, tx)(outbox.Prepare(q, payload, opts))
+}
+
+// EnqueueArgsPgx is [Outbox.EnqueueArgs] through a pgx transaction.
+func (o *Outbox) EnqueueArgsPgx(ctx context.Context, tx PgxExecer, q *streamq.Queue, args streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error) {
+	return o.insert(ctx, nil, tx)(outbox.PrepareArgs(q, args, nil, opts))
+}
+
+// insert returns a function that inserts a prepared row through tx or
+// ptx, and returns its ID.
+func (o *Outbox) insert(ctx context.Context, tx Execer, ptx PgxExecer) func(*outbox.Row, error) (string, error) {
+	return func(row *outbox.Row, err error) (string, error) {
+		if err != nil {
+			return "", err
+		}
+		if tx != nil {
+			_, err = tx.ExecContext(ctx, o.insertSQL, o.args(row)...)
+		} else {
+			_, err = ptx.Exec(ctx, o.insertSQL, o.args(row)...)
+		}
+		if err != nil {
+			return "", fmt.Errorf("streamq: outbox enqueue into %s: %w", o.cfg.Table, err)
+		}
+		return row.ID, nil
 	}
-	if _, err := tx.Exec(ctx, o.insert, o.args(row)...); err != nil {
-		return "", fmt.Errorf("streamq: outbox enqueue into %s: %w", o.cfg.Table, err)
-	}
-	return row.ID, nil
 }
 
 // args returns the insert's arguments for row.

@@ -130,15 +130,28 @@ type Execer interface {
 // anything is written. A database error fails it as any write in tx
 // would.
 func (o *Outbox) Enqueue(ctx context.Context, tx Execer, q *streamq.Queue, payload []byte, opts ...streamq.EnqueueOption) (string, error) {
-	row, err := outbox.Prepare(q, payload, opts)
-	if err != nil {
-		return "", err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO `+o.table+` (id, queue, payload, options, created_ms, available_ms)
+	return o.insert(ctx, tx)(outbox.Prepare(q, payload, opts))
+}
+
+// EnqueueArgs is [Outbox.Enqueue] for typed args (see [outbox.PrepareArgs]:
+// JSON-encoded, the kind from args, the args' own options first).
+func (o *Outbox) EnqueueArgs(ctx context.Context, tx Execer, q *streamq.Queue, args streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error) {
+	return o.insert(ctx, tx)(outbox.PrepareArgs(q, args, nil, opts))
+}
+
+// insert returns a function that inserts a prepared row through tx and
+// returns its ID.
+func (o *Outbox) insert(ctx context.Context, tx Execer) func(*outbox.Row, error) (string, error) {
+	return func(row *outbox.Row, err error) (string, error) {
+		if err != nil {
+			return "", err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+o.table+` (id, queue, payload, options, created_ms, available_ms)
 VALUES (?, ?, ?, ?, `+nowMS+`, `+nowMS+`)`, row.ID, row.Queue, row.Payload, row.Options); err != nil {
-		return "", fmt.Errorf("streamq: outbox enqueue into %s: %w", o.cfg.Table, err)
+			return "", fmt.Errorf("streamq: outbox enqueue into %s: %w", o.cfg.Table, err)
+		}
+		return row.ID, nil
 	}
-	return row.ID, nil
 }
 
 // Claim implements [outbox.Store]: one UPDATE leases up to n due rows whose
