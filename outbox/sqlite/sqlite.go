@@ -108,12 +108,7 @@ func (o *Outbox) Migrate(ctx context.Context) error {
 )`,
 		`CREATE INDEX IF NOT EXISTS "` + o.bare + `_available_idx" ON ` + o.table + ` (available_ms)`,
 	}
-	for _, s := range stmts {
-		if _, err := o.db.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("streamq: outbox migrate %s: %w", o.cfg.Table, err)
-		}
-	}
-	return nil
+	return sqlutil.Migrate(ctx, o.db, o.cfg.Table, stmts...)
 }
 
 // Execer is a database/sql transaction: *sql.Tx (also *sql.Conn or

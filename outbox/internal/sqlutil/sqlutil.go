@@ -3,6 +3,7 @@
 package sqlutil
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"regexp"
@@ -82,4 +83,14 @@ func Backlog(rows *sql.Rows, table string) (*outbox.Backlog, error) {
 	}
 	b.Total()
 	return b, nil
+}
+
+// Migrate runs the statements of a migration of table.
+func Migrate(ctx context.Context, db *sql.DB, table string, stmts ...string) error {
+	for _, s := range stmts {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("streamq: outbox migrate %s: %w", table, err)
+		}
+	}
+	return nil
 }
