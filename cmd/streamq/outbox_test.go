@@ -69,6 +69,10 @@ func TestOutbox(t *testing.T) {
 	if s := status(); s.Rows != 0 {
 		t.Errorf("status after relaying: %+v, want no rows", s)
 	}
+	r := runIn(t, "", []string{"REDIS_URL=" + badURLs["port"]}, "outbox", "relay", "--sqlite", file, "--queue", "orders", "--once")
+	if r.code == 0 || !strings.Contains(r.stderr, "xxxxx") || strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("relay with a malformed Redis URL: exit code %d, stderr %q; want an error naming the redacted URL", r.code, r.stderr)
+	}
 	for _, args := range [][]string{
 		{"outbox", "status"},
 		{"outbox", "status", "--sqlite", file, "--postgres", "postgres://x"},
