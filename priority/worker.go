@@ -155,7 +155,8 @@ type WorkerStats struct {
 // Worker runs a [streamq.Handler] for the jobs of a priority [Queue], most
 // urgent first, with the stream consumer's rules for retries, dead letters,
 // panics, timeouts and shutdown. Create it with [NewWorker] and start it with
-// [Worker.Run].
+// [Worker.Run], or run it beside other queues with one budget as a source of
+// a [streamq.Worker] (see [streamq.WorkerQueue]).
 type Worker struct {
 	consumerHandle // what a streamq.Worker runs (internal/core)
 	pq             *Queue

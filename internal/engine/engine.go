@@ -416,7 +416,9 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		// A backlog is likely when a large fetch came back full; a small
 		// one that did (most slots were busy) says nothing, and waiting for
 		// every slot then would only delay the jobs that arrive meanwhile.
-		full = len(ds) == int(n) && 2*n >= conc
+		// A gated engine gathers only its part of the share, so any full
+		// fetch tells.
+		full = len(ds) == int(n) && (2*n >= conc || gate != nil)
 	}
 }
 

@@ -64,7 +64,7 @@ func NewShare(size int, strict bool) *Share {
 func (s *Share) Member(weight, limit int) *Member {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	m := &Member{s: s, rank: len(s.members), stride: strideScale / int64(max(weight, 1)),
+	m := &Member{s: s, rank: len(s.members), weight: int64(max(weight, 1)), stride: strideScale / int64(max(weight, 1)),
 		limit: int64(limit), wake: make(chan struct{}, 1)}
 	s.members = append(s.members, m)
 	return m
@@ -79,6 +79,7 @@ func (s *Share) Size() int { return int(s.size) }
 type Member struct {
 	s      *Share
 	rank   int
+	weight int64
 	stride int64
 	limit  int64
 
@@ -94,11 +95,11 @@ type Member struct {
 }
 
 // Acquire waits until it is m's turn and a slot is free, and takes up to
-// want free slots (want > 0). If gather is set (the latest fetch came
-// back full, so a backlog is likely) and fewer than a fair part of the
-// budget are free, it waits up to gatherWait for more, so that a busy
-// worker fetches in batches. It returns 0 and ctx's error if ctx ended
-// first.
+// want free slots (want > 0). If gather is set (the latest fetch came back
+// full, so a backlog is likely) and fewer than m's part of the budget are
+// free (see part), it waits up to gatherWait for more, so that a busy
+// worker fetches in batches rather than one slot at a time. It returns 0
+// and ctx's error if ctx ended first.
 func (m *Member) Acquire(ctx context.Context, want int64, gather bool, gatherWait time.Duration) (int64, error) {
 	s := m.s
 	var deadline time.Time
@@ -115,7 +116,7 @@ func (m *Member) Acquire(ctx context.Context, want int64, gather bool, gatherWai
 	m.want = want
 	for {
 		if s.next() == m && s.free > 0 {
-			target := min(want, s.fairPart())
+			target := min(want, s.part(m))
 			if gather && s.free < target {
 				if deadline.IsZero() {
 					deadline = time.Now().Add(gatherWait)
@@ -257,16 +258,21 @@ func (s *Share) giveLocked(m *Member, n int64) {
 	s.wakeNext()
 }
 
-// fairPart is the most slots worth gathering for one fetch: the budget
-// divided among the members that want slots or have a backlog.
-func (s *Share) fairPart() int64 {
-	var busy int64
+// part is how many slots are worth gathering for one fetch of m: in
+// weighted mode its weight's part of the budget among the members that
+// want slots or have a backlog (all of it when it is alone), in strict mode
+// the whole budget.
+func (s *Share) part(m *Member) int64 {
+	if s.strict {
+		return s.size
+	}
+	busy := m.weight
 	for _, o := range s.members {
-		if o.want > 0 || o.backlog {
-			busy++
+		if o != m && (o.want > 0 || o.backlog && !o.gone && o.held < o.limit) {
+			busy += o.weight
 		}
 	}
-	return max(1, s.size/max(busy, 1))
+	return max(1, s.size*m.weight/busy)
 }
 
 // rebase lowers every pass by the latest grant's, keeping their order.
