@@ -154,52 +154,7 @@ func BenchmarkProducer_EnqueueBatch(b *testing.B) {
 // client hook on XACK replies). One op is one job.
 func BenchmarkConsumer_EndToEnd(b *testing.B) {
 	for _, c := range []int{1, 16, 64} {
-		b.Run("concurrency="+strconv.Itoa(c), func(b *testing.B) {
-			acks := &ackHook{target: int64(b.N), done: make(chan struct{})}
-			q, cleanup := benchQueue(b, c+10, acks)
-			defer cleanup()
-			acks.streams = map[string]bool{core.Of(q).Keys.Stream: true}
-			ctx := context.Background()
-			p, err := streamq.NewProducer(q, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			jobs := make([]streamq.Job, streamq.MaxBatchChunk)
-			for i := range jobs {
-				jobs[i].Payload = benchPayload
-			}
-			for i := 0; i < b.N; i += len(jobs) {
-				if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), b.N-i)]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
-			cons, err := streamq.NewConsumer(q, noop, &streamq.ConsumerConfig{Name: "bench", Concurrency: c})
-			if err != nil {
-				b.Fatal(err)
-			}
-			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			errc := make(chan error, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() { errc <- cons.Run(rctx) }()
-			timeout := time.NewTimer(5 * time.Minute)
-			defer timeout.Stop()
-			select {
-			case <-acks.done:
-			case err := <-errc:
-				b.Fatalf("consumer returned early: %v", err)
-			case <-timeout.C:
-				b.Fatalf("only %d of %d jobs acknowledged after 5 minutes", acks.acked.Load(), b.N)
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-			cancel()
-			if err := <-errc; err != nil {
-				b.Fatal(err)
-			}
-		})
+		b.Run("concurrency="+strconv.Itoa(c), func(b *testing.B) { benchQueues(b, c, 1) })
 	}
 }
 
@@ -208,9 +163,9 @@ func BenchmarkConsumer_EndToEnd(b *testing.B) {
 type ackHook struct {
 	streams map[string]bool
 	target  int64
-	acked  atomic.Int64
-	once   sync.Once
-	done   chan struct{}
+	acked   atomic.Int64
+	once    sync.Once
+	done    chan struct{}
 }
 
 func (h *ackHook) DialHook(next redis.DialHook) redis.DialHook { return next }
