@@ -90,6 +90,7 @@ type Worker struct {
 // runs it within the worker's budget.
 type workerQueue struct {
 	src    *core.Consumer
+	member *engine.Member
 	runner engine.Runner
 }
 
@@ -135,7 +136,8 @@ func NewWorker(cfg WorkerConfig) (*Worker, error) {
 			}
 			limit = src.Concurrency
 		}
-		w.queues = append(w.queues, workerQueue{src: src, runner: src.Engine.Gated(share.Member(wq.Weight, limit), limit)})
+		m := share.Member(wq.Weight, limit)
+		w.queues = append(w.queues, workerQueue{src: src, member: m, runner: src.Engine.Gated(m, limit)})
 	}
 	return w, nil
 }
@@ -166,6 +168,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			q.src.Run.Unclaim()
 		}
 	}()
+	for _, q := range w.queues {
+		// Every queue counts as busy until its first read, so that a
+		// strict worker's lower queues wait for the higher ones' first
+		// look, whichever engine starts first.
+		q.member.Join()
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, q := range w.queues {
 		g.Go(func() error { return q.runner.Run(gctx, q.src.Backend()) })

@@ -115,9 +115,9 @@ func (m *Member) Acquire(ctx context.Context, want int64, gather bool, gatherWai
 	}
 	m.want = want
 	for {
-		if s.next() == m && s.free > 0 {
+		if avail := s.avail(m); avail > 0 {
 			target := min(want, s.part(m))
-			if gather && s.free < target {
+			if gather && avail < target {
 				if deadline.IsZero() {
 					deadline = time.Now().Add(gatherWait)
 				}
@@ -133,7 +133,7 @@ func (m *Member) Acquire(ctx context.Context, want int64, gather bool, gatherWai
 					continue
 				}
 			}
-			k := min(want, s.free)
+			k := min(want, avail)
 			s.free -= k
 			m.held += k
 			m.want = 0
@@ -310,12 +310,46 @@ func (s *Share) next() *Member {
 	return best
 }
 
-// wakeNext wakes the member whose turn it is, if it waits; a member waiting
-// for the whole budget is woken when that is free.
+// avail returns how many slots m may take now: every free slot when it is
+// m's turn (see next). In weighted mode, while the member whose turn it is
+// is on its way back from a fetch, the waiting member with the lowest pass
+// may take the free slots beyond that member's part: they are kept for it
+// only as far as its share needs them, so that members read side by side
+// when slots are plenty and by weight when they are scarce.
+func (s *Share) avail(m *Member) int64 {
+	nx := s.next()
+	switch {
+	case nx == m:
+		return s.free
+	case nx == nil || nx.all || nx.want > 0 || s.strict || s.nextWaiting() != m:
+		return 0
+	}
+	return max(0, s.free-s.part(nx))
+}
+
+// nextWaiting returns the waiting member with the lowest pass, or nil.
+func (s *Share) nextWaiting() *Member {
+	var best *Member
+	for _, m := range s.members {
+		if m.want > 0 && (best == nil || m.pass < best.pass) {
+			best = m
+		}
+	}
+	return best
+}
+
+// wakeNext wakes the member whose turn it is, if it waits (a member waiting
+// for the whole budget when that is free), or else the waiting member that
+// may take slots beside it (see avail).
 func (s *Share) wakeNext() {
 	m := s.next()
-	if m == nil || (m.want == 0 && !m.all) {
+	if m == nil {
 		return
+	}
+	if m.want == 0 && !m.all {
+		if m = s.nextWaiting(); m == nil || s.avail(m) == 0 {
+			return
+		}
 	}
 	if m.all && s.free < s.size {
 		return
