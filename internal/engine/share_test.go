@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -263,5 +265,45 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met")
 		}
 		time.Sleep(100 * time.Microsecond) // state inside the share: no signal for it
+	}
+}
+
+// TestEngine_GatedLastAttemptAloneInWorker runs two gated engines on one
+// share: the budget bounds the jobs of both, and a job making its last
+// attempt alone in one engine runs with no job of the other beside it.
+func TestEngine_GatedLastAttemptAloneInWorker(t *testing.T) {
+	t.Parallel()
+	s := NewShare(3, false)
+	var busy []Delivery
+	for i := range 12 {
+		busy = append(busy, job("a"+strconv.Itoa(i)))
+	}
+	fa := newFake(busy...)
+	took := Delivery{Key: "took", ID: "took", Fields: job("took", "attempt", "1").Fields, Prior: 1, Suspect: true}
+	fb := newFake(job("b1"), took, job("b2"))
+	var running, maxRunning, maxAlone atomic.Int64
+	handle := func(_ context.Context, r *Run) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := maxRunning.Load(); n > m && !maxRunning.CompareAndSwap(m, n); m = maxRunning.Load() {
+		}
+		if r.ID == "took" {
+			maxAlone.Store(n)
+		}
+		time.Sleep(2 * time.Millisecond) // long enough for a neighbour to overlap if one could
+		if r.ID == "took" {
+			maxAlone.Store(max(maxAlone.Load(), running.Load()))
+		}
+		return nil
+	}
+	start(t, fa, Config{Concurrency: 3, Gate: s.Member(1, 3)}, handle)
+	start(t, fb, Config{Concurrency: 3, Gate: s.Member(1, 3)}, handle)
+	fa.settled(t, 12)
+	fb.settled(t, 3)
+	if m := maxRunning.Load(); m > 3 {
+		t.Errorf("%d jobs ran at once on a share of 3", m)
+	}
+	if m := maxAlone.Load(); m != 1 {
+		t.Errorf("%d jobs ran while a last attempt ran, want it alone in the whole share", m)
 	}
 }
