@@ -495,3 +495,40 @@ func TestNewWorker_Validation(t *testing.T) {
 		t.Errorf("a valid config: %v", err)
 	}
 }
+
+func TestWorker_EventsPerQueue(t *testing.T) {
+	t.Parallel()
+	e := workerSetup(t, 2)
+	e.fill(t, 0, 1)
+	e.fill(t, 1, 1)
+	events := make(chan streamq.Event, 4)
+	onEvent := func(_ context.Context, ev streamq.Event) { events <- ev }
+	fail := streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		return streamq.Permanent(errors.New("no"))
+	})
+	w, err := streamq.NewWorker(streamq.WorkerConfig{Queues: []streamq.WorkerQueue{
+		{Source: e.consumer(t, 0, fail, streamq.ConsumerConfig{OnEvent: onEvent})},
+		{Source: e.consumer(t, 1, fail, streamq.ConsumerConfig{OnEvent: onEvent})},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Background(t, "Worker.Run", workerWait, w.Run)
+	got := map[string]streamq.EventKind{}
+	for range 2 {
+		select {
+		case ev := <-events:
+			got[ev.Queue] = ev.Kind
+		case <-time.After(workerWait):
+			t.Fatalf("events so far: %v", got)
+		}
+	}
+	for _, q := range e.qs {
+		if got[q.Name()] != streamq.EventDeadLettered {
+			t.Errorf("events by queue %v: want a dead letter from %s", got, q.Name())
+		}
+	}
+	if st := w.Stats(); st.DeadLettered != 2 || st.Failed != 2 {
+		t.Errorf("Worker.Stats = %+v, want 2 failed and dead-lettered", st)
+	}
+}
