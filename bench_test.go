@@ -164,6 +164,7 @@ type ackHook struct {
 	streams map[string]bool
 	target  int64
 	acked   atomic.Int64
+	cmds    atomic.Int64 // every command sent, pipelined ones one by one
 	once    sync.Once
 	done    chan struct{}
 }
@@ -189,6 +190,7 @@ func (h *ackHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 func (h *ackHook) observe(cmd redis.Cmder) {
+	h.cmds.Add(1)
 	ic, ok := cmd.(*redis.IntCmd)
 	if !ok || ic.Err() != nil || cmd.Name() != "xack" {
 		return
@@ -289,6 +291,7 @@ func benchQueues(b *testing.B, c, queues int) {
 	errc := make(chan error, 1)
 	b.ReportAllocs()
 	b.ResetTimer()
+	acks.cmds.Store(0)
 	go func() { errc <- run(rctx) }()
 	timeout := time.NewTimer(5 * time.Minute)
 	defer timeout.Stop()
@@ -301,6 +304,7 @@ func benchQueues(b *testing.B, c, queues int) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(acks.cmds.Load())/float64(b.N), "cmds/job")
 	cancel()
 	if err := <-errc; err != nil {
 		b.Fatal(err)
