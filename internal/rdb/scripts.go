@@ -47,5 +47,12 @@ func Scripts() map[string]*redis.Script {
 		"level_heads":           scriptLevelHeads,
 		"drop_cancels":          scriptDropCancels,
 		"priority_drop_cancels": scriptPriorityDropCancels,
+		"flow_read":             scriptFlowRead,
+		"flow_admit":            scriptFlowAdmit,
+		"flow_sweep":            scriptFlowSweep,
+		"flow_ack":              scriptFlowAck,
+		"flow_move":             scriptFlowMove,
+		"flow_dead_letter":      scriptFlowDeadLetter,
+		"flow_kick":             scriptFlowKick,
 	}
 }
