@@ -97,6 +97,7 @@ type enqueueOptions struct {
 	in        time.Duration
 	uniqueKey string
 	uniqueTTL time.Duration
+	flowKey   string
 	err       error
 }
 
@@ -264,7 +265,7 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq i
 			if i == 0 {
 				firstHeaders = h
 			}
-			ep.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq})
+			ep.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq, FlowKey: o.flowKey})
 		}
 		if err := p.q.db.Enqueue(ctx, &ep); err != nil {
 			if !errors.Is(err, ErrNotReplicated) {
@@ -286,7 +287,7 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, 
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
 		sp := rdb.ScheduleParams{Due: at, Replicas: p.replicas()}
 		for i, j := range chunk {
-			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
+			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq, FlowKey: o.flowKey}
 			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
 			}
@@ -316,6 +317,7 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 		EnqMillis: enq,
 		Key:       o.uniqueKey,
 		KeyToken:  rdb.NewDelayedID(),
+		FlowKey:   o.flowKey,
 	}
 	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)

@@ -184,6 +184,15 @@ local function flow_dispatch(stream, hint, budget)
   end
   return n
 end
+-- flow_last_delivered returns the last delivered ID of group, or nil.
+local function flow_last_delivered(stream, group)
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local s = {}
+    for k = 1, #g, 2 do s[g[k]] = g[k + 1] end
+    if s['name'] == group then return s['last-delivered-id'] end
+  end
+  return nil
+end
 -- flow_settled gives back the slot of a settled entry and releases the
 -- next waiting job into it.
 local function flow_settled(stream, id)
@@ -233,13 +242,7 @@ while admitted < want and seen < budget do
     redis.call('XDEL', stream, unpack(parked))
   end
 end
-if admitted == 0 then
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local s = {}
-    for k = 1, #g, 2 do s[g[k]] = g[k + 1] end
-    if s['name'] == group then out[1] = s['last-delivered-id'] end
-  end
-end
+if admitted == 0 then out[1] = flow_last_delivered(stream, group) or '' end
 return out
 `)
 
@@ -281,13 +284,7 @@ local sweep = flow_base .. 'flow:sweep'
 local r = redis.call('HSCAN', flow_run, redis.call('GET', sweep) or '0', 'COUNT', ARGV[2])
 redis.call('SET', sweep, r[1])
 local last = nil
-if redis.call('EXISTS', stream) == 1 then
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-    local s = {}
-    for k = 1, #g, 2 do s[g[k]] = g[k + 1] end
-    if s['name'] == group then last = s['last-delivered-id'] end
-  end
-end
+if redis.call('EXISTS', stream) == 1 then last = flow_last_delivered(stream, group) end
 local freed = 0
 for i = 1, #r[2], 2 do
   local id = r[2][i]

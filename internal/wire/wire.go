@@ -46,6 +46,8 @@ const (
 	// FieldErrors is the job's error history: a JSON array of its last
 	// [MaxErrors] failures, newest last (see [Failure]).
 	FieldErrors = "errs"
+	// FieldFlowKey is the job's flow key (see streamq.FlowKey); optional.
+	FieldFlowKey = "fk"
 )
 
 // Error history bounds: the failures kept with a job and the bytes of the
@@ -196,6 +198,9 @@ type Job struct {
 	// ("" on a first copy). The errs field is not decoded (it is only needed
 	// when the job fails: see [ErrorsField]).
 	JobID string
+	// FlowKey is the fk field: the key whose flow-control limits hold the
+	// job ("": none).
+	FlowKey string
 }
 
 // ErrorsField returns the errs field of an entry ("" when absent).
@@ -237,6 +242,9 @@ func (j *Job) AppendArgs(a []any) []any {
 	}
 	if j.JobID != "" {
 		a = append(a, FieldJobID, j.JobID)
+	}
+	if j.FlowKey != "" {
+		a = append(a, FieldFlowKey, j.FlowKey)
 	}
 	return a
 }
@@ -310,6 +318,8 @@ func decode(j *Job, values map[string]any, view bool) error {
 				j.Crashed = v == "1"
 			case FieldJobID:
 				j.JobID = v
+			case FieldFlowKey:
+				j.FlowKey = v
 			}
 		}
 	}
