@@ -267,6 +267,59 @@ type Books struct {
 	crashOn                                       int
 	pills                                         Pills
 	running                                       atomic.Int64
+	flowKeys                                      int
+}
+
+// Keys of the flow gauge (see [Books.SetFlowKeys]).
+const (
+	// KeyFlowRunning + flow key ("" for all): set of "<owner> <job number>"
+	// of the jobs running now.
+	KeyFlowRunning = "test:flow:running:"
+	// KeyFlowMost: hash flow key ("" for all) -> the most jobs seen running
+	// at once.
+	KeyFlowMost = "test:flow:most"
+)
+
+// FlowKeyOf returns the flow key of job number n among keys keys.
+func FlowKeyOf(n, keys int) string { return "k" + strconv.Itoa(n%keys) }
+
+// gaugeEnter adds a running job to the sets of its key and of all, and
+// raises the most seen of each.
+//
+// KEYS[1] set of all, KEYS[2] set of the key, KEYS[3] hash of the most seen
+// ARGV[1] member, ARGV[2] flow key
+var gaugeEnter = redis.NewScript(`
+for i, f in ipairs({'', ARGV[2]}) do
+  redis.call('SADD', KEYS[i], ARGV[1])
+  local n = redis.call('SCARD', KEYS[i])
+  if n > tonumber(redis.call('HGET', KEYS[3], f) or 0) then redis.call('HSET', KEYS[3], f, n) end
+end
+return 1
+`)
+
+// SetFlowKeys makes b gauge the concurrency of flow keys: job number n
+// belongs to key FlowKeyOf(n, keys), and every start and end is recorded in
+// [KeyFlowRunning] sets, the most seen in [KeyFlowMost]. Call it before
+// the first job runs.
+func (b *Books) SetFlowKeys(keys int) {
+	b.flowKeys = keys
+}
+
+func (b *Books) gauge(ctx context.Context, n int, enter bool) error {
+	if b.flowKeys <= 0 {
+		return nil
+	}
+	base := strings.TrimSuffix(b.started, KeyStarted)
+	k, member := FlowKeyOf(n, b.flowKeys), b.owner+" "+strconv.Itoa(n)
+	if enter {
+		return gaugeEnter.Run(ctx, b.rdb, []string{base + KeyFlowRunning, base + KeyFlowRunning + k, base + KeyFlowMost}, member, k).Err()
+	}
+	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.SRem(ctx, base+KeyFlowRunning, member)
+		p.SRem(ctx, base+KeyFlowRunning+k, member)
+		return nil
+	})
+	return err
 }
 
 // NewBooks returns Books for the jobs of q that work for a duration picked
@@ -323,6 +376,12 @@ func (b *Books) Handle(ctx context.Context, m *streamq.Message) error {
 	}
 	b.running.Add(1)
 	defer b.running.Add(-1)
+	if err := b.gauge(ctx, n, true); err != nil {
+		return fmt.Errorf("gauge start of job %d: %w", n, err)
+	}
+	// The end is gauged before the handler returns, so before its slot is
+	// given back.
+	defer func() { _ = b.gauge(context.WithoutCancel(ctx), n, false) }()
 	if n == b.crashOn {
 		Die()
 	}
