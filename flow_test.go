@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
@@ -228,4 +230,128 @@ func flowState(t *testing.T, q *streamq.Queue) rdb.FlowState {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// fairnessRun enqueues backlog jobs of key A, then 20 of key B, on a queue
+// of its own with limits l, runs one consumer of concurrency 16 whose
+// handler works 1 ms, and returns how long after its enqueue B's first job
+// started, and how many jobs of A started between B's first and last
+// start. It gives up waiting at limit (the delay is then limit or more).
+func fairnessRun(t *testing.T, c *redis.Client, name string, l streamq.FlowLimits, backlog int, limit time.Duration) (time.Duration, int) {
+	t.Helper()
+	prefix := "t-" + redistest.Name(t)
+	q, err := streamq.NewQueue(c, name, &streamq.QueueConfig{KeyPrefix: prefix, MaxLen: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := q.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.SetFlowLimits(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := make([]streamq.Job, backlog)
+	for i := range jobs {
+		jobs[i].Payload = []byte("A/" + strconv.Itoa(i))
+	}
+	for i := 0; i < backlog; i += 10_000 {
+		if _, err := p.EnqueueBatch(ctx, jobs[i:min(i+10_000, backlog)], streamq.FlowKey("A")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const bJobs = 20
+	var mu sync.Mutex
+	var order []string
+	firstB := make(chan time.Time, 1)
+	allB := make(chan struct{})
+	h := func(ctx context.Context, m *streamq.Message) error {
+		k := keyOf(m.Payload)
+		mu.Lock()
+		order = append(order, k)
+		nb := 0
+		for _, o := range order {
+			if o == "B" {
+				nb++
+			}
+		}
+		mu.Unlock()
+		if k == "B" && nb == 1 {
+			firstB <- time.Now()
+		}
+		if k == "B" && nb == bJobs {
+			close(allB)
+		}
+		time.Sleep(time.Millisecond)
+		return nil
+	}
+	cons, err := streamq.NewConsumer(q, streamq.HandlerFunc(h), &streamq.ConsumerConfig{Concurrency: 16, Block: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := redistest.Background(t, "Consumer.Run", 15*time.Second, cons.Run)
+	defer func() { _ = r.Stop() }()
+	enqB := time.Now()
+	for i := range bJobs {
+		if _, err := p.Enqueue(ctx, []byte("B/"+strconv.Itoa(i)), streamq.FlowKey("B")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var delay time.Duration
+	select {
+	case at := <-firstB:
+		delay = at.Sub(enqB)
+	case <-time.After(limit):
+		return limit, -1
+	}
+	select {
+	case <-allB:
+	case <-time.After(limit):
+		t.Fatalf("%s: the last jobs of B did not start within %s", name, limit)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	first, last := -1, 0
+	for i, o := range order {
+		if o == "B" {
+			if first < 0 {
+				first = i
+			}
+			last = i
+		}
+	}
+	aBetween := 0
+	for _, o := range order[first:last] {
+		if o == "A" {
+			aBetween++
+		}
+	}
+	return delay, aBetween
+}
+
+// TestFlow_Fairness: key A enqueues 50,000 jobs, then key B 20. Without
+// flow control B's first job waits for all of A's; with a global cap (at
+// the consumer's concurrency) A's backlog waits aside and the waiting keys
+// start round robin, so B's first job starts once the backlog ahead of it
+// was set aside, and B's jobs alternate with A's.
+func TestFlow_Fairness(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewIsolatedClient(t) // 100,000 jobs
+	const backlog = 50_000
+	without, _ := fairnessRun(t, c, "plain", streamq.FlowLimits{}, backlog, 60*time.Second)
+	with, aBetween := fairnessRun(t, c, "fair", streamq.FlowLimits{Global: 16}, backlog, 60*time.Second)
+	t.Logf("B's first start after its enqueue: %s without flow control, %s with a global cap (round robin); %d jobs of A started among B's 20",
+		without.Round(time.Millisecond), with.Round(time.Millisecond), aBetween)
+	if with > without/4 {
+		t.Errorf("B waited %s with flow control, %s without: want at most a quarter", with, without)
+	}
+	// Round robin between the two waiting keys: one of A per job of B, plus
+	// the slots A held when B's first job started.
+	if aBetween > 20+16 {
+		t.Errorf("%d jobs of A started among B's 20: not round robin", aBetween)
+	}
 }
