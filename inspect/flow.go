@@ -40,9 +40,9 @@ type WaitReason struct {
 	// Running and Cap: the jobs running and the cap (WaitKeyCap,
 	// WaitGlobalCap).
 	Running, Cap int64
-	Until       time.Time // WaitDelayed, WaitRetryBackoff
-	Ahead       int64     // WaitBehind: the jobs before it (a lower bound when AheadMore)
-	AheadMore   bool
+	Until        time.Time // WaitDelayed, WaitRetryBackoff
+	Ahead        int64     // WaitBehind: the jobs before it (a lower bound when AheadMore)
+	AheadMore    bool
 }
 
 // Why is why a job has not started: Reasons is empty for a job that runs

@@ -59,9 +59,9 @@ func TestQueue_Explain(t *testing.T) {
 			}
 		}},
 		{"paused", func(t *testing.T, e *env) string {
-			id := e.enqueue(t, "a")
+			e.enqueue(t, "a")
 			e.take(t, "c")
-			id = e.enqueue(t, "b")
+			id := e.enqueue(t, "b")
 			if err := e.iq.Pause(ctx); err != nil {
 				t.Fatal(err)
 			}
