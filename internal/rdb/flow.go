@@ -120,6 +120,14 @@ local function flow_field(f, name)
   end
   return nil
 end
+-- flow_field2 returns the values of fields a and b of f (nil when absent).
+local function flow_field2(f, a, b)
+  local va, vb
+  for i = 1, #f, 2 do
+    if f[i] == a then va = f[i + 1] elseif f[i] == b then vb = f[i + 1] end
+  end
+  return va, vb
+end
 -- flow_park appends the job of entry id with fields f to its key's wait
 -- list (with its stable ID) and records it in the trail. The caller
 -- acknowledges and deletes the entry.
@@ -134,14 +142,17 @@ local function flow_park(id, k, f)
   redis.call('HSET', flow_trail, jid, 'w:' .. k)
 end
 -- flow_admit takes a slot for entry id (fields f) and returns true, or
--- parks it and returns false. An entry that holds a slot (released from a
--- wait list, or taken over from a crashed worker) keeps it. An entry with
+-- parks it and returns false. An entry that holds a slot keeps it: one
+-- released from a wait list (marked with the field fs = "1"), or one taken
+-- over from a crashed worker (fresh false: it may have taken its slot when
+-- it was first read). An entry with
 -- more fields than a job may have is admitted without a slot: the engine
 -- dead-letters it as malformed.
-local function flow_admit(id, f)
-  if redis.call('HEXISTS', flow_run, id) == 1 then return true end
+local function flow_admit(id, f, fresh)
   if #f > 2000 then return true end
-  local k = flow_field(f, 'fk') or ''
+  local k, slot = flow_field2(f, 'fk', 'fs')
+  k = k or ''
+  if slot == '1' or (not fresh and redis.call('HEXISTS', flow_run, id) == 1) then return true end
   if flow_global_room() > 0 and flow_key_room(k) > 0 and redis.call('EXISTS', flow_wait(k)) == 0 then
     flow_take(id, k)
     return true
@@ -159,6 +170,8 @@ local function flow_release(stream, k)
     return false
   end
   local f = cmsgpack.unpack(p)
+  f[#f + 1] = 'fs'
+  f[#f + 1] = '1'
   local id = redis.call('XADD', stream, '*', unpack(f))
   flow_take(id, k)
   redis.call('HSET', flow_trail, flow_field(f, 'jid'), 's:' .. id)
@@ -173,6 +186,7 @@ end
 local function flow_dispatch(stream, hint, budget)
   local n = 0
   if hint and not flow_limits()['global'] then
+    if redis.call('EXISTS', flow_wait(hint)) == 0 then return 0 end
     while n < budget and flow_key_room(hint) > 0 and flow_release(stream, hint) do n = n + 1 end
     return n
   end
@@ -229,7 +243,7 @@ while admitted < want and seen < budget do
   local parked = {}
   for _, e in ipairs(r[1][2]) do
     seen = seen + 1
-    if flow_admit(e[1], e[2]) then
+    if flow_admit(e[1], e[2], true) then
       out[#out + 1] = e[1]
       out[#out + 1] = e[2]
       admitted = admitted + 1
@@ -258,7 +272,7 @@ for i = 3, #ARGV do
   local id = ARGV[i]
   if owned(KEYS[1], ARGV[1], ARGV[2], id) then
     local e = redis.call('XRANGE', KEYS[1], id, id)
-    if #e > 0 and not flow_admit(id, e[1][2]) then parked[#parked + 1] = id end
+    if #e > 0 and not flow_admit(id, e[1][2], false) then parked[#parked + 1] = id end
   end
 end
 if #parked > 0 then
