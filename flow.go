@@ -54,6 +54,13 @@ type FlowLimits struct {
 	PerKey int
 	// Keys caps single flow keys, in place of PerKey.
 	Keys map[string]int
+	// Rate limits the starts of each flow key to this many jobs per second
+	// (a token bucket in Redis with a burst of max(1, Rate); 0: no limit).
+	// A job over its key's rate waits in the delayed set until its token is
+	// due, uncharged.
+	Rate float64
+	// Rates limit single flow keys, in place of Rate.
+	Rates map[string]float64
 }
 
 func (l FlowLimits) validate() error {
@@ -62,6 +69,14 @@ func (l FlowLimits) validate() error {
 		return configErr("FlowLimits.Global", "is %d: use 0 for no cap, or the most jobs to run at once", l.Global)
 	case l.PerKey < 0:
 		return configErr("FlowLimits.PerKey", "is %d: use 0 for no cap, or the most jobs of one key to run at once", l.PerKey)
+	}
+	if l.Rate < 0 {
+		return configErr("FlowLimits.Rate", "is %g: use 0 for no limit, or jobs per second", l.Rate)
+	}
+	for k, r := range l.Rates {
+		if k == "" || len(k) > MaxFlowKeyLen || r <= 0 {
+			return configErr("FlowLimits.Rates", "limits %q at %g: name a key of 1 to %d bytes and a rate above 0 jobs per second", k, r, MaxFlowKeyLen)
+		}
 	}
 	for k, n := range l.Keys {
 		switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -354,4 +355,53 @@ func TestFlow_Fairness(t *testing.T) {
 	if aBetween > 20+16 {
 		t.Errorf("%d jobs of A started among B's 20: not round robin", aBetween)
 	}
+}
+
+// TestFlow_RateLimitAcrossConsumers: two consumers share one key's rate of
+// 20 jobs per second (burst 20): in every window the starts stay within the
+// token bucket's bound, and the 60 jobs take at least (60-20)/20 s.
+func TestFlow_RateLimitAcrossConsumers(t *testing.T) {
+	t.Parallel()
+	_, q, p, _ := ctlSetup(t)
+	ctx := context.Background()
+	const rate, jobs = 20.0, 60
+	if err := q.SetFlowLimits(ctx, streamq.FlowLimits{Rate: rate}); err != nil {
+		t.Fatal(err)
+	}
+	flowJobs(t, p, jobs, "a")
+	var mu sync.Mutex
+	var starts []time.Time
+	h := func(ctx context.Context, m *streamq.Message) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		return nil
+	}
+	begin := time.Now()
+	for i := range 2 {
+		ctlConsumer(t, q, h, streamq.ConsumerConfig{Name: fmt.Sprint("c", i), Concurrency: 8})
+	}
+	redistest.WaitFor(t, 30*time.Second, "every job started", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(starts) == jobs
+	})
+	took := time.Since(begin)
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	// Token bucket: at most burst + rate × span starts in any span (one more
+	// for the clocks of this process and of Redis).
+	for i := range starts {
+		for j := i; j < len(starts); j++ {
+			span := starts[j].Sub(starts[i]).Seconds()
+			if n := float64(j - i + 1); n > rate+rate*span+1 {
+				t.Fatalf("%d jobs started within %.3f s: over the rate of %g/s (burst %g)", j-i+1, span, rate, rate)
+			}
+		}
+	}
+	if min := time.Duration((jobs - rate) / rate * float64(time.Second)); took < min*9/10 {
+		t.Errorf("%d jobs took %s, want at least %s at %g/s", jobs, took, min, rate)
+	}
+	t.Logf("%d jobs at %g/s across two consumers took %s", jobs, rate, took.Round(time.Millisecond))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -21,6 +22,7 @@ const (
 	WaitRetryBackoff = "retry_backoff" // failed; its retry is due at Until
 	WaitKeyCap       = "key_cap"       // its flow key runs Running of Cap jobs
 	WaitGlobalCap    = "global_cap"    // the queue runs Running of Cap jobs
+	WaitRateLimited  = "rate_limited"  // its flow key is over its rate until Until
 	WaitBehind       = "behind"        // Ahead jobs are before it
 	WaitNoConsumer   = "no_consumer"   // no consumer read the queue lately
 )
@@ -28,7 +30,7 @@ const (
 // WaitReasons lists the reasons a job waits, in the order Explain reports
 // them when several hold.
 func WaitReasons() []string {
-	return []string{WaitPaused, WaitDelayed, WaitRetryBackoff, WaitKeyCap, WaitGlobalCap, WaitBehind, WaitNoConsumer}
+	return []string{WaitPaused, WaitDelayed, WaitRetryBackoff, WaitRateLimited, WaitKeyCap, WaitGlobalCap, WaitBehind, WaitNoConsumer}
 }
 
 // WaitReason is one reason a job has not started, with its evidence.
@@ -73,13 +75,16 @@ func (q *Queue) Explain(ctx context.Context, id string) (*Why, error) {
 	}
 	w := &Why{Job: j}
 	var rs []WaitReason
-	switch j.State {
-	case StateDelayed:
+	switch {
+	case j.State == StateDelayed && strings.HasPrefix(j.EntryID, rdb.RateLimitedPrefix):
+		rs = append(rs, WaitReason{Reason: WaitRateLimited, Key: j.FlowKey, Until: j.DueAt,
+			Detail: fmt.Sprintf("flow key %q is over its rate limit; its token is due at %s", j.FlowKey, j.DueAt.UTC().Format(time.RFC3339Nano))})
+	case j.State == StateDelayed:
 		rs = append(rs, WaitReason{Reason: WaitDelayed, Until: j.DueAt, Detail: "scheduled for " + j.DueAt.UTC().Format(time.RFC3339Nano)})
-	case StateRetrying:
+	case j.State == StateRetrying:
 		rs = append(rs, WaitReason{Reason: WaitRetryBackoff, Until: j.DueAt,
 			Detail: fmt.Sprintf("attempt %d failed (%s); the retry is due at %s", j.Attempt, j.LastError, j.DueAt.UTC().Format(time.RFC3339Nano))})
-	case StateWaiting:
+	case j.State == StateWaiting:
 		if rs, err = q.waitingReasons(ctx, j); err != nil {
 			return nil, fmt.Errorf("inspect: explain job %s of %s: %w", id, q.name, err)
 		}
@@ -278,8 +283,13 @@ func (q *Queue) Flow(ctx context.Context) (*FlowState, error) {
 // releases waiting jobs into the room a raised limit made. Running
 // consumers apply them to the next jobs they start.
 func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
-	if l.Global < 0 || l.PerKey < 0 {
-		return fmt.Errorf("inspect: flow limits of %s: negative cap (use 0 for none)", q.name)
+	if l.Global < 0 || l.PerKey < 0 || l.Rate < 0 {
+		return fmt.Errorf("inspect: flow limits of %s: negative cap or rate (use 0 for none)", q.name)
+	}
+	for k, r := range l.Rates {
+		if k == "" || r <= 0 {
+			return fmt.Errorf("inspect: flow limits of %s: key %q limited at %g/s: name a key and a rate above 0", q.name, k, r)
+		}
 	}
 	for k, n := range l.Keys {
 		if k == "" || n < 1 {

@@ -113,6 +113,21 @@ func TestQueue_Explain(t *testing.T) {
 				t.Errorf("job %+v", w.Job)
 			}
 		}},
+		{"rate limited", func(t *testing.T, e *env) string {
+			if err := e.q.SetFlowLimits(ctx, streamq.FlowLimits{Rate: 0.5}); err != nil {
+				t.Fatal(err)
+			}
+			e.enqueue(t, "a", streamq.FlowKey("k"))
+			id := e.enqueue(t, "b", streamq.FlowKey("k"))
+			if got := e.flowRead(t); len(got) != 1 {
+				t.Fatalf("admitted %d", len(got))
+			}
+			return id
+		}, []string{inspect.WaitRateLimited}, func(t *testing.T, w *inspect.Why) {
+			if r := w.Reasons[0]; r.Key != "k" || r.Until.Before(time.Now().Add(time.Second)) {
+				t.Errorf("reason %+v, want key k until about 2 s from now", r)
+			}
+		}},
 		{"global cap", func(t *testing.T, e *env) string {
 			if err := e.q.SetFlowLimits(ctx, streamq.FlowLimits{Global: 1}); err != nil {
 				t.Fatal(err)

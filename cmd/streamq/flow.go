@@ -14,13 +14,15 @@ import (
 
 // flowJSON is the JSON shape of flow show and flow set.
 type flowJSON struct {
-	Queue   string           `json:"queue"`
-	Global  int              `json:"global"`
-	PerKey  int              `json:"per_key"`
-	Keys    map[string]int   `json:"keys,omitempty"`
-	Running int64            `json:"running"`
-	Slots   map[string]int64 `json:"slots"`
-	Waiting map[string]int64 `json:"waiting"`
+	Queue   string             `json:"queue"`
+	Global  int                `json:"global"`
+	PerKey  int                `json:"per_key"`
+	Keys    map[string]int     `json:"keys,omitempty"`
+	Rate    float64            `json:"rate"`
+	Rates   map[string]float64 `json:"rates,omitempty"`
+	Running int64              `json:"running"`
+	Slots   map[string]int64   `json:"slots"`
+	Waiting map[string]int64   `json:"waiting"`
 }
 
 func newFlowCmd(a *app) *cobra.Command {
@@ -50,7 +52,8 @@ JSON: {"queue","global","per_key","keys","running","slots","waiting"}`,
 
 func newFlowSetCmd(a *app) *cobra.Command {
 	var global, perKey int
-	var keys []string
+	var rate float64
+	var keys, rates []string
 	cmd := &cobra.Command{
 		Use:   "set <queue>",
 		Short: "Set a queue's caps (replacing them); 0 removes a cap",
@@ -59,7 +62,7 @@ jobs they start; jobs waiting aside start at once into the room a raised cap
 made. A lowered cap never stops a running job. Caps not given are removed.
 
 JSON: as flow show, after the change`,
-		Example: `  streamq flow set orders --global 50 --per-key 2 --key customer:42=10`,
+		Example: `  streamq flow set orders --global 50 --per-key 2 --key customer:42=10 --rate 10`,
 		Args:    exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l := inspect.FlowLimits{Global: global, PerKey: perKey}
@@ -74,7 +77,19 @@ JSON: as flow show, after the change`,
 				}
 				l.Keys[k] = n
 			}
-			if global < 0 || perKey < 0 {
+			l.Rate = rate
+			for _, kv := range rates {
+				k, v, ok := strings.Cut(kv, "=")
+				r, err := strconv.ParseFloat(v, 64)
+				if !ok || k == "" || err != nil || r <= 0 {
+					return usagef("--key-rate %q: use <flow key>=<jobs per second>, above 0", kv)
+				}
+				if l.Rates == nil {
+					l.Rates = map[string]float64{}
+				}
+				l.Rates[k] = r
+			}
+			if global < 0 || perKey < 0 || rate < 0 {
 				return usagef("caps must be 0 (none) or more")
 			}
 			q, err := a.queue(cmd, args[0])
@@ -93,6 +108,8 @@ JSON: as flow show, after the change`,
 	f.IntVar(&global, "global", 0, "the most jobs of the queue running at once (0: no cap)")
 	f.IntVar(&perKey, "per-key", 0, "the most jobs of each flow key running at once (0: no cap)")
 	f.StringArrayVar(&keys, "key", nil, "cap of one flow key, <key>=<cap> (repeatable)")
+	f.Float64Var(&rate, "rate", 0, "the most jobs of each flow key to start per second (0: no limit)")
+	f.StringArrayVar(&rates, "key-rate", nil, "rate limit of one flow key, <key>=<jobs per second> (repeatable)")
 	return cmd
 }
 
@@ -108,10 +125,11 @@ func (a *app) showFlow(cmd *cobra.Command, name string) error {
 		return err
 	}
 	if a.json {
-		return printJSON(a.stdout, flowJSON{Queue: name, Global: st.Limits.Global, PerKey: st.Limits.PerKey, Keys: st.Limits.Keys,
+		return printJSON(a.stdout, flowJSON{Queue: name, Global: st.Limits.Global, PerKey: st.Limits.PerKey, Keys: st.Limits.Keys, Rate: st.Limits.Rate, Rates: st.Limits.Rates,
 			Running: st.Running, Slots: st.PerKey, Waiting: st.Waiting})
 	}
-	fmt.Fprintf(a.stdout, "queue %s: global cap %s, per-key cap %s, %d running\n", visible.Escape(name, false), capText(st.Limits.Global), capText(st.Limits.PerKey), st.Running)
+	fmt.Fprintf(a.stdout, "queue %s: global cap %s, per-key cap %s, per-key rate %s, %d running\n", visible.Escape(name, false),
+		capText(st.Limits.Global), capText(st.Limits.PerKey), rateText(st.Limits.Rate), st.Running)
 	keys := make([]string, 0, len(st.PerKey)+len(st.Waiting))
 	for k := range st.PerKey {
 		keys = append(keys, k)
@@ -127,7 +145,12 @@ func (a *app) showFlow(cmd *cobra.Command, name string) error {
 		}
 	}
 	slices.Sort(keys)
-	t := newTable(a.stdout, "FLOW KEY", "RUNNING", "CAP", "WAITING")
+	for k := range st.Limits.Rates {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	t := newTable(a.stdout, "FLOW KEY", "RUNNING", "CAP", "RATE", "WAITING")
 	for _, k := range keys {
 		c := st.Limits.PerKey
 		if n, ok := st.Limits.Keys[k]; ok {
@@ -136,9 +159,23 @@ func (a *app) showFlow(cmd *cobra.Command, name string) error {
 		if k == "" {
 			c = 0
 		}
-		t.row(k, st.PerKey[k], capText(c), st.Waiting[k])
+		r := st.Limits.Rate
+		if v, ok := st.Limits.Rates[k]; ok {
+			r = v
+		}
+		if k == "" {
+			r = 0
+		}
+		t.row(k, st.PerKey[k], capText(c), rateText(r), st.Waiting[k])
 	}
 	return t.flush()
+}
+
+func rateText(r float64) string {
+	if r <= 0 {
+		return "none"
+	}
+	return strconv.FormatFloat(r, 'g', -1, 64) + "/s"
 }
 
 func capText(n int) string {

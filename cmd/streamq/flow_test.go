@@ -26,8 +26,8 @@ func TestCLI_FlowAndWhy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := e.ok("flow", "set", "orders", "--global", "5", "--per-key", "1", "--key", "vip=3")
-	if !strings.Contains(out, "global cap 5, per-key cap 1") || !strings.Contains(out, "vip") {
+	out := e.ok("flow", "set", "orders", "--global", "5", "--per-key", "1", "--key", "vip=3", "--key-rate", "vip=2.5")
+	if !strings.Contains(out, "global cap 5, per-key cap 1, per-key rate none") || !strings.Contains(out, "vip") {
 		t.Errorf("flow set printed\n%s", out)
 	}
 	var ids []string
@@ -45,7 +45,7 @@ func TestCLI_FlowAndWhy(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.ok("--json", "flow", "show", "orders")), &fj); err != nil {
 		t.Fatal(err)
 	}
-	if fj.Global != 5 || fj.PerKey != 1 || fj.Keys["vip"] != 3 || fj.Running != 1 || fj.Slots["acme"] != 1 || fj.Waiting["acme"] != 1 {
+	if fj.Global != 5 || fj.PerKey != 1 || fj.Keys["vip"] != 3 || fj.Rates["vip"] != 2.5 || fj.Running != 1 || fj.Slots["acme"] != 1 || fj.Waiting["acme"] != 1 {
 		t.Errorf("flow show --json: %+v", fj)
 	}
 	out = e.ok("why", "orders", ids[1])

@@ -27,7 +27,8 @@ import (
 // stream's key, since the wait lists they visit are only known inside):
 //
 //	flow:limits  HASH  "global" -> cap of the queue, "cap" -> default cap per
-//	                   key, "cap:<key>" -> cap of one key
+//	                   key, "cap:<key>" -> cap of one key, "rate" -> default
+//	                   rate per key (jobs/s), "rate:<key>" -> rate of one key
 //	flow:run     HASH  entry ID -> flow key ("" for a job without one): the
 //	                   slots taken (HLEN: the queue's running jobs)
 //	flow:cnt     HASH  flow key -> slots it holds
@@ -35,8 +36,14 @@ import (
 //	flow:w:<key> LIST  the key's waiting jobs (MessagePack of their fields),
 //	                   oldest first
 //	flow:sweep   STRING the cursor of the sweep over flow:run
+//	flow:tb:<key> HASH the token bucket of a rate-limited key: "t" tokens,
+//	                   "at" when they were counted (Unix ms, Redis's clock)
 //
 // A waiting job is recorded in the trail as "w:<key>".
+
+// RateLimitedPrefix starts the delayed-set ID of a job that its flow key's
+// rate limit delayed: "d-r" and the entry ID it had.
+const RateLimitedPrefix = "d-r"
 
 // TrailWaiting prefixes the trail location of a job waiting aside: "w:"
 // and its flow key.
@@ -44,9 +51,11 @@ const TrailWaiting = "w:"
 
 // Names of the limits hash's fields.
 const (
-	FlowGlobal    = "global"
-	FlowPerKey    = "cap"
-	FlowKeyPrefix = "cap:"
+	FlowGlobal     = "global"
+	FlowPerKey     = "cap"
+	FlowKeyPrefix  = "cap:"
+	FlowRate       = "rate"
+	FlowRatePrefix = "rate:"
 )
 
 // FlowKeys are the keys of a queue's flow control.
@@ -141,8 +150,49 @@ local function flow_park(id, k, f)
   if redis.call('RPUSH', flow_wait(k), cmsgpack.pack(f)) == 1 then redis.call('RPUSH', flow_ring, k) end
   redis.call('HSET', flow_trail, jid, 'w:' .. k)
 end
+-- flow_rate_wait takes a token of key k's rate limit ("rate:<k>", else
+-- "rate": jobs per second, burst max(1, rate)) and returns 0, or returns
+-- how many ms until a token is due. The bucket, flow:tb:<k>, is a hash of
+-- tokens and the time they were counted, by Redis's clock.
+local flow_now
+local function flow_rate_wait(k)
+  if k == '' then return 0 end
+  local l = flow_limits()
+  local r = l['rate:' .. k] or l['rate']
+  if not r or r <= 0 then return 0 end
+  if not flow_now then
+    local t = redis.call('TIME')
+    flow_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local burst = math.max(1, r)
+  local key = flow_base .. 'flow:tb:' .. k
+  local b = redis.call('HMGET', key, 't', 'at')
+  local tokens, at = tonumber(b[1]) or burst, tonumber(b[2]) or flow_now
+  tokens = math.min(burst, tokens + math.max(flow_now - at, 0) * r / 1000)
+  local wait = 0
+  if tokens >= 1 then tokens = tokens - 1 else wait = math.ceil((1 - tokens) * 1000 / r) end
+  redis.call('HSET', key, 't', tostring(tokens), 'at', flow_now)
+  redis.call('PEXPIRE', key, math.ceil(burst * 1000 / r) + 1000)
+  return wait
+end
+-- flow_delay moves the job of entry id (fields f) into the delayed set, due
+-- after wait ms (uncharged: a rate-limited job). The caller acknowledges
+-- and deletes the entry.
+local function flow_delay(id, f, wait)
+  local jid = flow_field(f, 'jid')
+  if not jid then
+    jid = id
+    f[#f + 1] = 'jid'
+    f[#f + 1] = id
+  end
+  local did = 'd-r' .. id
+  redis.call('HSET', flow_base .. 'delayed:jobs', did, cmsgpack.pack(f))
+  redis.call('ZADD', flow_base .. 'delayed', flow_now + wait, did)
+  redis.call('HSET', flow_trail, jid, 'd:' .. did)
+end
 -- flow_admit takes a slot for entry id (fields f) and returns true, or
--- parks it and returns false. An entry that holds a slot keeps it: one
+-- parks it (or, when its key is rate-limited, delays it until its token is
+-- due) and returns false. An entry that holds a slot keeps it: one
 -- released from a wait list (marked with the field fs = "1"), or one taken
 -- over from a crashed worker (fresh false: it may have taken its slot when
 -- it was first read). An entry with
@@ -154,6 +204,11 @@ local function flow_admit(id, f, fresh)
   k = k or ''
   if slot == '1' or (not fresh and redis.call('HEXISTS', flow_run, id) == 1) then return true end
   if flow_global_room() > 0 and flow_key_room(k) > 0 and redis.call('EXISTS', flow_wait(k)) == 0 then
+    local wait = flow_rate_wait(k)
+    if wait > 0 then
+      flow_delay(id, f, wait)
+      return false
+    end
     flow_take(id, k)
     return true
   end
@@ -425,6 +480,10 @@ type FlowLimits struct {
 	Global int
 	PerKey int
 	Keys   map[string]int // caps of single keys, over PerKey
+	// Rate is the rate limit of each key (jobs per second; 0: none), Rates
+	// those of single keys, over Rate.
+	Rate  float64
+	Rates map[string]float64
 }
 
 // FlowActive reports whether the queue has flow-control limits.
@@ -445,6 +504,21 @@ func (q *Queue) GetFlowLimits(ctx context.Context) (FlowLimits, error) {
 func parseFlowLimits(m map[string]string) (FlowLimits, error) {
 	var l FlowLimits
 	for f, v := range m {
+		if f == FlowRate || strings.HasPrefix(f, FlowRatePrefix) {
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return l, fmt.Errorf("flow limit %q is %q, not a number", f, v)
+			}
+			if f == FlowRate {
+				l.Rate = r
+			} else {
+				if l.Rates == nil {
+					l.Rates = make(map[string]float64)
+				}
+				l.Rates[strings.TrimPrefix(f, FlowRatePrefix)] = r
+			}
+			continue
+		}
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			return l, fmt.Errorf("flow limit %q is %q, not a number", f, v)
@@ -477,6 +551,12 @@ func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
 	}
 	for k, n := range l.Keys {
 		fields = append(fields, FlowKeyPrefix+k, n)
+	}
+	if l.Rate > 0 {
+		fields = append(fields, FlowRate, strconv.FormatFloat(l.Rate, 'g', -1, 64))
+	}
+	for k, r := range l.Rates {
+		fields = append(fields, FlowRatePrefix+k, strconv.FormatFloat(r, 'g', -1, 64))
 	}
 	_, err := q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)

@@ -3,6 +3,7 @@ package rdb
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -223,5 +224,39 @@ func TestQueue_FlowKick(t *testing.T) {
 	}
 	if l, err := e.q.GetFlowLimits(e.ctx); err != nil || l.PerKey != 3 || l.Global != 0 {
 		t.Fatalf("limits %+v %v", l, err)
+	}
+}
+
+func TestQueue_FlowRateLimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{Rate: 1, Rates: map[string]float64{"fast": 100}})
+	ids := e.addKeyed("a", "a", "a", "fast", "fast")
+	start := time.Now()
+	if got := payloadsOf(e.flowRead("c", 10)); !slices.Equal(got, []string{"a0", "fast3", "fast4"}) {
+		t.Fatalf("admitted %v", got)
+	}
+	// The others wait in the delayed set for their tokens, uncharged, under
+	// their stable IDs.
+	zs, err := e.c.ZRangeWithScores(e.ctx, e.k.Delayed, 0, -1).Result()
+	if err != nil || len(zs) != 2 {
+		t.Fatalf("delayed %v, %v", zs, err)
+	}
+	for i, z := range zs {
+		m := z.Member.(string)
+		if m != RateLimitedPrefix+ids[i+1] {
+			t.Errorf("delayed member %q, want %q", m, RateLimitedPrefix+ids[i+1])
+		}
+		due := time.UnixMilli(int64(z.Score))
+		if due.Before(start.Add(900*time.Millisecond)) || due.After(time.Now().Add(1100*time.Millisecond)) {
+			t.Errorf("due at %v, want about 1 s after %v", due, start)
+		}
+		if at, _ := e.c.HGet(e.ctx, e.k.Trail, ids[i+1]).Result(); at != TrailDelayed+m {
+			t.Errorf("trail %q", at)
+		}
+	}
+	if l, err := e.q.GetFlowLimits(e.ctx); err != nil || l.Rate != 1 || l.Rates["fast"] != 100 {
+		t.Fatalf("limits %+v, %v", l, err)
 	}
 }
