@@ -26,15 +26,15 @@ const MaxFlowKeyLen = 1024
 // their key free. A job without a flow key is held only by the queue's
 // global cap. The key travels with the job through retries.
 func FlowKey(key string) EnqueueOption {
-	return func(o *enqueueOptions) {
+	return func(o *EnqueueOptions) error {
 		switch {
 		case key == "":
-			o.err = configErr("FlowKey", "is empty: use a key that names who the job works for, e.g. \"customer:42\", or leave the option out")
+			return configErr("FlowKey", "is empty: use a key that names who the job works for, e.g. \"customer:42\", or leave the option out")
 		case len(key) > MaxFlowKeyLen:
-			o.err = configErr("FlowKey", "is %d bytes long: use at most %d", len(key), MaxFlowKeyLen)
-		default:
-			o.flowKey = key
+			return configErr("FlowKey", "is %d bytes long: use at most %d", len(key), MaxFlowKeyLen)
 		}
+		o.FlowKey = key
+		return nil
 	}
 }
 

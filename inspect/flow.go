@@ -155,7 +155,7 @@ func aheadText(n int64, more bool, where string) string {
 // aheadInStream counts the entries not yet delivered before entry id (at
 // most maxAhead).
 func (q *Queue) aheadInStream(ctx context.Context, id string) (int64, bool, error) {
-	last, _, _, _, err := q.group(ctx)
+	last, _, _, err := q.group(ctx)
 	if err != nil {
 		return 0, false, err
 	}
