@@ -137,16 +137,22 @@ local function flow_field2(f, a, b)
   end
   return va, vb
 end
--- flow_park appends the job of entry id with fields f to its key's wait
--- list (with its stable ID) and records it in the trail. The caller
--- acknowledges and deletes the entry.
-local function flow_park(id, k, f)
+-- flow_jid returns the stable ID of the job of entry id (fields f), adding
+-- it to f when f has none (a first copy's stable ID is its entry ID).
+local function flow_jid(id, f)
   local jid = flow_field(f, 'jid')
   if not jid then
     jid = id
     f[#f + 1] = 'jid'
     f[#f + 1] = id
   end
+  return jid
+end
+-- flow_park appends the job of entry id with fields f to its key's wait
+-- list (with its stable ID) and records it in the trail. The caller
+-- acknowledges and deletes the entry.
+local function flow_park(id, k, f)
+  local jid = flow_jid(id, f)
   if redis.call('RPUSH', flow_wait(k), cmsgpack.pack(f)) == 1 then redis.call('RPUSH', flow_ring, k) end
   redis.call('HSET', flow_trail, jid, 'w:' .. k)
 end
@@ -179,12 +185,7 @@ end
 -- after wait ms (uncharged: a rate-limited job). The caller acknowledges
 -- and deletes the entry.
 local function flow_delay(id, f, wait)
-  local jid = flow_field(f, 'jid')
-  if not jid then
-    jid = id
-    f[#f + 1] = 'jid'
-    f[#f + 1] = id
-  end
+  local jid = flow_jid(id, f)
   local did = 'd-r' .. id
   redis.call('HSET', flow_base .. 'delayed:jobs', did, cmsgpack.pack(f))
   redis.call('ZADD', flow_base .. 'delayed', flow_now + wait, did)
