@@ -272,23 +272,33 @@ type Books struct {
 
 // Keys of the flow gauge (see [Books.SetFlowKeys]).
 const (
-	// KeyFlowRunning + flow key ("" for all): set of "<owner> <job number>"
-	// of the jobs running now.
+	// KeyFlowRunning + flow key ("" for all): set of the numbers of the
+	// jobs running now.
 	KeyFlowRunning = "test:flow:running:"
+	// KeyFlowRuns: hash job number -> its runs in progress (more than one
+	// when a job was taken over from a worker that still ran it).
+	KeyFlowRuns = "test:flow:runs"
 	// KeyFlowMost: hash flow key ("" for all) -> the most jobs seen running
-	// at once.
+	// at once; field "dup" counts the runs that started while another run
+	// of the same job was in progress.
 	KeyFlowMost = "test:flow:most"
 )
 
 // FlowKeyOf returns the flow key of job number n among keys keys.
 func FlowKeyOf(n, keys int) string { return "k" + strconv.Itoa(n%keys) }
 
-// gaugeEnter adds a running job to the sets of its key and of all, and
-// raises the most seen of each.
+// gaugeEnter counts a run of a job: the first run of a job in progress
+// adds it to the sets of its key and of all and raises the most seen of
+// each; a second one counts as a duplicate run.
 //
-// KEYS[1] set of all, KEYS[2] set of the key, KEYS[3] hash of the most seen
-// ARGV[1] member, ARGV[2] flow key
+// KEYS[1] set of all, KEYS[2] set of the key, KEYS[3] hash of the most
+// seen, KEYS[4] hash of runs in progress
+// ARGV[1] job number, ARGV[2] flow key
 var gaugeEnter = redis.NewScript(`
+if redis.call('HINCRBY', KEYS[4], ARGV[1], 1) > 1 then
+  redis.call('HINCRBY', KEYS[3], 'dup', 1)
+  return 0
+end
 for i, f in ipairs({'', ARGV[2]}) do
   redis.call('SADD', KEYS[i], ARGV[1])
   local n = redis.call('SCARD', KEYS[i])
@@ -296,6 +306,25 @@ for i, f in ipairs({'', ARGV[2]}) do
 end
 return 1
 `)
+
+// GaugeLeave ends a run of a job: the last run in progress takes it out of
+// the sets. Tests call it for the unfinished jobs of a killed worker.
+//
+// KEYS as gaugeEnter's, ARGV[1] job number.
+var GaugeLeave = redis.NewScript(`
+if redis.call('HINCRBY', KEYS[4], ARGV[1], -1) <= 0 then
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('SREM', KEYS[1], ARGV[1])
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+return 1
+`)
+
+// GaugeKeys returns the keys of the flow gauge of job number n among keys
+// flow keys, under base (the queue's key prefix with its hash tag).
+func GaugeKeys(base string, n, keys int) []string {
+	return []string{base + KeyFlowRunning, base + KeyFlowRunning + FlowKeyOf(n, keys), base + KeyFlowMost, base + KeyFlowRuns}
+}
 
 // SetFlowKeys makes b gauge the concurrency of flow keys: job number n
 // belongs to key FlowKeyOf(n, keys), and every start and end is recorded in
@@ -309,17 +338,11 @@ func (b *Books) gauge(ctx context.Context, n int, enter bool) error {
 	if b.flowKeys <= 0 {
 		return nil
 	}
-	base := strings.TrimSuffix(b.started, KeyStarted)
-	k, member := FlowKeyOf(n, b.flowKeys), b.owner+" "+strconv.Itoa(n)
+	keys := GaugeKeys(strings.TrimSuffix(b.started, KeyStarted), n, b.flowKeys)
 	if enter {
-		return gaugeEnter.Run(ctx, b.rdb, []string{base + KeyFlowRunning, base + KeyFlowRunning + k, base + KeyFlowMost}, member, k).Err()
+		return gaugeEnter.Run(ctx, b.rdb, keys, n, FlowKeyOf(n, b.flowKeys)).Err()
 	}
-	_, err := b.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.SRem(ctx, base+KeyFlowRunning, member)
-		p.SRem(ctx, base+KeyFlowRunning+k, member)
-		return nil
-	})
-	return err
+	return GaugeLeave.Run(ctx, b.rdb, keys, n).Err()
 }
 
 // NewBooks returns Books for the jobs of q that work for a duration picked
