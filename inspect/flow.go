@@ -181,8 +181,9 @@ func (q *Queue) aheadInStream(ctx context.Context, id string) (int64, bool, erro
 // aside is where a job waiting aside for a cap is: its flow key and the
 // jobs of the key before it.
 type aside struct {
-	key string
-	pos int
+	key    string
+	pos    int
+	packed string // its fields as the wait list holds them
 }
 
 // asideJob finds the job with stable ID id in the wait list of flow key
@@ -201,7 +202,7 @@ func (q *Queue) asideJob(ctx context.Context, id, key string) (*Job, error) {
 			}
 			j := jobFrom(f, id)
 			j.ID, j.State = id, StateWaiting
-			j.aside = &aside{key: key, pos: int(start) + i}
+			j.aside = &aside{key: key, pos: int(start) + i, packed: p}
 			return &j, nil
 		}
 		if len(page) < asidePage {

@@ -2,6 +2,7 @@ package inspect_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +200,26 @@ func TestQueue_WaitSummary(t *testing.T) {
 	}
 	if err := e.iq.SetFlowLimits(ctx, inspect.FlowLimits{Global: -1}); err == nil {
 		t.Error("a negative cap was accepted")
+	}
+}
+
+func TestQueue_DeleteWaitingAside(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, nil)
+	if err := e.q.SetFlowLimits(ctx, streamq.FlowLimits{PerKey: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(t, "a", streamq.FlowKey("k"))
+	id := e.enqueue(t, "b", streamq.FlowKey("k"))
+	e.flowRead(t)
+	if err := e.iq.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.iq.Job(ctx, id); !errors.Is(err, inspect.ErrJobNotFound) {
+		t.Fatalf("after delete: %v, want not found", err)
+	}
+	if st, err := e.iq.Flow(ctx); err != nil || len(st.Waiting) != 0 {
+		t.Fatalf("flow state %+v, %v", st, err)
 	}
 }

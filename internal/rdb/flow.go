@@ -404,6 +404,31 @@ var scriptFlowMove = redis.NewScript(idempotent(streamLib+statsLib+flowLib, with
 // scriptFlowDeadLetter is scriptDeadLetter that gives back the entry's slot.
 var scriptFlowDeadLetter = redis.NewScript(idempotent(streamLib+deadLib+flowLib, withFlow(deadLetterBody)))
 
+// scriptFlowDelete deletes a job waiting aside (an operator's delete).
+//
+// KEYS[1] stream
+// ARGV[1] the job's flow key, ARGV[2] its stable ID, ARGV[3] its packed
+// fields as the wait list holds them.
+// Returns "ok", or ReplyGone when the job is no longer in the list (it was
+// released meanwhile).
+var scriptFlowDelete = redis.NewScript(flowLib + `
+local w = flow_wait(ARGV[1])
+if redis.call('LREM', w, 1, ARGV[3]) == 0 then return '` + ReplyGone + `' end
+redis.call('HDEL', flow_trail, ARGV[2])
+if redis.call('LLEN', w) == 0 then redis.call('LREM', flow_ring, 0, ARGV[1]) end
+return 'ok'
+`)
+
+// FlowDeleteParams are one call of scriptFlowDelete.
+type FlowDeleteParams struct {
+	Key, JobID, Packed string
+}
+
+// FlowDelete runs scriptFlowDelete.
+func (q *Queue) FlowDelete(ctx context.Context, p FlowDeleteParams) (string, error) {
+	return scriptFlowDelete.Run(ctx, q.client, []string{q.keys.Stream}, p.Key, p.JobID, p.Packed).Text()
+}
+
 // scriptFlowKick releases waiting jobs into free slots (after limits were
 // raised).
 //

@@ -260,3 +260,29 @@ func TestQueue_FlowRateLimit(t *testing.T) {
 		t.Fatalf("limits %+v, %v", l, err)
 	}
 }
+
+func TestQueue_FlowDelete(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	ids := e.addKeyed("a", "a")
+	e.flowRead("c", 10)
+	packed, err := e.c.LIndex(e.ctx, e.k.Flow().Wait("a"), 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := FlowDeleteParams{Key: "a", JobID: ids[1], Packed: packed}
+	if res, err := e.q.FlowDelete(e.ctx, p); err != nil || res != "ok" {
+		t.Fatalf("FlowDelete: %q, %v", res, err)
+	}
+	if n := e.card(e.k.Flow().Ring); n != 0 {
+		t.Errorf("the ring still holds %d keys", n)
+	}
+	if e.c.HExists(e.ctx, e.k.Trail, ids[1]).Val() {
+		t.Error("the trail still names the deleted job")
+	}
+	if res, err := e.q.FlowDelete(e.ctx, p); err != nil || res != ReplyGone {
+		t.Fatalf("deleting again: %q, %v", res, err)
+	}
+}

@@ -54,5 +54,6 @@ func Scripts() map[string]*redis.Script {
 		"flow_move":             scriptFlowMove,
 		"flow_dead_letter":      scriptFlowDeadLetter,
 		"flow_kick":             scriptFlowKick,
+		"flow_delete":           scriptFlowDelete,
 	}
 }
