@@ -179,6 +179,10 @@ type Job struct {
 	TraceID   string // from the traceparent header
 	// Key is the job's unique key, if it has one.
 	Key string
+	// FlowKey is the job's flow key, if it has one (see [Queue.Explain]).
+	FlowKey string
+
+	aside *aside // where it waits aside for a cap, if it does
 }
 
 // Consumer is one stream consumer or priority worker.
