@@ -92,7 +92,7 @@ type EnqueueOption func(*enqueueOptions)
 type enqueueOptions struct {
 	headers map[string]string
 	// at is when the job is due, or in (when positive) how long after the
-	// enqueue, by the queue's clock.
+	// enqueue, by the Redis server's clock.
 	at        time.Time
 	in        time.Duration
 	uniqueKey string
@@ -146,13 +146,17 @@ func WithHeader(key, value string) EnqueueOption {
 }
 
 // ProcessAt delays the job until t. It is kept in the queue's delayed set and
-// moved into the stream by a consumer's scheduler when due. A time in the
-// past enqueues the job at once.
+// moved into the stream by a consumer's scheduler when the Redis server's
+// clock reaches t. A time in the past (by the clock of the calling process)
+// enqueues the job at once. To delay a job by a duration, use [ProcessIn]:
+// it is measured on the server's clock, so a process whose clock is off
+// changes nothing.
 func ProcessAt(t time.Time) EnqueueOption {
 	return func(o *enqueueOptions) { o.at, o.in = t, 0 }
 }
 
-// ProcessIn delays the job by d; see [ProcessAt].
+// ProcessIn delays the job by d after the Redis server's time when it is
+// stored (not the process's clock); see [ProcessAt]. 0 enqueues at once.
 func ProcessIn(d time.Duration) EnqueueOption {
 	return func(o *enqueueOptions) {
 		if d < 0 {
@@ -217,23 +221,20 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 	}
 	now := p.q.db.Now()
 	enq := now.UnixMilli()
-	at := o.at
-	if o.in > 0 {
-		at = now.Add(o.in)
-	}
-	if !at.After(now) {
-		at = time.Time{} // due now: into the stream
+	due := when{in: o.in}
+	if o.in <= 0 && o.at.After(now) {
+		due.at = o.at
 	}
 	if o.uniqueKey != "" {
 		if len(jobs) != 1 {
 			return ids, configErr("Unique", "cannot be used with EnqueueBatch: enqueue unique jobs one by one")
 		}
-		return p.enqueueUnique(ctx, jobs[0], &o, enq, at)
+		return p.enqueueUnique(ctx, jobs[0], &o, enq, due)
 	}
 
 	var err error
-	if !at.IsZero() {
-		err = p.schedule(ctx, jobs, &o, enq, at, ids)
+	if due.later() {
+		err = p.schedule(ctx, jobs, &o, enq, due, ids)
 	} else {
 		err = p.add(ctx, jobs, &o, enq, ids)
 	}
@@ -279,12 +280,22 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq i
 	return nil
 }
 
-// schedule stores jobs due at at in the delayed set, in chunks of at most
+// when is when a job is due: in after the server's time when in > 0, else
+// at; both zero: now.
+type when struct {
+	at time.Time
+	in time.Duration
+}
+
+// later reports whether the job goes into the delayed set.
+func (w when) later() bool { return w.in > 0 || !w.at.IsZero() }
+
+// schedule stores jobs due at due in the delayed set, in chunks of at most
 // MaxBatchChunk, and sets their IDs in ids.
-func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, at time.Time, ids []string) error {
+func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, due when, ids []string) error {
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-		sp := rdb.ScheduleParams{Due: at, Replicas: p.replicas()}
+		sp := rdb.ScheduleParams{Due: due.at, In: due.in, Replicas: p.replicas()}
 		for i, j := range chunk {
 			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
 			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
@@ -308,8 +319,8 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, 
 }
 
 // enqueueUnique enqueues one job under its unique key: into the stream, or
-// into the delayed set when at is not zero.
-func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, at time.Time) ([]string, error) {
+// into the delayed set when due is later.
+func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, due when) ([]string, error) {
 	jf := wire.Job{
 		Payload:   job.Payload,
 		Headers:   p.headers(ctx, o.headers, job.Headers),
@@ -320,10 +331,10 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions
 	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 	}
-	if !at.IsZero() {
+	if due.later() {
 		jf.JobID = rdb.NewDelayedID() // the stable ID, as for other delayed jobs
 	}
-	ok, id, err := p.q.db.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{Job: &jf, LockTTL: o.uniqueTTL, Due: at, Replicas: p.replicas()})
+	ok, id, err := p.q.db.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{Job: &jf, LockTTL: o.uniqueTTL, Due: due.at, In: due.in, Replicas: p.replicas()})
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrQueueFull):

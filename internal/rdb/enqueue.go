@@ -270,7 +270,8 @@ func entryIDs(res any, ids []string) error {
 // KEYS[1] stream, KEYS[2] lock key, KEYS[3] delayed sorted set, KEYS[4]
 // delayed job hash, KEYS[5] memo hash
 // ARGV[1] cap (0 or less: none), ARGV[2] lock TTL (ms), ARGV[3] lock token,
-// ARGV[4] due time (Unix ms; 0 = enqueue into the stream now), ARGV[5]
+// ARGV[4] due time (see due_at: "+<ms>" after the server's time, Unix ms,
+// or "0": enqueue into the stream now), ARGV[5]
 // delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the
 // job; then the memo token and TTL.
 // Returns {1, job ID} when enqueued, {0, existing job ID} when the lock is
@@ -282,10 +283,11 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, redis.call('HGET', KEYS[2], 'id') or ''}
 end
 local id
-if tonumber(ARGV[4]) > 0 then
+local due = due_at(ARGV[4])
+if due > 0 then
   id = ARGV[5]
   redis.call('HSET', KEYS[4], id, cmsgpack.pack({unpack(ARGV, 6)}))
-  redis.call('ZADD', KEYS[3], ARGV[4], id)
+  redis.call('ZADD', KEYS[3], due, id)
 else
   local full = no_room(KEYS[1], tonumber(ARGV[1]), 1)
   if full then return redis.error_reply(full) end
@@ -303,9 +305,11 @@ type EnqueueUniqueParams struct {
 	Job *wire.Job
 	// LockTTL is how long the lock lives at most.
 	LockTTL time.Duration
-	// Due is when a delayed job is due (zero: the job goes into the stream
-	// now, under the queue's cap).
+	// Due is when a delayed job is due, unless In is set (both zero: the
+	// job goes into the stream now, under the queue's cap).
 	Due time.Time
+	// In is how long after the server's time a delayed job is due.
+	In time.Duration
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
 	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
@@ -316,10 +320,7 @@ type EnqueueUniqueParams struct {
 // wraps [ErrQueueFull]. A write that p.Replicas did not acknowledge returns
 // its result and a [*streamqtype.NotReplicatedError].
 func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool, string, error) {
-	var due int64
-	if !p.Due.IsZero() {
-		due = DueMillis(p.Due)
-	}
+	due := DueArg(p.Due, p.In)
 	j := p.Job
 	args := append([]any{q.maxLen, p.LockTTL.Milliseconds(), j.KeyToken, due, j.JobID}, j.Args()...)
 	keys := []string{q.keys.Stream, q.keys.Unique(j.Key), q.keys.Delayed, q.keys.DelayedJobs}

@@ -1,7 +1,24 @@
 package rdb
 
+// timeLib holds the Lua helpers of due times, which are Redis's clock (TIME),
+// never a process's: a worker whose clock is off moves no job early.
+const timeLib = `
+-- now_ms returns the server's time in Unix milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- due_at returns the due time (Unix ms) that spec names: "+<ms>" is that
+-- long after the server's time, "<ms>" an absolute time, "0" none.
+local function due_at(spec)
+  if string.sub(spec, 1, 1) == '+' then return now_ms() + tonumber(string.sub(spec, 2)) end
+  return tonumber(spec)
+end
+`
+
 // streamLib holds Lua helpers prepended to the stream scripts that need them.
-const streamLib = `
+const streamLib = timeLib + `
 local function id_lt(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
   local bms, bseq = string.match(b, '^(%d+)-(%d+)$')

@@ -45,11 +45,7 @@ type PrioritySet struct {
 func (s *PrioritySet) Keys() PriorityKeys { return s.k }
 
 // priorityLib holds helpers prepended to the priority scripts.
-const priorityLib = `
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+const priorityLib = timeLib + `
 
 -- next_seq takes the next sequence number. It is read back with GET so that
 -- its exact decimal digits are used (Lua numbers are doubles, exact only up
