@@ -147,32 +147,50 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 	if b.c.cfg.ReclaimInterval > 0 {
 		block = min(block, b.reclaimAt.Sub(now))
 	}
-	streams, err := b.q.client.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group:    b.q.group,
-		Consumer: b.c.cfg.Name,
-		Streams:  []string{b.q.keys.Stream, ">"},
-		Count:    int64(n),
-		Block:    max(block, time.Millisecond), // 0 would block forever
+	ds, after, err := b.read(ctx, n)
+	if err != nil || len(ds) > 0 {
+		return ds, err
+	}
+	// Nothing to read: wait for an entry after the newest one (XREAD does
+	// not deliver, so a pause during the wait starts nothing), then read.
+	_, err = b.q.client.XRead(ctx, &redis.XReadArgs{
+		Streams: []string{b.q.keys.Stream, after},
+		Count:   1,
+		Block:   max(block, time.Millisecond), // 0 would block forever
 	}).Result()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
 		}
+		return nil, fmt.Errorf("streamq: xread %s: %w", b.q.keys.Stream, err)
+	}
+	ds, _, err = b.read(ctx, n)
+	return ds, err
+}
+
+// read reads up to n new entries in one script that refuses while the
+// queue is paused ([rdb.ErrPaused]): a consumer started, restarted or
+// blocked during a pause reads nothing. When there was nothing to read, it
+// returns the newest entry's ID, to wait for entries after it.
+func (b *streamBackend) read(ctx context.Context, n int) ([]engine.Delivery, string, error) {
+	res, err := b.q.db.Read(ctx, rdb.ReadParams{Consumer: b.c.cfg.Name, Count: n})
+	if err != nil {
 		if rdb.IsNoGroup(err) { // the stream was deleted: start over
-			return nil, b.Start(ctx)
+			return nil, "", b.Start(ctx)
 		}
 		// The reply may have been lost after Redis delivered entries.
 		b.scanNow = true
-		return nil, fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
+		return nil, "", fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
+	}
+	if res.Paused {
+		return nil, "", rdb.ErrPaused
 	}
 	ds := b.reads[:0] // the engine copies the deliveries before the next fetch
-	for _, s := range streams {
-		for _, m := range s.Messages {
-			ds = append(ds, engine.Delivery{Key: m.ID, ID: m.ID, Fields: m.Values, Charged: true, Suspect: wire.Crashed(m.Values)})
-		}
+	for _, m := range res.Entries {
+		ds = append(ds, engine.Delivery{Key: m.ID, ID: m.ID, Fields: m.Fields, Charged: true, Suspect: wire.Crashed(m.Fields)})
 	}
 	b.reads = ds
-	return ds, nil
+	return ds, res.After, nil
 }
 
 // reclaim runs one step of the reaper's pass over the pending list: it
@@ -255,6 +273,9 @@ func (b *streamBackend) adopt(ctx context.Context, n int, owns func(string) bool
 		return nil, nil
 	}
 	jobs, deleted, err := b.q.db.Adopt(ctx, rdb.AdoptParams{Consumer: b.c.cfg.Name, IDs: orphans})
+	if errors.Is(err, rdb.ErrPaused) {
+		return nil, err // the caller looks again after the resume
+	}
 	if err != nil {
 		return nil, fmt.Errorf("streamq: take back unseen entries of %s: %w", b.q.keys.Stream, err)
 	}

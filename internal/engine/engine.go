@@ -255,7 +255,9 @@ type run[F any] struct {
 	alone []*pool.Job[slot[F]]
 
 	// resume is closed when a paused queue is resumed; nil while it runs.
-	resume atomic.Pointer[chan struct{}]
+	// pauseMu orders the changes of the pause state.
+	resume  atomic.Pointer[chan struct{}]
+	pauseMu sync.Mutex
 
 	// sig are the events a test asked for (none outside tests).
 	sig testsignal.Signals
@@ -324,6 +326,12 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 			full = false
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, rdb.ErrPaused) {
+				if !r.paused(ctx, wait) {
+					return nil
+				}
+				continue
 			}
 			r.mon.fetchFailed(err)
 			if rdb.Fatal(err) {

@@ -17,6 +17,7 @@ func Scripts() map[string]*redis.Script {
 		"requeue":               scriptRequeue,
 		"touch":                 scriptTouch,
 		"charge":                scriptCharge,
+		"read":                  scriptRead,
 		"reclaim":               scriptReclaim,
 		"adopt":                 scriptAdopt,
 		"prune":                 scriptPrune,
