@@ -337,25 +337,51 @@ func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool
 	return ok == 1, id, werr
 }
 
-// scriptTrim trims acknowledged history, a bounded part per call (see
-// trim_acked in streamLib).
+// scriptTrim trims acknowledged history, a bounded part per call: whole
+// stream nodes below the oldest entry some group has not acknowledged (see
+// trim_acked in streamLib), then, behind that entry (a long job), the
+// acknowledged entries one by one (drop_acked), walking the stream with a
+// cursor.
 //
 // KEYS[1] stream
-// Returns the number of entries deleted; 0 when no history is left.
+// ARGV[1] cursor: "-" on the first call, then what the last call returned
+// Returns {entries deleted, next cursor}; the cursor is "" when the walk
+// reached the entries not yet read, or the end of the stream.
 var scriptTrim = redis.NewScript(streamLib + `
-return trim_acked(KEYS[1])
+local n = trim_acked(KEYS[1])
+if n > 0 then return {n, ARGV[1]} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, ''} end
+local states = group_states(KEYS[1])
+if #states == 0 then return {0, ''} end
+local d, nextc = drop_acked(KEYS[1], states, trim_budget, ARGV[1])
+return {d, nextc}
 `)
 
-// Trim runs scriptTrim until it deletes nothing more, and returns the
-// number of entries deleted. Each call is bounded; the history goes in as
-// many calls as it takes.
+// maxTrimCalls bounds the calls of one Trim (each bounded work); a history
+// longer than that many calls can free is left for the next Trim.
+const maxTrimCalls = 1_000_000
+
+// Trim runs scriptTrim until the walk ends, and returns the number of
+// entries deleted: all the acknowledged history, also behind a pending
+// entry. Each call is bounded; the history goes in as many calls as it
+// takes.
 func (q *Queue) Trim(ctx context.Context) (int64, error) {
 	var total int64
-	for {
-		n, err := scriptTrim.Run(ctx, q.client, []string{q.keys.Stream}).Int64()
-		total += n
-		if err != nil || n == 0 {
+	cursor := "-"
+	for range maxTrimCalls {
+		res, err := scriptTrim.Run(ctx, q.client, []string{q.keys.Stream}, cursor).Slice()
+		if err != nil {
 			return total, err
 		}
+		if len(res) != 2 {
+			return total, fmt.Errorf("unexpected trim reply with %d elements", len(res))
+		}
+		n, _ := res[0].(int64)
+		total += n
+		cursor, _ = res[1].(string)
+		if cursor == "" {
+			return total, nil
+		}
 	}
+	return total, nil
 }
