@@ -147,50 +147,82 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 	if b.c.cfg.ReclaimInterval > 0 {
 		block = min(block, b.reclaimAt.Sub(now))
 	}
-	ds, after, err := b.read(ctx, n)
-	if err != nil || len(ds) > 0 {
-		return ds, err
+	return b.read(ctx, n, block)
+}
+
+// read reads up to n new entries: first without blocking, pipelined with a
+// look at the pause flag (EXISTS), which Redis runs right after the read; if
+// there was nothing to read, with BLOCK up to block, then the flag. Entries
+// read while the queue is paused do not start (rdb.ErrPaused): their
+// deliveries are taken back and they stay pending for this consumer, which
+// takes them back after the resume (see adopt). So a consumer started,
+// restarted or blocked in a read during a pause starts nothing.
+func (b *streamBackend) read(ctx context.Context, n int, block time.Duration) ([]engine.Delivery, error) {
+	args := &redis.XReadGroupArgs{
+		Group:    b.q.group,
+		Consumer: b.c.cfg.Name,
+		Streams:  []string{b.q.keys.Stream, ">"},
+		Count:    int64(n),
+		Block:    -1, // no BLOCK
 	}
-	// Nothing to read: wait for an entry after the newest one (XREAD does
-	// not deliver, so a pause during the wait starts nothing), then read.
-	_, err = b.q.client.XRead(ctx, &redis.XReadArgs{
-		Streams: []string{b.q.keys.Stream, after},
-		Count:   1,
-		Block:   max(block, time.Millisecond), // 0 would block forever
-	}).Result()
+	pipe := b.q.client.Pipeline()
+	rd := pipe.XReadGroup(ctx, args)
+	paused := pipe.Exists(ctx, b.q.keys.Paused)
+	_, _ = pipe.Exec(ctx) // the errors are in the commands
+	streams, err := rd.Result()
+	if errors.Is(err, redis.Nil) {
+		if paused.Val() > 0 {
+			return nil, rdb.ErrPaused
+		}
+		args.Block = max(block, time.Millisecond) // 0 would block forever
+		if streams, err = b.q.client.XReadGroup(ctx, args).Result(); err == nil {
+			paused = b.q.client.Exists(ctx, b.q.keys.Paused)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
 		}
-		return nil, fmt.Errorf("streamq: xread %s: %w", b.q.keys.Stream, err)
-	}
-	ds, _, err = b.read(ctx, n)
-	return ds, err
-}
-
-// read reads up to n new entries in one script that refuses while the
-// queue is paused ([rdb.ErrPaused]): a consumer started, restarted or
-// blocked during a pause reads nothing. When there was nothing to read, it
-// returns the newest entry's ID, to wait for entries after it.
-func (b *streamBackend) read(ctx context.Context, n int) ([]engine.Delivery, string, error) {
-	res, err := b.q.db.Read(ctx, rdb.ReadParams{Consumer: b.c.cfg.Name, Count: n})
-	if err != nil {
 		if rdb.IsNoGroup(err) { // the stream was deleted: start over
-			return nil, "", b.Start(ctx)
+			return nil, b.Start(ctx)
 		}
 		// The reply may have been lost after Redis delivered entries.
 		b.scanNow = true
-		return nil, "", fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
-	}
-	if res.Paused {
-		return nil, "", rdb.ErrPaused
+		return nil, fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
 	}
 	ds := b.reads[:0] // the engine copies the deliveries before the next fetch
-	for _, m := range res.Entries {
-		ds = append(ds, engine.Delivery{Key: m.ID, ID: m.ID, Fields: m.Fields, Charged: true, Suspect: wire.Crashed(m.Fields)})
+	for _, s := range streams {
+		for _, m := range s.Messages {
+			ds = append(ds, engine.Delivery{Key: m.ID, ID: m.ID, Fields: m.Values, Charged: true, Suspect: wire.Crashed(m.Values)})
+		}
 	}
 	b.reads = ds
-	return ds, res.After, nil
+	if err := paused.Err(); err != nil || paused.Val() > 0 {
+		b.putBack(ctx, ds)
+		if err != nil {
+			return nil, fmt.Errorf("streamq: read the pause flag of %s: %w", b.q.keys.Stream, err)
+		}
+		return nil, rdb.ErrPaused
+	}
+	return ds, nil
+}
+
+// putBack leaves entries just read, which must not start, pending for this
+// consumer with their deliveries taken back (one script, which takes
+// nothing back while the queue is paused), and makes the next fetch look
+// for them: adopt takes them back uncharged once the queue runs.
+func (b *streamBackend) putBack(ctx context.Context, ds []engine.Delivery) {
+	b.scanNow = true
+	if len(ds) == 0 {
+		return
+	}
+	ids := make([]string, len(ds))
+	for i := range ds {
+		ids[i] = ds[i].ID
+	}
+	if _, _, err := b.q.db.Adopt(ctx, rdb.AdoptParams{Consumer: b.c.cfg.Name, IDs: ids}); err != nil && !errors.Is(err, rdb.ErrPaused) {
+		b.c.run.Mon.Log.WarnContext(ctx, "streamq: cannot take back the deliveries of jobs read during a pause; they run later, counted as crashed once", "count", len(ids), "error", err)
+	}
 }
 
 // reclaim runs one step of the reaper's pass over the pending list: it

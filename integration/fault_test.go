@@ -12,7 +12,6 @@ import (
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/faultproxy"
-	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -207,8 +206,8 @@ func TestFault_ConnectionCutsAndOutage(t *testing.T) {
 // reaper would take it over.
 const lostReplyBound = 10 * time.Second
 
-// TestFault_LostReadReplyRunsOnce: the reply of a read (the read script,
-// whose XREADGROUP delivered jobs) is lost (Redis ran the read and counted the deliveries; the
+// TestFault_LostReadReplyRunsOnce: the reply of an XREADGROUP that delivered
+// jobs is lost (Redis ran the read and counted the deliveries; the
 // connection broke before the reply reached the client), and go-redis sends
 // the read again, which delivers nothing new. The consumer finds the unseen
 // entries pending for itself and takes them back uncharged, so each job
@@ -228,13 +227,7 @@ func TestFault_LostReadReplyRunsOnce(t *testing.T) {
 	// them all, and that read's reply is the one lost.
 	jobs := numbers(0, 3)
 	enqueueAll(t, p, jobs)
-	// The read script is loaded first, so that the reply dropped is the
-	// one of the EVALSHA that read, not a NOSCRIPT.
-	read := rdb.Scripts()["read"]
-	if err := read.Load(context.Background(), direct).Err(); err != nil {
-		t.Fatal(err)
-	}
-	dropped := proxy.DropReply(faultproxy.Command("EVALSHA", read.Hash()))
+	dropped := proxy.DropReply(faultproxy.Command("XREADGROUP"))
 
 	type start struct {
 		payload string
@@ -258,7 +251,7 @@ func TestFault_LostReadReplyRunsOnce(t *testing.T) {
 	select {
 	case <-dropped:
 	case <-time.After(relWait):
-		t.Fatal("no reply of the read script was dropped")
+		t.Fatal("no XREADGROUP reply was dropped")
 	}
 	redistest.WaitFor(t, lostReplyBound, "every job of the lost read handled", func() bool { return cnt.total.Load() >= int64(len(jobs)) })
 	took := time.Since(begin)

@@ -8,79 +8,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Claims on stream entries: reading new ones, keeping running jobs' claims
-// fresh, charging a start, taking over abandoned entries and entries of lost
-// read replies, and pruning departed consumers. Every call that hands a
-// consumer entries to start (Read, Reclaim, Adopt) refuses while the queue
-// is paused, in the same script: once Pause has set the flag, no consumer
-// gets a job to start, however its own view of the flag lags.
+// Claims on stream entries: keeping running jobs' claims fresh, charging a
+// start, taking over abandoned entries and entries of lost read replies, and
+// pruning departed consumers. The calls that hand a consumer entries to
+// start (Reclaim, Adopt) refuse while the queue is paused, in the same
+// script: once Pause has set the flag, no consumer gets a job to start,
+// however its own view of the flag lags. (Reads are XREADGROUP, pipelined
+// with a look at the flag: see the consumer's backend.)
 
 // pausedReply is the reply of a script that refused because the queue is
 // paused.
 const pausedReply = "paused"
-
-// scriptRead reads new entries for a consumer (XREADGROUP ... >, without
-// BLOCK) unless the queue is paused.
-//
-// KEYS[1] stream, KEYS[2] pause flag
-// ARGV[1] group, ARGV[2] consumer, ARGV[3] count
-// Returns {"paused"} when the queue is paused (nothing read); {"", ID} when
-// there was nothing to read, ID being the newest entry ("0-0" when none), so
-// the caller waits for entries after it (XREAD BLOCK) and misses none added
-// after this call; else {"", "", ID, fields, ID, fields, ...}.
-var scriptRead = redis.NewScript(`
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused'} end
-local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', ARGV[3], 'STREAMS', KEYS[1], '>')
-if not r then
-  local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-  if #last == 0 then return {'', '0-0'} end
-  return {'', last[1][1]}
-end
-local out = {'', ''}
-for _, e in ipairs(r[1][2]) do
-  out[#out + 1] = e[1]
-  out[#out + 1] = e[2]
-end
-return out
-`)
-
-// ReadParams are one call of scriptRead.
-type ReadParams struct {
-	Consumer string // the consumer that reads
-	Count    int    // the most entries to read
-}
-
-// ReadResult is what a read returned.
-type ReadResult struct {
-	Paused  bool      // the queue is paused: nothing was read
-	After   string    // when nothing was read: the newest entry, to wait for entries after it
-	Entries []Claimed // the entries read (Count 1 each: the read counted a delivery)
-}
-
-// Read runs scriptRead. A reply lost after Redis delivered entries leaves
-// them pending for p.Consumer (see Adopt).
-func (q *Queue) Read(ctx context.Context, p ReadParams) (ReadResult, error) {
-	res, err := scriptRead.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Paused}, q.group, p.Consumer, p.Count).Slice()
-	if err != nil {
-		return ReadResult{}, err
-	}
-	if len(res) == 1 && res[0] == pausedReply {
-		return ReadResult{Paused: true}, nil
-	}
-	if len(res) < 2 || len(res)%2 != 0 {
-		return ReadResult{}, fmt.Errorf("unexpected read reply with %d elements", len(res))
-	}
-	out := ReadResult{After: fmt.Sprint(res[1])}
-	if len(res) > 2 {
-		out.After = ""
-		out.Entries = make([]Claimed, 0, (len(res)-2)/2)
-		for i := 2; i+1 < len(res); i += 2 {
-			id, _ := res[i].(string)
-			out.Entries = append(out.Entries, Claimed{ID: id, Count: 1, Fields: fieldMap(res[i+1])})
-		}
-	}
-	return out, nil
-}
 
 // scriptTouch keeps running jobs' claims fresh.
 //
@@ -221,10 +159,11 @@ func (q *Queue) Reclaim(ctx context.Context, p ReclaimParams) (next string, jobs
 //
 // KEYS[1] stream, KEYS[2] pause flag
 // ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry IDs
-// Returns {"paused"} when the queue is paused (nothing taken back), else as
-// scriptReclaim, with cursor "0-0", for the IDs pending for consumer.
+// Returns {"paused"} when the queue is paused (the counters are reset, but
+// nothing is taken back: the consumer leaves them pending until the
+// resume), else as scriptReclaim, with cursor "0-0", for the IDs pending for
+// consumer.
 var scriptAdopt = redis.NewScript(streamLib + `
-if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused'} end
 local ids, deleted = {}, {}
 for i = 3, #ARGV do
   if owned(KEYS[1], ARGV[1], ARGV[2], ARGV[i]) then
@@ -232,6 +171,7 @@ for i = 3, #ARGV do
     ids[#ids + 1] = ARGV[i]
   end
 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused'} end
 local out = {'0-0', deleted}
 claimed(KEYS[1], ARGV[1], ARGV[2], ids, out, deleted)
 return out

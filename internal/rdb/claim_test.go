@@ -189,46 +189,45 @@ func TestParseClaimed(t *testing.T) {
 	}
 }
 
-// TestQueue_Read reads new entries once, tells the newest entry when there
-// is nothing to read, and refuses while the queue is paused: nothing read,
-// taken over or taken back.
-func TestQueue_Read(t *testing.T) {
+// TestQueue_ClaimsWhilePaused: while the queue is paused, a takeover takes
+// nothing and a take-back resets the counters of the consumer's entries
+// (a consumer uncharges what it read during a pause) but hands none back;
+// after the resume both work again.
+func TestQueue_ClaimsWhilePaused(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{})
 	e.group()
-	res, err := e.q.Read(e.ctx, ReadParams{Consumer: "c", Count: 10})
-	if err != nil || res.Paused || len(res.Entries) != 0 || res.After != "0-0" {
-		t.Fatalf("Read of an empty stream: %+v, %v; want nothing after 0-0", res, err)
-	}
-	ids := e.add("a", "b", "c")
-	res, err = e.q.Read(e.ctx, ReadParams{Consumer: "c", Count: 2})
-	if err != nil || len(res.Entries) != 2 || res.Entries[0].ID != ids[0] || res.Entries[1].Fields["payload"] != "b" || res.Entries[0].Count != 1 {
-		t.Fatalf("Read 2: %+v, %v", res, err)
-	}
+	e.add("a", "b", "c")
+	mine := e.read("c", 2)
+	theirs := e.read("dead", 1)
+	e.idle("dead", time.Hour, theirs...)
 	if err := e.c.Set(e.ctx, e.k.Paused, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if res, err := e.q.Read(e.ctx, ReadParams{Consumer: "c", Count: 10}); err != nil || !res.Paused || len(res.Entries) != 0 {
-		t.Fatalf("Read while paused: %+v, %v; want refused", res, err)
-	}
-	e.idle("c", time.Hour, ids[:2]...)
 	before := e.snapshot()
-	if _, jobs, _, err := e.q.Reclaim(e.ctx, ReclaimParams{Consumer: "d", MinIdle: time.Minute, Cursor: "0-0", Count: 10, Token: "t", MemoTTL: time.Minute}); !errors.Is(err, ErrPaused) || len(jobs) != 0 {
+	rp := ReclaimParams{Consumer: "d", MinIdle: time.Minute, Cursor: "0-0", Count: 10, Token: "t", MemoTTL: time.Minute}
+	if _, jobs, _, err := e.q.Reclaim(e.ctx, rp); !errors.Is(err, ErrPaused) || len(jobs) != 0 {
 		t.Fatalf("Reclaim while paused: %v, %v; want ErrPaused", jobs, err)
 	}
-	if jobs, _, err := e.q.Adopt(e.ctx, AdoptParams{Consumer: "c", IDs: ids[:2]}); !errors.Is(err, ErrPaused) || len(jobs) != 0 {
+	e.unchanged("a takeover while paused", before)
+	if jobs, _, err := e.q.Adopt(e.ctx, AdoptParams{Consumer: "c", IDs: mine}); !errors.Is(err, ErrPaused) || len(jobs) != 0 {
 		t.Fatalf("Adopt while paused: %v, %v; want ErrPaused", jobs, err)
 	}
-	e.unchanged("calls refused while paused", before)
+	for _, id := range mine {
+		if n := e.deliveries(id); n != 0 {
+			t.Errorf("entry %s read during the pause has counter %d, want 0", id, n)
+		}
+	}
+	if got := e.pending("c"); !slices.Equal(got, mine) {
+		t.Errorf("pending for c: %v, want %v", got, mine)
+	}
 	if err := e.c.Del(e.ctx, e.k.Paused).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res, err = e.q.Read(e.ctx, ReadParams{Consumer: "c", Count: 10})
-	if err != nil || len(res.Entries) != 1 || res.Entries[0].ID != ids[2] {
-		t.Fatalf("Read after the resume: %+v, %v; want %s", res, err, ids[2])
+	if jobs, _, err := e.q.Adopt(e.ctx, AdoptParams{Consumer: "c", IDs: mine}); err != nil || len(jobs) != 2 {
+		t.Fatalf("Adopt after the resume: %v, %v; want both", jobs, err)
 	}
-	res, err = e.q.Read(e.ctx, ReadParams{Consumer: "c", Count: 10})
-	if err != nil || len(res.Entries) != 0 || res.After != ids[2] {
-		t.Fatalf("Read with nothing new: %+v, %v; want nothing after %s", res, err, ids[2])
+	if _, jobs, _, err := e.q.Reclaim(e.ctx, rp); err != nil || len(jobs) != 1 || jobs[0].ID != theirs[0] {
+		t.Fatalf("Reclaim after the resume: %v, %v; want %v", jobs, err, theirs)
 	}
 }

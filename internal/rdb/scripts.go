@@ -17,7 +17,6 @@ func Scripts() map[string]*redis.Script {
 		"requeue":               scriptRequeue,
 		"touch":                 scriptTouch,
 		"charge":                scriptCharge,
-		"read":                  scriptRead,
 		"reclaim":               scriptReclaim,
 		"adopt":                 scriptAdopt,
 		"prune":                 scriptPrune,
