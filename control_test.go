@@ -182,6 +182,56 @@ func TestConsumer_PauseWhileBacklogDrains(t *testing.T) {
 	}
 }
 
+// TestConsumer_StartedWhilePaused starts fresh consumers, one after the
+// other, on a paused queue with a backlog: their first fetch is refused in
+// the read script itself, before their control loop (one tick a second
+// here) has read the flag, so none starts a job; after the resume one
+// consumer runs them all.
+func TestConsumer_StartedWhilePaused(t *testing.T) {
+	t.Parallel()
+	const (
+		rounds = 5
+		n      = 50
+	)
+	c, q, p, k := ctlSetup(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, k.Paused, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	jobs := make([]streamq.Job, n)
+	for i := range jobs {
+		jobs[i].Payload = []byte(strconv.Itoa(i))
+	}
+	if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	var started atomic.Int64
+	h := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { started.Add(1); return nil })
+	run := func() (*streamq.Consumer, *testsignal.Signals, *redistest.Runner) {
+		cons, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Block: 50 * time.Millisecond, ControlInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sig := &testsignal.Signals{Paused: testsignal.New[struct{}]()}
+		return cons, sig, redistest.Background(t, "Consumer.Run", 10*time.Second, sig.Run(cons.Run))
+	}
+	for round := range rounds {
+		_, sig, r := run()
+		sig.Paused.Wait(t, 5*time.Second, "the fresh consumer's fetch loop to stop for the pause")
+		if err := r.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got := started.Load(); got != 0 {
+			t.Fatalf("round %d: a consumer started during the pause ran %d jobs", round, got)
+		}
+	}
+	if err := c.Del(ctx, k.Paused).Err(); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	redistest.WaitFor(t, 10*time.Second, "the backlog to run after the resume", func() bool { return started.Load() == n })
+}
+
 // TestConsumer_CancelRunningJob cancels a running job: its handler's context
 // is cancelled with cause ErrCancelled within about a second, the job is
 // dead-lettered with reason cancelled (not retried), and its cancel request,

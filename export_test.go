@@ -12,13 +12,16 @@ import (
 // one scheduler tick does at that time, and returns how many due jobs it
 // handled.
 func Promote(q *Queue, ctx context.Context, now time.Time, limit int) (int, error) {
-	db := rdb.New(q.client, rdb.Config{Prefix: q.cfg.KeyPrefix, Name: q.name, Group: q.group,
-		MaxLen: q.cfg.MaxLen, DeadLetterMaxLen: q.cfg.DeadLetterMaxLen, Clock: fixedClock(now)})
-	n, _, err := db.Promote(ctx, rdb.PromoteParams{Limit: limit, Reason: ReasonMalformed})
+	n, _, err := q.db.Promote(ctx, rdb.PromoteParams{Limit: limit, Reason: ReasonMalformed, At: now})
 	return n, err
 }
 
-// fixedClock is a clock that always says the same time.
-type fixedClock time.Time
+// SkewClock moves q's clock (the process's clock as q reads it) by d, as if
+// its process ran on a machine whose clock is off by d. Call it before q is
+// used.
+func SkewClock(q *Queue, d time.Duration) { q.db.SetClock(skewedClock(d)) }
 
-func (c fixedClock) Now() time.Time { return time.Time(c) }
+// skewedClock is the system clock moved by its duration.
+type skewedClock time.Duration
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }

@@ -20,11 +20,11 @@ type EnqueueOptions struct {
 	// Headers are added to every job of the call (a batch job's own
 	// Headers win on equal keys). Set by [WithHeaders] and [WithHeader].
 	Headers map[string]string
-	// At is when the job is due, by the queue's clock (zero: now). Set by
-	// [ProcessAt].
+	// At is when the job is due, on the Redis server's clock (zero: now; a
+	// time in the past by the process's clock: now). Set by [ProcessAt].
 	At time.Time
-	// In, when positive, delays the job by this long after the enqueue, by
-	// the queue's clock; it wins over At. Set by [ProcessIn].
+	// In, when positive, delays the job by this long after the Redis
+	// server's time when it is stored; it wins over At. Set by [ProcessIn].
 	In time.Duration
 	// UniqueKey and UniqueTTL make the job unique by key ("": not unique).
 	// Set by [Unique].
@@ -123,8 +123,11 @@ func WithHeader(key, value string) EnqueueOption {
 }
 
 // ProcessAt delays the job until t. It is kept in the queue's delayed set and
-// moved into the stream by a consumer's scheduler when due. A time in the
-// past enqueues the job at once.
+// moved into the stream by a consumer's scheduler when the Redis server's
+// clock reaches t. A time in the past (by the clock of the calling process)
+// enqueues the job at once. To delay a job by a duration, use [ProcessIn]:
+// it is measured on the server's clock, so a process whose clock is off
+// changes nothing.
 func ProcessAt(t time.Time) EnqueueOption {
 	return func(o *EnqueueOptions) error {
 		o.At, o.In = t, 0
@@ -132,7 +135,8 @@ func ProcessAt(t time.Time) EnqueueOption {
 	}
 }
 
-// ProcessIn delays the job by d; see [ProcessAt].
+// ProcessIn delays the job by d after the Redis server's time when it is
+// stored (not the process's clock); see [ProcessAt]. 0 enqueues at once.
 func ProcessIn(d time.Duration) EnqueueOption {
 	return func(o *EnqueueOptions) error {
 		if d < 0 {

@@ -156,15 +156,12 @@ func (p *Producer) enqueueWith(ctx context.Context, jobs []Job, o *EnqueueOption
 	}
 	now := p.q.db.Now()
 	enq := now.UnixMilli()
-	at := o.At
-	if o.In > 0 {
-		at = now.Add(o.In)
-	}
-	if !at.After(now) {
-		at = time.Time{} // due now: into the stream
+	due := when{in: o.In}
+	if o.In <= 0 && o.At.After(now) {
+		due.at = o.At
 	}
 	if !o.Deadline.IsZero() {
-		if err := checkDeadline(o.Deadline, now, at); err != nil {
+		if err := checkDeadline(o.Deadline, now, due.approx(now)); err != nil {
 			return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 		}
 	}
@@ -172,12 +169,12 @@ func (p *Producer) enqueueWith(ctx context.Context, jobs []Job, o *EnqueueOption
 		if len(jobs) != 1 {
 			return ids, configErr("Unique", "cannot be used with EnqueueBatch: enqueue unique jobs one by one")
 		}
-		return p.enqueueUnique(ctx, jobs[0], o, enq, at)
+		return p.enqueueUnique(ctx, jobs[0], o, enq, due)
 	}
 
 	var err error
-	if !at.IsZero() {
-		err = p.schedule(ctx, jobs, o, enq, at, ids)
+	if due.later() {
+		err = p.schedule(ctx, jobs, o, enq, due, ids)
 	} else {
 		err = p.add(ctx, jobs, o, enq, ids)
 	}
@@ -255,12 +252,32 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *EnqueueOptions, enq i
 	return nil
 }
 
-// schedule stores jobs due at at in the delayed set, in chunks of at most
+// when is when a job is due: in after the server's time when in > 0, else
+// at; both zero: now.
+type when struct {
+	at time.Time
+	in time.Duration
+}
+
+// later reports whether the job goes into the delayed set.
+func (w when) later() bool { return w.in > 0 || !w.at.IsZero() }
+
+// approx returns when the job is due by the process's clock now (zero: now),
+// for checks of the caller's options only: the due time that counts is the
+// server's.
+func (w when) approx(now time.Time) time.Time {
+	if w.in > 0 {
+		return now.Add(w.in)
+	}
+	return w.at
+}
+
+// schedule stores jobs due at due in the delayed set, in chunks of at most
 // MaxBatchChunk, and sets their IDs in ids.
-func (p *Producer) schedule(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, at time.Time, ids []string) error {
+func (p *Producer) schedule(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, due when, ids []string) error {
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-		sp := rdb.ScheduleParams{Due: at, Replicas: p.replicas()}
+		sp := rdb.ScheduleParams{Due: due.at, In: due.in, Replicas: p.replicas()}
 		for i, j := range chunk {
 			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.Headers, j.Headers), EnqMillis: enq}
 			o.setJobOptions(&jf)
@@ -285,8 +302,8 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *EnqueueOptions, 
 }
 
 // enqueueUnique enqueues one job under its unique key: into the stream, or
-// into the delayed set when at is not zero.
-func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *EnqueueOptions, enq int64, at time.Time) ([]string, error) {
+// into the delayed set when due is later.
+func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *EnqueueOptions, enq int64, due when) ([]string, error) {
 	jf := wire.Job{
 		Payload:   job.Payload,
 		Headers:   p.headers(ctx, o.Headers, job.Headers),
@@ -298,10 +315,10 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *EnqueueOptions
 	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 	}
-	if !at.IsZero() {
+	if due.later() {
 		jf.JobID = rdb.NewDelayedID() // the stable ID, as for other delayed jobs
 	}
-	ok, id, err := p.q.db.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{Job: &jf, LockTTL: o.UniqueTTL, Due: at, Replicas: p.replicas()})
+	ok, id, err := p.q.db.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{Job: &jf, LockTTL: o.UniqueTTL, Due: due.at, In: due.in, Replicas: p.replicas()})
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrQueueFull):

@@ -222,11 +222,12 @@ func (q *Queue) register(ctx context.Context) error {
 	return nil
 }
 
-// Trim deletes acknowledged history from the stream: every entry older than
-// the oldest entry the group has not acknowledged. It never deletes a job that
-// is waiting or running. It returns the number of entries deleted. It makes
-// as many script calls as it takes, each of bounded work, so Redis is not
-// blocked by a long history.
+// Trim deletes acknowledged history from the stream: every entry the group
+// has acknowledged, also those behind an older job still pending (a long
+// job), which it deletes one by one. It never deletes a job that is waiting
+// or running. It returns the number of entries deleted. It makes as many
+// script calls as it takes, each of bounded work, so Redis is not blocked by
+// a long history.
 func (q *Queue) Trim(ctx context.Context) (int64, error) {
 	n, err := q.db.Trim(ctx)
 	if err != nil {

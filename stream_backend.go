@@ -167,17 +167,44 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 	if wait > 0 {
 		block = max(b.blockFor(wait), time.Millisecond) // 0 would block forever
 	}
-	block = max(block, time.Millisecond) // 0 would block forever
 	if b.flow.Load() {
-		return b.flowRead(ctx, n, block)
+		return b.flowRead(ctx, n, max(block, time.Millisecond))
 	}
-	streams, err := b.q.client.XReadGroup(ctx, &redis.XReadGroupArgs{
+	return b.read(ctx, n, block)
+}
+
+// read reads up to n new entries: first without blocking, pipelined with a
+// look at the pause flag (EXISTS), which Redis runs right after the read; if
+// there was nothing to read, with BLOCK up to block, then the flag. Entries
+// read while the queue is paused do not start (rdb.ErrPaused): their
+// deliveries are taken back and they stay pending for this consumer, which
+// takes them back after the resume (see adopt). So a consumer started,
+// restarted or blocked in a read during a pause starts nothing.
+func (b *streamBackend) read(ctx context.Context, n int, block time.Duration) ([]engine.Delivery, error) {
+	args := &redis.XReadGroupArgs{
 		Group:    b.q.group,
 		Consumer: b.c.cfg.Name,
 		Streams:  []string{b.q.keys.Stream, ">"},
 		Count:    int64(n),
-		Block:    block,
-	}).Result()
+		Block:    -1, // no BLOCK
+	}
+	pipe := b.q.client.Pipeline()
+	rd := pipe.XReadGroup(ctx, args)
+	paused := pipe.Exists(ctx, b.q.keys.Paused)
+	_, _ = pipe.Exec(ctx) // the errors are in the commands
+	streams, err := rd.Result()
+	if errors.Is(err, redis.Nil) {
+		if paused.Val() > 0 {
+			return nil, rdb.ErrPaused
+		}
+		if block < 0 { // a worker's engine waits with WaitForWork
+			return nil, nil
+		}
+		args.Block = block
+		if streams, err = b.q.client.XReadGroup(ctx, args).Result(); err == nil {
+			paused = b.q.client.Exists(ctx, b.q.keys.Paused)
+		}
+	}
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, nil
@@ -196,7 +223,32 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 		}
 	}
 	b.reads = ds
+	if err := paused.Err(); err != nil || paused.Val() > 0 {
+		b.putBack(ctx, ds)
+		if err != nil {
+			return nil, fmt.Errorf("streamq: read the pause flag of %s: %w", b.q.keys.Stream, err)
+		}
+		return nil, rdb.ErrPaused
+	}
 	return ds, nil
+}
+
+// putBack leaves entries just read, which must not start, pending for this
+// consumer with their deliveries taken back (one script, which takes
+// nothing back while the queue is paused), and makes the next fetch look
+// for them: adopt takes them back uncharged once the queue runs.
+func (b *streamBackend) putBack(ctx context.Context, ds []engine.Delivery) {
+	b.scanNow = true
+	if len(ds) == 0 {
+		return
+	}
+	ids := make([]string, len(ds))
+	for i := range ds {
+		ids[i] = ds[i].ID
+	}
+	if _, _, err := b.q.db.Adopt(ctx, rdb.AdoptParams{Consumer: b.c.cfg.Name, IDs: ids}); err != nil && !errors.Is(err, rdb.ErrPaused) {
+		b.c.run.Mon.Log.WarnContext(ctx, "streamq: cannot take back the deliveries of jobs read during a pause; they run later, counted as crashed once", "count", len(ids), "error", err)
+	}
 }
 
 // blockFor returns how long a read may wait for new entries: at most wait,
@@ -326,6 +378,9 @@ func (b *streamBackend) adopt(ctx context.Context, n int, owns func(string) bool
 		return nil, nil
 	}
 	jobs, deleted, err := b.q.db.Adopt(ctx, rdb.AdoptParams{Consumer: b.c.cfg.Name, IDs: orphans})
+	if errors.Is(err, rdb.ErrPaused) {
+		return nil, err // the caller looks again after the resume
+	}
 	if err != nil {
 		return nil, fmt.Errorf("streamq: take back unseen entries of %s: %w", b.q.keys.Stream, err)
 	}

@@ -12,8 +12,9 @@ import (
 	"github.com/streamq/streamq/internal/rdb"
 )
 
-// Pause pauses the queue: its consumers and priority workers stop taking
-// new jobs within their ControlInterval (about a second); running jobs
+// Pause pauses the queue: once it returns, no consumer or priority worker
+// starts a job (the scripts that hand jobs out refuse while the flag is
+// set, also to workers started or restarted during the pause); running jobs
 // finish, and enqueueing keeps working. One SET.
 func (q *Queue) Pause(ctx context.Context) error {
 	if err := q.rdb().Set(ctx, q.keys.Paused, "1", 0).Err(); err != nil {

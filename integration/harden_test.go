@@ -751,3 +751,44 @@ func TestDeadLetter_EntryWithManyFields(t *testing.T) {
 	relSettled(t, q, 1, relWait)
 	run.stop()
 }
+
+// TestMaxmemory_FailingJobBacksOff: a job that fails while Redis is at
+// maxmemory cannot be written back for its retry (OOM). It must not run
+// again every MinIdle (the reaper taking back what it could not settle):
+// it stays held, not run, while Redis refuses, and runs once more after
+// its backoff once Redis has room again.
+func TestMaxmemory_FailingJobBacksOff(t *testing.T) {
+	t.Parallel()
+	const minIdle = 100 * time.Millisecond
+	srv := redistest.StartServer(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := context.Background()
+	q, p := relQueue(t, client, nil)
+	enqueueAll(t, p, []string{"fails once"})
+	redistest.AtMaxmemory(t, client)
+
+	var runs atomic.Int64
+	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
+		if runs.Add(1) == 1 {
+			return errors.New("fails at the first attempt")
+		}
+		return nil
+	}, streamq.ConsumerConfig{MinIdle: minIdle, Backoff: func(int) time.Duration { return 300 * time.Millisecond }})
+	run := relRun(t, c)
+	redistest.WaitFor(t, relWait, "the first attempt", func() bool { return runs.Load() >= 1 })
+	window := time.NewTimer(10 * minIdle)
+	<-window.C // asserting that nothing happens takes a window: ten MinIdle
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the failed job ran %d times at maxmemory within 10 MinIdle; want once (it waits for room, held)", n)
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, relWait, "the retry once Redis has room", func() bool { return runs.Load() >= 2 })
+	relSettled(t, q, 0, relWait)
+	run.stop()
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the job ran %d times, want 2", n)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamq/streamq"
@@ -76,9 +77,11 @@ type Config struct {
 	// the ticks.
 	Location *time.Location
 
-	// Now is the clock. Every scheduler of a queue must see about the same
-	// time: a scheduler whose clock runs ahead enqueues ticks early. Defaults
-	// to time.Now; tests inject a fake clock.
+	// Now is the process's clock. Run corrects it to the Redis server's
+	// clock (it reads TIME when it starts and once a minute), and the tick
+	// script refuses a tick that is still in the future by the server's
+	// clock, so schedulers whose clocks are off enqueue every tick once and
+	// on time. Defaults to time.Now; tests inject a fake or shifted clock.
 	Now func() time.Time
 
 	// Logger receives the scheduler's logs. Defaults to slog.Default().
@@ -156,7 +159,41 @@ type Scheduler struct {
 	scheds  []*schedule
 	byName  map[string]*schedule
 	running bool
+
+	// skew is the server's clock minus cfg.Now, in nanoseconds (see now).
+	skew atomic.Int64
+	// synced is when (by cfg.Now) Run last read the server's clock; owned
+	// by Run.
+	synced time.Time
 }
+
+// syncEvery is how often Run reads the server's clock again.
+const syncEvery = time.Minute
+
+// now returns the time by the Redis server's clock, as Run last measured
+// it against cfg.Now.
+func (s *Scheduler) now() time.Time { return s.cfg.Now().Add(time.Duration(s.skew.Load())) }
+
+// syncClock measures the server's clock against cfg.Now (TIME, taken to be
+// read half-way through the round trip). A failure keeps the last
+// measurement: the tick script still refuses early ticks.
+func (s *Scheduler) syncClock(ctx context.Context) {
+	t0 := s.cfg.Now()
+	srv, err := s.p.Queue.RDB.Time(ctx).Result()
+	t1 := s.cfg.Now()
+	s.synced = t1
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.DebugContext(ctx, "streamq: cannot read the Redis server's clock", "error", err)
+		}
+		return
+	}
+	s.skew.Store(int64(srv.Sub(t0.Add(t1.Sub(t0) / 2))))
+}
+
+// errEarly reports a tick that the server's clock has not reached: it is
+// tried again at its time, after Run corrected its clock.
+var errEarly = errors.New("tick not due yet by the Redis server's clock")
 
 // New returns a scheduler that enqueues into p's queue. cfg may be nil; it
 // is copied, defaulted and validated, never changed.
@@ -420,17 +457,21 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		s.mu.Unlock()
 	}()
 
-	sts := s.start(scheds, s.cfg.Now())
+	s.syncClock(ctx)
+	sts := s.start(scheds, s.now())
 	s.publish(ctx, scheds, sts)
 	for {
-		wake, _, err := s.step(ctx, scheds, sts, s.cfg.Now())
+		if s.cfg.Now().Sub(s.synced) >= syncEvery {
+			s.syncClock(ctx)
+		}
+		wake, _, err := s.step(ctx, scheds, sts, s.now())
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		t := time.NewTimer(wake.Sub(s.cfg.Now()))
+		t := time.NewTimer(wake.Sub(s.now()))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -466,7 +507,9 @@ func (s *Scheduler) step(ctx context.Context, scheds []*schedule, sts []state, n
 			st.recheck = now.Add(dormantRecheck)
 		}
 		if !st.retry.After(now) {
-			if aerr := s.advance(ctx, sc, st, now); aerr != nil {
+			if aerr := s.advance(ctx, sc, st, now); errors.Is(aerr, errEarly) {
+				// st.retry is the tick's time, by the corrected clock.
+			} else if aerr != nil {
 				if asFatal(aerr) {
 					return wake, false, aerr
 				}
@@ -487,7 +530,7 @@ func (s *Scheduler) step(ctx context.Context, scheds []*schedule, sts []state, n
 // what failed stays due.
 func (s *Scheduler) advance(ctx context.Context, sc *schedule, st *state, now time.Time) error {
 	if !st.catchUp.IsZero() {
-		if _, _, err := s.fire(ctx, sc, st.catchUp, true); err != nil {
+		if err := s.fireDue(ctx, sc, st, st.catchUp, true); err != nil {
 			return err
 		}
 		st.catchUp = time.Time{}
@@ -500,13 +543,29 @@ func (s *Scheduler) advance(ctx context.Context, sc *schedule, st *state, now ti
 	if tick.IsZero() || tick.Before(st.next) {
 		tick = st.next
 	}
-	if _, _, err := s.fire(ctx, sc, tick, false); err != nil {
+	if err := s.fireDue(ctx, sc, st, tick, false); err != nil {
 		return err
 	}
 	st.next = sc.t.next(now)
 	st.recheck = now.Add(dormantRecheck)
 	s.publish(ctx, []*schedule{sc}, []state{*st})
 	return nil
+}
+
+// fireDue fires tick, and returns errEarly when the server's clock has not
+// reached it: then it corrects the scheduler's clock by the server's time
+// of the reply and sets st.retry to the tick, so the step after it tries
+// again on time.
+func (s *Scheduler) fireDue(ctx context.Context, sc *schedule, st *state, tick time.Time, catchUp bool) error {
+	srv, o, err := s.fire(ctx, sc, tick, catchUp)
+	if err != nil || o != early {
+		return err
+	}
+	if ms, perr := strconv.ParseInt(srv, 10, 64); perr == nil {
+		s.skew.Store(int64(time.UnixMilli(ms).Sub(s.cfg.Now())))
+	}
+	st.retry = tick
+	return errEarly
 }
 
 // publish records schedules' specs and next ticks in the queue's schedules
@@ -547,10 +606,12 @@ const (
 	duplicate         // this tick was already enqueued
 	stale             // a later tick was already enqueued
 	neverRan          // catch-up of a schedule with no history: nothing to do
+	early             // the tick is later than the server's clock: nothing written
 )
 
 // fire runs the tick script for (sc, tick). It returns the job's entry ID
-// (for enqueued and duplicate) and what happened. The script applies the
+// (for enqueued and duplicate), or the server's time in Unix ms (for
+// early), and what happened. The script applies the
 // queue's cap as Enqueue does (trimming acknowledged history), and refuses
 // with [streamq.ErrQueueFull] when MaxLen jobs are unacknowledged.
 func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catchUp bool) (string, outcome, error) {
@@ -558,7 +619,7 @@ func (s *Scheduler) fire(ctx context.Context, sc *schedule, tick time.Time, catc
 	maps.Copy(h, sc.headers)
 	h[HeaderName] = sc.name
 	h[HeaderTick] = tick.UTC().Format(time.RFC3339Nano)
-	wj := wire.Job{Payload: sc.payload, Headers: s.p.Headers(ctx, h, nil), EnqMillis: s.cfg.Now().UnixMilli()}
+	wj := wire.Job{Payload: sc.payload, Headers: s.p.Headers(ctx, h, nil), EnqMillis: s.now().UnixMilli()}
 	if err := s.p.Queue.CheckJob(wj.Payload, wj.Headers); err != nil {
 		return "", 0, fmt.Errorf("streamq: periodic %s tick %s: %w", sc.name, tick.UTC().Format(time.RFC3339Nano), err)
 	}
@@ -600,6 +661,8 @@ func parseResult(res []any) (outcome, string) {
 		return duplicate, str(2)
 	case "stale":
 		return stale, ""
+	case "early":
+		return early, str(2)
 	}
 	return neverRan, ""
 }

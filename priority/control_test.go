@@ -102,8 +102,9 @@ func TestWorker_CancelAndProgress(t *testing.T) {
 	}
 }
 
-// TestWorker_Pause stops a worker from taking jobs while the queue is
-// paused, and lets it take them after the resume.
+// TestWorker_Pause: a worker started while its queue is paused, with jobs
+// ready, starts none of them (its first pop is refused, before its control
+// loop read the flag), and takes them after the resume.
 func TestWorker_Pause(t *testing.T) {
 	t.Parallel()
 	e := setup(t, nil)
@@ -117,17 +118,15 @@ func TestWorker_Pause(t *testing.T) {
 	if err := e.rdb.Set(ctx, k.Paused, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
+	const n = 20
+	prios := make([]int, n)
+	e.push(t, prios...)
 	sig := &testsignal.Signals{Paused: testsignal.New[struct{}]()}
 	redistest.Background(t, "Worker.Run", waitTimeout, sig.Run(w.Run))
-	// A pop in flight when the pause was seen may still take jobs: push
-	// once the pause has settled, when the fetch loop stopped.
 	sig.Paused.Wait(t, waitTimeout, "the worker's fetch loop to stop for the pause")
 	if !w.Health().Paused {
 		t.Error("the fetch loop stopped for the pause, but Health does not report it")
 	}
-	const n = 20
-	prios := make([]int, n)
-	e.push(t, prios...)
 	time.Sleep(5 * ctlInterval) // asserting that nothing happens takes a window
 	if got := ran.Load(); got != 0 {
 		t.Fatalf("%d jobs ran while paused", got)

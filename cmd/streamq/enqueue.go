@@ -233,7 +233,10 @@ func (f *enqueueFlags) options() []streamq.EnqueueOption {
 	if f.h != nil {
 		opts = append(opts, streamq.WithHeaders(f.h))
 	}
-	if !f.due.IsZero() {
+	switch {
+	case f.in > 0: // on the server's clock, not this machine's
+		opts = append(opts, streamq.ProcessIn(f.in))
+	case !f.due.IsZero():
 		opts = append(opts, streamq.ProcessAt(f.due))
 	}
 	return opts

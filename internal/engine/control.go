@@ -139,6 +139,8 @@ func (r *run[F]) flushCounts() {
 
 // setPaused pauses or resumes the fetch loop.
 func (r *run[F]) setPaused(paused bool) {
+	r.pauseMu.Lock() // the control loop and the fetch loop both call it
+	defer r.pauseMu.Unlock()
 	r.mon.paused.Store(paused)
 	cur := r.resume.Load()
 	switch {
@@ -148,6 +150,27 @@ func (r *run[F]) setPaused(paused bool) {
 	case !paused && cur != nil:
 		r.resume.Store(nil)
 		close(*cur)
+	}
+}
+
+// paused handles a fetch refused because the queue is paused (the backends'
+// fetch scripts check the flag, so no job starts after Pause returned, even
+// before the control loop saw it): with a control loop, the fetch loop waits
+// for it to see the resume; without one, it tries again after wait. It
+// reports false if ctx ended first.
+func (r *run[F]) paused(ctx context.Context, wait time.Duration) bool {
+	if r.cfg.ControlInterval > 0 && r.cfg.DB != nil {
+		r.setPaused(true)
+		return true
+	}
+	r.sig.Paused.Fire(struct{}{})
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -53,6 +53,9 @@ const (
 	opTimeout = 5 * time.Second
 	// loopBatches bounds how often a maintenance loop runs in one tick.
 	loopBatches = 100
+	// maxOOMTries bounds the tries of a move that Redis refuses for want of
+	// memory (see moveAtOOM): about 14 hours at the backoff's 5 s.
+	maxOOMTries = 10_000
 )
 
 // Exec is what the engine needs from the package that owns the handler: how
@@ -218,6 +221,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	r := &run[F]{cfg: e.cfg, exec: e.exec, mon: e.mon, b: b,
 		fins: pool.NewBatcher[finished[F]](max(2*e.cfg.Concurrency, e.cfg.FinishBatch), min(e.cfg.Concurrency, e.cfg.FinishBatch))}
 	r.sig = testsignal.From(ctx)
+	r.stop = make(chan struct{})
 	// Handlers reach the config through their context (SetProgress,
 	// SetResult): one value for the run, nothing per job.
 	r.pool = pool.New(context.WithValue(ctx, cfgKey{}, &r.cfg), pool.Config{
@@ -255,6 +259,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 		g.Go(func() error { return r.loop(gctx, l) })
 	}
 	err := g.Wait()
+	close(r.stop)
 	if !stopWake() {
 		<-wakeDone
 	}
@@ -290,10 +295,14 @@ type run[F any] struct {
 	alone []*pool.Job[slot[F]]
 
 	// resume is closed when a paused queue is resumed; nil while it runs.
-	resume atomic.Pointer[chan struct{}]
+	// pauseMu orders the changes of the pause state.
+	resume  atomic.Pointer[chan struct{}]
+	pauseMu sync.Mutex
 
 	// sig are the events a test asked for (none outside tests).
 	sig testsignal.Signals
+	// stop is closed once the run stops fetching (its ctx ended).
+	stop chan struct{}
 
 	// counts are finished jobs by minute, not yet added to the queue's
 	// throughput counters (see counted).
@@ -386,6 +395,12 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 				gate.Fetched(n, 0, 0)
 			}
 			full = false
+			if errors.Is(err, rdb.ErrPaused) && ctx.Err() == nil {
+				if !r.paused(ctx, wait) {
+					return nil
+				}
+				continue
+			}
 			if stop, err := r.fetchFailed(ctx, err, "fetching jobs", &bo); stop {
 				return err
 			}
@@ -816,7 +831,11 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn Run, cause error, charged bool, d
 	if errs != "" {
 		args = append(args, wire.FieldErrors, errs)
 	}
-	moved, err := r.b.Move(ctx, d, args, delay, rdb.Settle{JobID: jid, Failed: charged})
+	st := rdb.Settle{JobID: jid, Failed: charged}
+	moved, err := r.b.Move(ctx, d, args, delay, st)
+	if rdb.IsOOM(err) {
+		moved, err = r.moveAtOOM(j, args, delay, st, err)
+	}
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", d.ID, "error", err)
@@ -831,6 +850,41 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn Run, cause error, charged bool, d
 		}
 		r.mon.Event(ctx, Event{Kind: kind, ID: d.ID, Run: &rn, Err: cause, Delay: delay})
 	}
+}
+
+// moveAtOOM tries again a move that Redis refused because it is out of
+// memory (an OOM error reply: the new copy cannot be written). The job stays
+// held, its claim kept fresh, and does not run again; the move is tried with
+// backoff (50 ms doubling to 5 s), its delay shortened by the time waited,
+// until Redis takes it, the run stops fetching or the job is cancelled
+// (shutdown timeout). Leaving the job to the reaper at once instead would
+// run the failing handler again every MinIdle, with no backoff at all.
+func (r *run[F]) moveAtOOM(j *pool.Job[slot[F]], args []any, delay time.Duration, st rdb.Settle, err error) (bool, error) {
+	d := &j.Val.d
+	r.mon.Log.Warn("streamq: Redis is out of memory and refuses the retry of a failed job; it stays held, not run again, until Redis takes it",
+		"job_id", d.ID, "error", err)
+	start := time.Now()
+	var bo pool.Backoff
+	for range maxOOMTries {
+		t := time.NewTimer(bo.Next())
+		select {
+		case <-r.stop:
+			t.Stop()
+			return false, err
+		case <-j.Done():
+			t.Stop()
+			return false, err
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		var moved bool
+		moved, err = r.b.Move(ctx, d, args, max(delay-time.Since(start), 0), st)
+		cancel()
+		if !rdb.IsOOM(err) {
+			return moved, err
+		}
+	}
+	return false, err
 }
 
 // deadLetter moves the job to the dead-letter stream in one script with the

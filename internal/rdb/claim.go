@@ -10,7 +10,15 @@ import (
 
 // Claims on stream entries: keeping running jobs' claims fresh, charging a
 // start, taking over abandoned entries and entries of lost read replies, and
-// pruning departed consumers.
+// pruning departed consumers. The calls that hand a consumer entries to
+// start (Reclaim, Adopt) refuse while the queue is paused, in the same
+// script: once Pause has set the flag, no consumer gets a job to start,
+// however its own view of the flag lags. (Reads are XREADGROUP, pipelined
+// with a look at the flag: see the consumer's backend.)
+
+// pausedReply is the reply of a script that refused because the queue is
+// paused.
+const pausedReply = "paused"
 
 // scriptTouch keeps running jobs' claims fresh.
 //
@@ -83,12 +91,15 @@ func (q *Queue) Charge(ctx context.Context, p ChargeParams) (bool, error) {
 // claim is remembered under a token, so a call re-sent after a lost reply
 // returns the same entries instead of taking more.
 //
-// KEYS[1] stream, KEYS[2] the consumer's claims memo
+// KEYS[1] stream, KEYS[2] the consumer's claims memo, KEYS[3] pause flag
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] min idle (ms), ARGV[4] cursor,
 // ARGV[5] count, ARGV[6] token, ARGV[7] memo TTL (ms)
-// Returns {next cursor, {IDs whose data was deleted}, ID, delivery counter,
-// fields, ID, ...}.
+// Returns {"paused"} when the queue is paused (nothing taken over; a call
+// sent again after the pause returns what the token took before it), else
+// {next cursor, {IDs whose data was deleted}, ID, delivery counter, fields,
+// ID, ...}.
 var scriptReclaim = redis.NewScript(streamLib + `
+if redis.call('EXISTS', KEYS[3]) == 1 then return {'paused'} end
 local ids, nextc, deleted
 if redis.call('HGET', KEYS[2], 'token') == ARGV[6] then
   nextc = redis.call('HGET', KEYS[2], 'next')
@@ -126,12 +137,16 @@ type ReclaimParams struct {
 }
 
 // Reclaim runs scriptReclaim. It returns the cursor of the next call, the
-// entries taken over, and the IDs of pending entries whose data was gone.
+// entries taken over, and the IDs of pending entries whose data was gone;
+// or [ErrPaused] when the queue is paused.
 func (q *Queue) Reclaim(ctx context.Context, p ReclaimParams) (next string, jobs []Claimed, deleted []string, err error) {
-	res, err := scriptReclaim.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Claims(p.Consumer)},
+	res, err := scriptReclaim.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Claims(p.Consumer), q.keys.Paused},
 		q.group, p.Consumer, p.MinIdle.Milliseconds(), p.Cursor, p.Count, p.Token, p.MemoTTL.Milliseconds()).Slice()
 	if err != nil {
 		return p.Cursor, nil, nil, err
+	}
+	if len(res) == 1 && res[0] == pausedReply {
+		return p.Cursor, nil, nil, ErrPaused
 	}
 	return parseClaimed(res)
 }
@@ -142,9 +157,11 @@ func (q *Queue) Reclaim(ctx context.Context, p ReclaimParams) (next string, jobs
 // never saw them. Their handlers never started, so their delivery counters
 // go back to 0.
 //
-// KEYS[1] stream
+// KEYS[1] stream, KEYS[2] pause flag
 // ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry IDs
-// Returns as scriptReclaim, with cursor "0-0", for the IDs pending for
+// Returns {"paused"} when the queue is paused (the counters are reset, but
+// nothing is taken back: the consumer leaves them pending until the
+// resume), else as scriptReclaim, with cursor "0-0", for the IDs pending for
 // consumer.
 var scriptAdopt = redis.NewScript(streamLib + `
 local ids, deleted = {}, {}
@@ -154,6 +171,7 @@ for i = 3, #ARGV do
     ids[#ids + 1] = ARGV[i]
   end
 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused'} end
 local out = {'0-0', deleted}
 claimed(KEYS[1], ARGV[1], ARGV[2], ids, out, deleted)
 return out
@@ -166,17 +184,21 @@ type AdoptParams struct {
 }
 
 // Adopt runs scriptAdopt and returns the entries taken back and the IDs of
-// those whose data was gone. A call sent again takes back the same entries
-// (still pending for p.Consumer) and resets their counters again.
+// those whose data was gone, or [ErrPaused] when the queue is paused. A
+// call sent again takes back the same entries (still pending for
+// p.Consumer) and resets their counters again.
 func (q *Queue) Adopt(ctx context.Context, p AdoptParams) ([]Claimed, []string, error) {
 	args := make([]any, 0, 2+len(p.IDs))
 	args = append(args, q.group, p.Consumer)
 	for _, id := range p.IDs {
 		args = append(args, id)
 	}
-	res, err := scriptAdopt.Run(ctx, q.client, []string{q.keys.Stream}, args...).Slice()
+	res, err := scriptAdopt.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Paused}, args...).Slice()
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(res) == 1 && res[0] == pausedReply {
+		return nil, nil, ErrPaused
 	}
 	_, jobs, deleted, err := parseClaimed(res)
 	return jobs, deleted, err

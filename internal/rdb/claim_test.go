@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -185,5 +186,48 @@ func TestParseClaimed(t *testing.T) {
 	}
 	if _, _, _, err := parseClaimed([]any{"0-0"}); err == nil {
 		t.Error("short reply accepted")
+	}
+}
+
+// TestQueue_ClaimsWhilePaused: while the queue is paused, a takeover takes
+// nothing and a take-back resets the counters of the consumer's entries
+// (a consumer uncharges what it read during a pause) but hands none back;
+// after the resume both work again.
+func TestQueue_ClaimsWhilePaused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.add("a", "b", "c")
+	mine := e.read("c", 2)
+	theirs := e.read("dead", 1)
+	e.idle("dead", time.Hour, theirs...)
+	if err := e.c.Set(e.ctx, e.k.Paused, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	rp := ReclaimParams{Consumer: "d", MinIdle: time.Minute, Cursor: "0-0", Count: 10, Token: "t", MemoTTL: time.Minute}
+	if _, jobs, _, err := e.q.Reclaim(e.ctx, rp); !errors.Is(err, ErrPaused) || len(jobs) != 0 {
+		t.Fatalf("Reclaim while paused: %v, %v; want ErrPaused", jobs, err)
+	}
+	e.unchanged("a takeover while paused", before)
+	if jobs, _, err := e.q.Adopt(e.ctx, AdoptParams{Consumer: "c", IDs: mine}); !errors.Is(err, ErrPaused) || len(jobs) != 0 {
+		t.Fatalf("Adopt while paused: %v, %v; want ErrPaused", jobs, err)
+	}
+	for _, id := range mine {
+		if n := e.deliveries(id); n != 0 {
+			t.Errorf("entry %s read during the pause has counter %d, want 0", id, n)
+		}
+	}
+	if got := e.pending("c"); !slices.Equal(got, mine) {
+		t.Errorf("pending for c: %v, want %v", got, mine)
+	}
+	if err := e.c.Del(e.ctx, e.k.Paused).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, _, err := e.q.Adopt(e.ctx, AdoptParams{Consumer: "c", IDs: mine}); err != nil || len(jobs) != 2 {
+		t.Fatalf("Adopt after the resume: %v, %v; want both", jobs, err)
+	}
+	if _, jobs, _, err := e.q.Reclaim(e.ctx, rp); err != nil || len(jobs) != 1 || jobs[0].ID != theirs[0] {
+		t.Fatalf("Reclaim after the resume: %v, %v; want %v", jobs, err, theirs)
 	}
 }

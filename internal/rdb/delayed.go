@@ -18,29 +18,33 @@ import (
 // scriptSchedule stores jobs in the delayed set.
 //
 // KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] memo hash
-// ARGV[1] due time (Unix ms); ARGV[2] number of jobs; then for each job: its
+// ARGV[1] due time (see due_at: "+<ms>" after the server's time, or Unix
+// ms); ARGV[2] number of jobs; then for each job: its
 // token, its field/value count n, and n field/value arguments; then the
 // memo token and TTL.
 // Returns the number of jobs stored. A re-sent call stores nothing again
 // (not even a job that was moved into the stream since).
-var scriptSchedule = redis.NewScript(idempotent("", `
+var scriptSchedule = redis.NewScript(idempotent(timeLib, `
+local due = due_at(ARGV[1])
 local i = 3
 local njobs = tonumber(ARGV[2])
 for j = 1, njobs do
   local tok = ARGV[i]
   local n = tonumber(ARGV[i + 1])
   redis.call('HSET', KEYS[2], tok, cmsgpack.pack({unpack(ARGV, i + 2, i + 1 + n)}))
-  redis.call('ZADD', KEYS[1], ARGV[1], tok)
+  redis.call('ZADD', KEYS[1], due, tok)
   i = i + n + 2
 end
 return njobs
 `))
 
 // ScheduleParams are one call of scriptSchedule: the jobs, added with Add,
-// all due at Due.
+// all due after In by the server's clock, or else at Due.
 type ScheduleParams struct {
-	// Due is when the jobs are due.
+	// Due is when the jobs are due, unless In is set.
 	Due time.Time
+	// In is how long after the server's time the jobs are due (0: at Due).
+	In time.Duration
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
 	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
@@ -66,7 +70,7 @@ func (q *Queue) Schedule(ctx context.Context, p *ScheduleParams) error {
 		return nil
 	}
 	args := p.args
-	args[0], args[1] = DueMillis(p.Due), p.n
+	args[0], args[1] = DueArg(p.Due, p.In), p.n
 	cmd, werr := q.runWrite(ctx, scriptSchedule, q.memoOr(p.Memo), p.Replicas, []string{q.keys.Delayed, q.keys.DelayedJobs}, args)
 	if err := cmd.Err(); err != nil {
 		return err
@@ -85,13 +89,14 @@ func (q *Queue) Schedule(ctx context.Context, p *ScheduleParams) error {
 // KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
 // KEYS[4] dead-letter stream, KEYS[5] trail hash (a moved job's new place
 // is recorded under its jid field, if it has one)
-// ARGV[1] now (Unix ms); ARGV[2] maximum number of jobs to move; ARGV[3]
+// ARGV[1] "" (the server's time, TIME) or, in tests, the time to promote
+// at (Unix ms); ARGV[2] maximum number of jobs to move; ARGV[3]
 // queue name; ARGV[4] dead-letter cap (0: none); ARGV[5] dead-letter reason
 // Returns {number of due jobs handled (moved, dead-lettered or without
 // data), {delayed-set IDs of the jobs dead-lettered}}. Many schedulers may
 // run it concurrently: a job is moved exactly once. Each job is written to
 // its new place before it is removed from the delayed set.
-var scriptPromote = redis.NewScript(deadLib + `
+var scriptPromote = redis.NewScript(timeLib + deadLib + `
 local max_fields = ` + strconv.Itoa(wire.MaxFields) + `
 local function check(ok, f, ...)
   if not ok then return nil, 'not MessagePack (' .. tostring(f) .. ')' end
@@ -107,8 +112,10 @@ local function check(ok, f, ...)
   if n == 0 or n % 2 ~= 0 or #f ~= n then return nil, n .. ' elements, not field/value pairs' end
   return f
 end
+local now = ARGV[1]
+if now == '' then now = tostring(now_ms()) end
 local dead = {}
-local due = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+local due = redis.call('ZRANGE', KEYS[2], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
 for _, tok in ipairs(due) do
   local data = redis.call('HGET', KEYS[3], tok)
   if data then
@@ -121,7 +128,7 @@ for _, tok in ipairs(due) do
     else
       local dl = {'dl_queue', ARGV[3], 'dl_id', tok, 'dl_reason', ARGV[5],
         'dl_error', 'the delayed job cannot be moved into the stream: its data is ' .. why,
-        'dl_attempts', '0', 'dl_first_failed', ARGV[1], 'dl_failed', ARGV[1], 'data', data}
+        'dl_attempts', '0', 'dl_first_failed', now, 'dl_failed', now, 'data', data}
       xadd_capped(KEYS[4], tonumber(ARGV[4]), unpack(dl))
       dead[#dead + 1] = tok
     end
@@ -136,16 +143,22 @@ return {#due, dead}
 type PromoteParams struct {
 	Limit  int    // the most due jobs to move
 	Reason string // the dead-letter reason of a job whose data is corrupt
+	// At is the time to promote at, for tests that move a call in time
+	// (zero: the server's time, as every caller but a test passes).
+	At time.Time
 }
 
 // Promote runs scriptPromote: it moves up to p.Limit jobs due now (by the
-// queue's clock) into the stream and returns how many due jobs it handled,
+// server's clock) into the stream and returns how many due jobs it handled,
 // and the delayed-set IDs of those it dead-lettered (with p.Reason) because
 // their data was corrupt. A call sent again moves only what is still due:
 // each job is moved once.
 func (q *Queue) Promote(ctx context.Context, p PromoteParams) (int, []string, error) {
 	k := &q.keys
-	now := q.clock.Now().UnixMilli()
+	now := ""
+	if !p.At.IsZero() {
+		now = strconv.FormatInt(p.At.UnixMilli(), 10)
+	}
 	var res []any
 	err := q.redo(ctx, func() (err error) {
 		res, err = scriptPromote.Run(ctx, q.client, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead, k.Trail}, now, p.Limit, q.name, q.dlCap, p.Reason).Slice()

@@ -71,8 +71,9 @@ func TestQueue_Schedule(t *testing.T) {
 	e.unchanged("a re-sent schedule", before)
 }
 
-// TestQueue_Promote moves due jobs only, by the queue's clock: a queue
-// whose clock is an hour ahead finds jobs due in half an hour due.
+// TestQueue_Promote moves due jobs only, by the server's clock: a queue
+// whose clock is an hour ahead moves nothing due in half an hour; a call at
+// a time an hour later (PromoteParams.At, as tests move calls) does.
 func TestQueue_Promote(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{})
@@ -83,6 +84,11 @@ func TestQueue_Promote(t *testing.T) {
 	}
 	ahead := New(e.c, Config{Prefix: e.q.prefix, Name: "q", Group: "g", Clock: offsetClock(time.Hour)})
 	n, dead, err = ahead.Promote(e.ctx, PromoteParams{Limit: 10, Reason: "malformed"})
+	if err != nil || n != 0 || len(dead) != 0 {
+		t.Fatalf("Promote by a queue whose clock is an hour ahead: %d, %v, %v; want nothing moved", n, dead, err)
+	}
+	later := PromoteParams{Limit: 10, Reason: "malformed", At: time.Now().Add(time.Hour)}
+	n, dead, err = e.q.Promote(e.ctx, later)
 	if err != nil || n != 2 || len(dead) != 0 {
 		t.Fatalf("Promote an hour later: %d, %v, %v; want 2 moved", n, dead, err)
 	}
@@ -99,11 +105,30 @@ func TestQueue_Promote(t *testing.T) {
 		}
 	}
 	// A call sent again moves only what is still due: nothing.
-	if n, _, err := ahead.Promote(e.ctx, PromoteParams{Limit: 10, Reason: "malformed"}); n != 0 || err != nil {
+	if n, _, err := e.q.Promote(e.ctx, later); n != 0 || err != nil {
 		t.Errorf("Promote again: %d, %v; want nothing", n, err)
 	}
 	if e.card(e.k.Stream) != 2 {
 		t.Errorf("stream holds %d jobs after a second Promote, want 2", e.card(e.k.Stream))
+	}
+}
+
+// TestQueue_Schedule_In: a job delayed by a duration is due that long after
+// the server's time, whatever the queue's clock says (an hour behind here).
+func TestQueue_Schedule_In(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{Clock: offsetClock(-time.Hour)})
+	p := ScheduleParams{In: 1500 * time.Microsecond} // rounded up to 2 ms
+	id := NewDelayedID()
+	p.Add(id, (&wire.Job{Payload: []byte("a"), JobID: id}).Args())
+	before := e.serverMillis()
+	if err := e.q.Schedule(e.ctx, &p); err != nil {
+		t.Fatal(err)
+	}
+	after := e.serverMillis()
+	score, err := e.c.ZScore(e.ctx, e.k.Delayed, id).Result()
+	if err != nil || int64(score) < before+2 || int64(score) > after+2 {
+		t.Errorf("due at %v (%v), want 2 ms after the server's time (%d..%d)", score, err, before+2, after+2)
 	}
 }
 

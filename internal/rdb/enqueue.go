@@ -270,7 +270,8 @@ func entryIDs(res any, ids []string) error {
 // KEYS[1] stream, KEYS[2] lock key, KEYS[3] delayed sorted set, KEYS[4]
 // delayed job hash, KEYS[5] memo hash
 // ARGV[1] cap (0 or less: none), ARGV[2] lock TTL (ms), ARGV[3] lock token,
-// ARGV[4] due time (Unix ms; 0 = enqueue into the stream now), ARGV[5]
+// ARGV[4] due time (see due_at: "+<ms>" after the server's time, Unix ms,
+// or "0": enqueue into the stream now), ARGV[5]
 // delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the
 // job; then the memo token and TTL.
 // Returns {1, job ID} when enqueued, {0, existing job ID} when the lock is
@@ -282,10 +283,11 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   return {0, redis.call('HGET', KEYS[2], 'id') or ''}
 end
 local id
-if tonumber(ARGV[4]) > 0 then
+local due = due_at(ARGV[4])
+if due > 0 then
   id = ARGV[5]
   redis.call('HSET', KEYS[4], id, cmsgpack.pack({unpack(ARGV, 6)}))
-  redis.call('ZADD', KEYS[3], ARGV[4], id)
+  redis.call('ZADD', KEYS[3], due, id)
 else
   local full = no_room(KEYS[1], tonumber(ARGV[1]), 1)
   if full then return redis.error_reply(full) end
@@ -303,9 +305,11 @@ type EnqueueUniqueParams struct {
 	Job *wire.Job
 	// LockTTL is how long the lock lives at most.
 	LockTTL time.Duration
-	// Due is when a delayed job is due (zero: the job goes into the stream
-	// now, under the queue's cap).
+	// Due is when a delayed job is due, unless In is set (both zero: the
+	// job goes into the stream now, under the queue's cap).
 	Due time.Time
+	// In is how long after the server's time a delayed job is due.
+	In time.Duration
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
 	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
@@ -316,10 +320,7 @@ type EnqueueUniqueParams struct {
 // wraps [ErrQueueFull]. A write that p.Replicas did not acknowledge returns
 // its result and a [*streamqtype.NotReplicatedError].
 func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool, string, error) {
-	var due int64
-	if !p.Due.IsZero() {
-		due = DueMillis(p.Due)
-	}
+	due := DueArg(p.Due, p.In)
 	j := p.Job
 	args := append([]any{q.maxLen, p.LockTTL.Milliseconds(), j.KeyToken, due, j.JobID}, j.Args()...)
 	keys := []string{q.keys.Stream, q.keys.Unique(j.Key), q.keys.Delayed, q.keys.DelayedJobs}
@@ -336,25 +337,51 @@ func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool
 	return ok == 1, id, werr
 }
 
-// scriptTrim trims acknowledged history, a bounded part per call (see
-// trim_acked in streamLib).
+// scriptTrim trims acknowledged history, a bounded part per call: whole
+// stream nodes below the oldest entry some group has not acknowledged (see
+// trim_acked in streamLib), then, behind that entry (a long job), the
+// acknowledged entries one by one (drop_acked), walking the stream with a
+// cursor.
 //
 // KEYS[1] stream
-// Returns the number of entries deleted; 0 when no history is left.
+// ARGV[1] cursor: "-" on the first call, then what the last call returned
+// Returns {entries deleted, next cursor}; the cursor is "" when the walk
+// reached the entries not yet read, or the end of the stream.
 var scriptTrim = redis.NewScript(streamLib + `
-return trim_acked(KEYS[1])
+local n = trim_acked(KEYS[1])
+if n > 0 then return {n, ARGV[1]} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, ''} end
+local states = group_states(KEYS[1])
+if #states == 0 then return {0, ''} end
+local d, nextc = drop_acked(KEYS[1], states, trim_budget, ARGV[1])
+return {d, nextc}
 `)
 
-// Trim runs scriptTrim until it deletes nothing more, and returns the
-// number of entries deleted. Each call is bounded; the history goes in as
-// many calls as it takes.
+// maxTrimCalls bounds the calls of one Trim (each bounded work); a history
+// longer than that many calls can free is left for the next Trim.
+const maxTrimCalls = 1_000_000
+
+// Trim runs scriptTrim until the walk ends, and returns the number of
+// entries deleted: all the acknowledged history, also behind a pending
+// entry. Each call is bounded; the history goes in as many calls as it
+// takes.
 func (q *Queue) Trim(ctx context.Context) (int64, error) {
 	var total int64
-	for {
-		n, err := scriptTrim.Run(ctx, q.client, []string{q.keys.Stream}).Int64()
-		total += n
-		if err != nil || n == 0 {
+	cursor := "-"
+	for range maxTrimCalls {
+		res, err := scriptTrim.Run(ctx, q.client, []string{q.keys.Stream}, cursor).Slice()
+		if err != nil {
 			return total, err
 		}
+		if len(res) != 2 {
+			return total, fmt.Errorf("unexpected trim reply with %d elements", len(res))
+		}
+		n, _ := res[0].(int64)
+		total += n
+		cursor, _ = res[1].(string)
+		if cursor == "" {
+			return total, nil
+		}
 	}
+	return total, nil
 }

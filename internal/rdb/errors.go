@@ -16,6 +16,11 @@ const queueFullPrefix = "QUEUEFULL"
 // package exports the same value as streamq.ErrQueueFull.
 var ErrQueueFull = errors.New("streamq: queue full: MaxLen jobs are not acknowledged yet")
 
+// ErrPaused is the refusal of a call that would hand a worker jobs to start
+// (a read, a takeover, a pop) while the queue is paused. The engine waits
+// for the resume; it never reaches users.
+var ErrPaused = errors.New("streamq: queue paused")
+
 // Translate turns a script's QUEUEFULL error reply into an error wrapping
 // [ErrQueueFull] with the script's detail; other errors are returned as
 // they are.

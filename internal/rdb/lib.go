@@ -1,7 +1,24 @@
 package rdb
 
+// timeLib holds the Lua helpers of due times, which are Redis's clock (TIME),
+// never a process's: a worker whose clock is off moves no job early.
+const timeLib = `
+-- now_ms returns the server's time in Unix milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- due_at returns the due time (Unix ms) that spec names: "+<ms>" is that
+-- long after the server's time, "<ms>" an absolute time, "0" none.
+local function due_at(spec)
+  if string.sub(spec, 1, 1) == '+' then return now_ms() + tonumber(string.sub(spec, 2)) end
+  return tonumber(spec)
+end
+`
+
 // streamLib holds Lua helpers prepended to the stream scripts that need them.
-const streamLib = `
+const streamLib = timeLib + `
 local function id_lt(a, b)
   local ams, aseq = string.match(a, '^(%d+)-(%d+)$')
   local bms, bseq = string.match(b, '^(%d+)-(%d+)$')
@@ -132,39 +149,38 @@ local function pending_in(stream, states, first, last, count)
 end
 
 -- drop_acked deletes up to want entries that every group has acknowledged,
--- oldest first, reading no more than scan_budget entries and scan_bytes
--- bytes. It frees acknowledged history that MINID trimming cannot reach
--- because an older entry is still pending (a long job). Returns the number
--- deleted. Later calls continue where it stopped: it deletes what it found,
--- so the next call finds the next ones.
-local function drop_acked(stream, states, want)
+-- oldest first from from ('-' for the start of the stream, or '(' and an
+-- ID), reading no more than scan_budget entries and scan_bytes bytes. It
+-- frees acknowledged history that MINID trimming cannot reach because an
+-- older entry is still pending (a long job). Returns the number deleted and
+-- where the next call goes on ('' when it reached the entries some group
+-- has not read yet, or the end of the stream).
+local function drop_acked(stream, states, want, from)
   local delivered = nil -- the oldest last delivered ID: later entries are unread by some group
   for _, s in ipairs(states) do
     if delivered == nil or id_lt(s.last, delivered) then delivered = s.last end
   end
   local del, seen, bytes, biggest = {}, 0, 0, 1
-  local start, count, done = '-', 1, false
-  while not done and #del < want and seen < scan_budget and bytes < scan_bytes do
+  local start, count, nextc = from, 1, nil
+  while nextc == nil and #del < want and seen < scan_budget and bytes < scan_bytes do
     local page = redis.call('XRANGE', stream, start, '+', 'COUNT', count)
-    if #page == 0 then break end
-    local last = page[#page][1]
-    local pend = pending_in(stream, states, page[1][1], last, #page)
+    if #page == 0 then nextc = '' break end
+    local pend = pending_in(stream, states, page[1][1], page[#page][1], #page)
     for _, e in ipairs(page) do
-      if id_lt(delivered, e[1]) then
-        done = true
-        break
-      end
-      if not pend[e[1]] and #del < want then del[#del + 1] = e[1] end
+      if id_lt(delivered, e[1]) then nextc = '' break end
+      if #del == want then break end
+      if not pend[e[1]] then del[#del + 1] = e[1] end
       local b = entry_bytes(e)
       bytes = bytes + b
       if b > biggest then biggest = b end
+      seen = seen + 1
+      start = '(' .. e[1]
     end
-    seen = seen + #page
-    start = '(' .. last
     count = math.max(1, math.min(100, scan_budget - seen, math.floor((scan_bytes - bytes) / biggest)))
   end
-  if #del == 0 then return 0 end
-  return redis.call('XDEL', stream, unpack(del))
+  local n = 0
+  if #del > 0 then n = redis.call('XDEL', stream, unpack(del)) end
+  return n, nextc or start
 end
 
 -- no_room returns nil when n more jobs fit under cap, else the QUEUEFULL
@@ -191,7 +207,7 @@ local function no_room(stream, cap, n)
   if u == nil then
     -- Redis cannot tell how many are unacknowledged: count every entry
     -- left after deleting what history this call may.
-    len = len - drop_acked(stream, states, want)
+    len = len - drop_acked(stream, states, want, '-')
     if len + n > cap then
       return 'QUEUEFULL stream length ' .. len .. ' (Redis cannot tell how many are unacknowledged), cap ' .. cap .. ', batch of ' .. n
     end
@@ -200,7 +216,7 @@ local function no_room(stream, cap, n)
   if u + n > cap then
     return 'QUEUEFULL ' .. u .. ' unacknowledged jobs, cap ' .. cap .. ', batch of ' .. n
   end
-  drop_acked(stream, states, want)
+  drop_acked(stream, states, want, '-')
   return nil
 end
 

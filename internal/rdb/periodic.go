@@ -24,7 +24,10 @@ import (
 // streamLib): at most cap jobs that the group has not acknowledged
 // ARGV[5..] field/value arguments of the stream entry (wire format v1)
 //
-// Returns {1, entry ID} when it enqueued the job; {0, "dup", entry ID} when
+// Returns {0, "early", server time (Unix ms)} when the tick is later than
+// the server's clock (the caller's clock runs ahead: nothing is written, so
+// a fast scheduler can neither enqueue a tick early nor make the ticks
+// before it stale); {1, entry ID} when it enqueued the job; {0, "dup", entry ID} when
 // this tick was already enqueued; {0, "stale", last tick} when a later tick of
 // the schedule was already enqueued (ticks fire in order, so an older one is
 // never enqueued after a newer one); {0, "new"} for a catch-up of a schedule
@@ -33,6 +36,8 @@ import (
 // the XADD succeeded, so a failed XADD changes no job.
 var scriptTick = redis.NewScript(streamLib + `
 local tick = tonumber(ARGV[1])
+local now = now_ms()
+if tick > now then return {0, 'early', tostring(now)} end
 local last = redis.call('GET', KEYS[3])
 if last and tonumber(last) >= tick then
   local id = redis.call('GET', KEYS[2])

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -42,6 +43,28 @@ func TestQueue_Tick(t *testing.T) {
 	}
 	if n := e.card(e.k.Stream); n != 2 {
 		t.Errorf("stream holds %d jobs, want 2", n)
+	}
+}
+
+// TestQueue_Tick_Early: a tick later than the server's clock (a scheduler
+// whose clock runs ahead) is refused with the server's time and writes
+// nothing, so it can neither run early nor make earlier ticks stale.
+func TestQueue_Tick_Early(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	before := e.serverMillis()
+	res := e.tick(time.Now().Add(30*time.Second), false)
+	if len(res) != 3 || res[0] != int64(0) || res[1] != "early" {
+		t.Fatalf("a tick 30 s ahead: %v; want early", res)
+	}
+	if srv, _ := res[2].(string); srv < strconv.FormatInt(before, 10) || len(srv) != len(strconv.FormatInt(before, 10)) {
+		t.Errorf("early reply carries server time %q, want at least %d", srv, before)
+	}
+	if n, _ := e.c.Exists(e.ctx, e.k.Stream, e.k.Part(PartLastTick+"s")).Result(); n != 0 {
+		t.Error("an early tick wrote something")
+	}
+	if res := e.tick(time.Now().Add(-time.Second), false); res[0] != int64(1) {
+		t.Errorf("the tick before it, on time: %v; want enqueued", res)
 	}
 }
 

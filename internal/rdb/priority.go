@@ -45,11 +45,7 @@ type PrioritySet struct {
 func (s *PrioritySet) Keys() PriorityKeys { return s.k }
 
 // priorityLib holds helpers prepended to the priority scripts.
-const priorityLib = `
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+const priorityLib = timeLib + `
 
 -- next_seq takes the next sequence number. It is read back with GET so that
 -- its exact decimal digits are used (Lua numbers are doubles, exact only up
@@ -270,9 +266,13 @@ const allowOOM = "#!lua flags=allow-oom\n"
 // It runs at maxmemory (see allowOOM).
 //
 // KEYS[1] ready set, KEYS[2] lease set, KEYS[3] job hash, KEYS[4] delivery
-// counters, KEYS[5] notify stream, KEYS[6] the run's pop memo
+// counters, KEYS[5] notify stream, KEYS[6] the run's pop memo, KEYS[7] the
+// queue's pause flag
 // ARGV[1] lease (ms), ARGV[2] n, ARGV[3] token prefix (unique per call)
-// Returns {notify ID, missing, {}, lease member, delivery count, data, ...}:
+// Returns {"paused", 0, {}} when the queue is paused (nothing leased: no
+// job starts after Pause returned, not even one a lost reply leased before:
+// its lease expires and the reaper returns it to the ready set). Else
+// {notify ID, missing, {}, lease member, delivery count, data, ...}:
 // for each leased job its lease member, its delivery counter (starts of this
 // copy that ended in crashes) and its data (packed wire fields). missing
 // counts members whose job data was gone (they are dropped). When the ready
@@ -281,6 +281,7 @@ const allowOOM = "#!lua flags=allow-oom\n"
 // entry, so it is never missed. Otherwise it is "". A call re-sent with the
 // same prefix after a lost reply returns the jobs the first call leased.
 var scriptPop = redis.NewScript(allowOOM + priorityLib + `
+if redis.call('EXISTS', KEYS[7]) == 1 then return {'paused', 0, {}} end
 local again = replay(KEYS[6], ARGV[3], KEYS[2], KEYS[3], KEYS[4])
 if again then return again end
 local deadline = now_ms() + tonumber(ARGV[1])
@@ -311,6 +312,7 @@ return out
 // credit reset to 0. With every band holding jobs, every run of
 // sum(weights) choices follows the weights exactly, interleaved.
 var scriptPopWeighted = redis.NewScript(allowOOM + priorityLib + `
+if redis.call('EXISTS', KEYS[7]) == 1 then return {'paused', 0, {}} end
 local again = replay(KEYS[6], ARGV[3], KEYS[2], KEYS[3], KEYS[4])
 if again then return again end
 local deadline = now_ms() + tonumber(ARGV[1])
@@ -394,10 +396,11 @@ type PopParams struct {
 	Bands []PopBand
 }
 
-// Pop runs scriptPop, or scriptPopWeighted when p.Bands is not empty.
+// Pop runs scriptPop, or scriptPopWeighted when p.Bands is not empty. It
+// returns [ErrPaused] when the queue is paused.
 func (s *PrioritySet) Pop(ctx context.Context, p PopParams) (PopResult, error) {
 	k := &s.k
-	keys := []string{k.Ready, k.Leases, k.Jobs, k.Deliveries, k.Notify, k.Pops(p.Run)}
+	keys := []string{k.Ready, k.Leases, k.Jobs, k.Deliveries, k.Notify, k.Pops(p.Run), s.q.keys.Paused}
 	args := make([]any, 0, 4+4*len(p.Bands))
 	args = append(args, p.Lease.Milliseconds(), p.N, p.Prefix)
 	var (
@@ -417,6 +420,9 @@ func (s *PrioritySet) Pop(ctx context.Context, p PopParams) (PopResult, error) {
 		return PopResult{}, err
 	}
 	var out PopResult
+	if len(res) > 0 && res[0] == pausedReply {
+		return out, ErrPaused
+	}
 	if len(res) < 3 || (len(res)-3)%3 != 0 {
 		return out, fmt.Errorf("unexpected pop reply with %d elements", len(res))
 	}

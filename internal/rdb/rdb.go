@@ -34,16 +34,19 @@ package rdb
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Clock tells the time of day. Every reading of the process's clock in
-// this package goes through the [Queue]'s clock: due times of delayed jobs
-// and retries, the minutes of the throughput counters, progress times,
-// cancel requests, memo buckets, the workers' heartbeats. Tests replace it
-// (see [Queue.SetClock]) to run one process ahead of or behind the others.
+// this package goes through the [Queue]'s clock: the minutes of the
+// throughput counters, progress times, cancel requests, memo buckets, the
+// workers' heartbeats. No due time reads it: delayed jobs, retries and
+// postponements, promotion, periodic ticks, leases and idleness are the
+// server's clock (TIME in the scripts, see timeLib). Tests replace it (see
+// [Queue.SetClock]) to run one process ahead of or behind the others.
 type Clock interface {
 	Now() time.Time
 }
@@ -137,9 +140,20 @@ func DueMillis(t time.Time) int64 {
 	return ms
 }
 
-// dueIn returns the due time (Unix ms) of a job due after d by the queue's
-// clock.
-func (q *Queue) dueIn(d time.Duration) int64 { return DueMillis(q.clock.Now().Add(d)) }
+// DueArg returns the due-time argument of a script (see due_at in timeLib):
+// with in > 0, in after the server's clock (rounded up to the millisecond);
+// else at, an absolute time (rounded up), or "0" when at is zero. A delay
+// is never turned into an absolute time by the process's clock, so a
+// process whose clock is off moves no job early or late.
+func DueArg(at time.Time, in time.Duration) string {
+	switch {
+	case in > 0:
+		return "+" + strconv.FormatInt(int64((in+time.Millisecond-1)/time.Millisecond), 10)
+	case at.IsZero():
+		return "0"
+	}
+	return strconv.FormatInt(DueMillis(at), 10)
+}
 
 // NewDelayedID returns a new ID for a job of the delayed set: "d-" and 24
 // hex digits of crypto/rand. It is the job's stable ID while it waits, and

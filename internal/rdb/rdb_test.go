@@ -199,6 +199,16 @@ type offsetClock time.Duration
 
 func (c offsetClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
 
+// serverMillis returns the Redis server's time in Unix milliseconds.
+func (e *env) serverMillis() int64 {
+	e.t.Helper()
+	tm, err := e.c.Time(e.ctx).Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tm.UnixMilli()
+}
+
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -21,8 +21,8 @@ import (
 //
 // KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
 // KEYS[4] trail hash, KEYS[5] the minute's counters; KEYS[6] memo hash
-// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (Unix
-// ms; 0: into the stream now), ARGV[5] delayed-set ID, ARGV[6] the job's
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] entry ID, ARGV[4] due time (see
+// due_at: "+<ms>" after the server's time; "0": into the stream now), ARGV[5] delayed-set ID, ARGV[6] the job's
 // stable ID, ARGV[7] "1" to count a failure, ARGV[8..] field/value
 // arguments of the new copy; then the memo token and TTL.
 // Returns 1 when moved; 0 when the entry is no longer pending for this
@@ -34,9 +34,10 @@ var scriptMove = redis.NewScript(idempotent(streamLib+statsLib, moveBody))
 const moveBody = `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local at
-if tonumber(ARGV[4]) > 0 then
+local due = due_at(ARGV[4])
+if due > 0 then
   redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 8)}))
-  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[5])
+  redis.call('ZADD', KEYS[2], due, ARGV[5])
   at = 'd:' .. ARGV[5]
 else
   at = 's:' .. redis.call('XADD', KEYS[1], '*', unpack(ARGV, 8))
@@ -67,7 +68,7 @@ func (s Settle) failed() string {
 type MoveParams struct {
 	Consumer string        // the consumer that holds the entry
 	ID       string        // the entry
-	Delay    time.Duration // the new copy is due after it, by the queue's clock (0 or less: into the stream now)
+	Delay    time.Duration // the new copy is due after it, by the server's clock (0 or less: into the stream now)
 	Settle   Settle
 	Fields   []any // the new copy's wire fields
 	Memo     Memo  // the call's memo (zero: a fresh one), the same for every send of it
@@ -77,10 +78,9 @@ type MoveParams struct {
 // Move runs scriptMove and reports whether the job moved. A delayed copy
 // gets a new delayed-set ID.
 func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
-	var due int64
-	var id string
+	due, id := "0", ""
 	if p.Delay > 0 {
-		due, id = q.dueIn(p.Delay), NewDelayedID()
+		due, id = DueArg(time.Time{}, p.Delay), NewDelayedID()
 	}
 	k := &q.keys
 	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)

@@ -49,7 +49,7 @@ func TestQueue_Move(t *testing.T) {
 			e, id := held(t, Config{})
 			m := e.q.NewMemo()
 			p := MoveParams{Consumer: "c", ID: id, Delay: tc.delay, Settle: Settle{JobID: "jid", Failed: tc.failed}, Fields: job("again"), Memo: m}
-			start := time.Now()
+			start := e.serverMillis()
 			moved, err := e.q.Move(e.ctx, p)
 			if err != nil || !moved {
 				t.Fatalf("Move: %v, %v", moved, err)
@@ -63,8 +63,8 @@ func TestQueue_Move(t *testing.T) {
 				if len(zs) != 1 || at != TrailDelayed+zs[0].Member.(string) {
 					t.Fatalf("delayed set %v, trail %q", zs, at)
 				}
-				if due := time.UnixMilli(int64(zs[0].Score)); due.Before(start.Add(tc.delay)) || due.After(time.Now().Add(tc.delay+time.Millisecond)) {
-					t.Errorf("due at %v, want %v after the call", due, tc.delay)
+				if due := int64(zs[0].Score); due < start+tc.delay.Milliseconds() || due > e.serverMillis()+tc.delay.Milliseconds() {
+					t.Errorf("due at %d, want %v after the call by the server's clock", due, tc.delay)
 				}
 				if e.card(e.k.Stream) != 0 {
 					t.Errorf("the old entry is still in the stream")
@@ -100,18 +100,20 @@ func TestQueue_Move_NotHeld(t *testing.T) {
 	e.unchanged("a move of a job not held", before)
 }
 
-// TestQueue_Move_Clock: the due time of a move is the queue's clock plus
-// the delay.
+// TestQueue_Move_Clock: the due time of a move is the server's clock plus
+// the delay, whatever the queue's clock says (an hour ahead here).
 func TestQueue_Move_Clock(t *testing.T) {
 	t.Parallel()
 	e, id := held(t, Config{})
 	e.q.SetClock(offsetClock(time.Hour))
+	before := e.serverMillis()
 	if moved, err := e.q.Move(e.ctx, MoveParams{Consumer: "c", ID: id, Delay: time.Second, Fields: job("x")}); !moved || err != nil {
 		t.Fatal(moved, err)
 	}
+	after := e.serverMillis()
 	zs, _ := e.c.ZRangeWithScores(e.ctx, e.k.Delayed, 0, -1).Result()
-	if len(zs) != 1 || time.Until(time.UnixMilli(int64(zs[0].Score))) < time.Hour {
-		t.Errorf("due at %v, want an hour and a second from now", zs)
+	if len(zs) != 1 || int64(zs[0].Score) < before+1000 || int64(zs[0].Score) > after+1000 {
+		t.Errorf("due at %v, want a second after the server's time (%d..%d)", zs, before+1000, after+1000)
 	}
 }
 
