@@ -2,6 +2,9 @@ package streamq_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -152,53 +155,98 @@ func BenchmarkProducer_EnqueueBatch(b *testing.B) {
 // a no-op handler until Redis has acknowledged all of them (counted by a
 // client hook on XACK replies). One op is one job.
 func BenchmarkConsumer_EndToEnd(b *testing.B) {
+	noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
 	for _, c := range []int{1, 16, 64} {
 		b.Run("concurrency="+strconv.Itoa(c), func(b *testing.B) {
-			acks := &ackHook{target: int64(b.N), done: make(chan struct{})}
-			q, cleanup := benchQueue(b, c+10, acks)
-			defer cleanup()
-			acks.stream = core.Of(q).Keys.Stream
-			ctx := context.Background()
-			p, err := streamq.NewProducer(q, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			jobs := make([]streamq.Job, streamq.MaxBatchChunk)
-			for i := range jobs {
-				jobs[i].Payload = benchPayload
-			}
-			for i := 0; i < b.N; i += len(jobs) {
-				if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), b.N-i)]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
-			cons, err := streamq.NewConsumer(q, noop, &streamq.ConsumerConfig{Name: "bench", Concurrency: c})
-			if err != nil {
-				b.Fatal(err)
-			}
-			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			errc := make(chan error, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() { errc <- cons.Run(rctx) }()
-			timeout := time.NewTimer(5 * time.Minute)
-			defer timeout.Stop()
-			select {
-			case <-acks.done:
-			case err := <-errc:
-				b.Fatalf("consumer returned early: %v", err)
-			case <-timeout.C:
-				b.Fatalf("only %d of %d jobs acknowledged after 5 minutes", acks.acked.Load(), b.N)
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-			cancel()
-			if err := <-errc; err != nil {
-				b.Fatal(err)
-			}
+			benchEndToEnd(b, c, benchPayload, nil, noop)
 		})
+	}
+}
+
+// benchArgs are typed args of about 100 bytes of JSON.
+type benchArgs struct {
+	Customer string `json:"customer"`
+	Order    int    `json:"order"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Note     string `json:"note"`
+}
+
+func (benchArgs) Kind() string { return "bench.order" }
+
+// BenchmarkConsumer_Typed compares, in one run, a typed handler (Register
+// on a Mux, ~100-byte JSON args decoded per job) with a plain no-op handler
+// of jobs with the same payload, at concurrency 16 and 64.
+func BenchmarkConsumer_Typed(b *testing.B) {
+	args := benchArgs{Customer: "cus_4f9a2b7c1d", Order: 1234567, Amount: 129900, Currency: "EUR", Note: "gift wrap, deliver after 5pm"}
+	payload, err := json.Marshal(args)
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
+	mux := streamq.NewMux()
+	streamq.Register(mux, func(_ context.Context, j *streamq.TypedJob[benchArgs]) error {
+		if j.Args.Order != args.Order {
+			return errors.New("args not decoded")
+		}
+		return nil
+	})
+	for _, c := range []int{16, 64} {
+		b.Run(fmt.Sprintf("handler=plain/concurrency=%d", c), func(b *testing.B) {
+			benchEndToEnd(b, c, payload, nil, plain)
+		})
+		b.Run(fmt.Sprintf("handler=typed/concurrency=%d", c), func(b *testing.B) {
+			benchEndToEnd(b, c, payload, []streamq.EnqueueOption{streamq.WithKind(args.Kind())}, mux)
+		})
+	}
+}
+
+// benchEndToEnd pre-enqueues b.N jobs of payload with opts, then times a
+// Consumer of concurrency c running h until Redis has acknowledged all of
+// them (counted by a client hook on XACK replies).
+func benchEndToEnd(b *testing.B, c int, payload []byte, opts []streamq.EnqueueOption, h streamq.Handler) {
+	acks := &ackHook{target: int64(b.N), done: make(chan struct{})}
+	q, cleanup := benchQueue(b, c+10, acks)
+	defer cleanup()
+	acks.stream = core.Of(q).Keys.Stream
+	ctx := context.Background()
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	jobs := make([]streamq.Job, streamq.MaxBatchChunk)
+	for i := range jobs {
+		jobs[i].Payload = payload
+	}
+	for i := 0; i < b.N; i += len(jobs) {
+		if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), b.N-i)], opts...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cons, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Name: "bench", Concurrency: c})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() { errc <- cons.Run(rctx) }()
+	timeout := time.NewTimer(5 * time.Minute)
+	defer timeout.Stop()
+	select {
+	case <-acks.done:
+	case err := <-errc:
+		b.Fatalf("consumer returned early: %v", err)
+	case <-timeout.C:
+		b.Fatalf("only %d of %d jobs acknowledged after 5 minutes", acks.acked.Load(), b.N)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
 	}
 }
 
