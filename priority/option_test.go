@@ -120,3 +120,27 @@ func TestWorker_PerJobOptions(t *testing.T) {
 		}
 	}
 }
+
+// TestQueue_PushKindAndTags: a pushed job carries its kind and tags to the
+// worker's Mux; an invalid kind is refused before anything is pushed.
+func TestQueue_PushKindAndTags(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	if _, err := e.pq.Push(ctx, priority.Job{Priority: 1, Payload: []byte("x"), Kind: "bad kind"}); err == nil {
+		t.Fatal("a kind with a space was pushed")
+	}
+	if s, err := e.pq.Stats(ctx); err != nil || s.Ready != 0 {
+		t.Fatalf("stats %+v, %v: want nothing pushed", s, err)
+	}
+	if _, err := e.pq.Push(ctx, priority.Job{Priority: 1, Payload: []byte("x"), Kind: "report.build", Tags: []string{"t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *streamq.Message, 1)
+	m := streamq.NewMux()
+	m.Route("report.build", recorder(got))
+	run(t, e.newWorker(t, m, priority.WorkerConfig{}))
+	if msg := recv(t, got, "the pushed job"); msg.Kind != "report.build" || len(msg.Tags) != 1 || msg.Tags[0] != "t1" {
+		t.Errorf("pushed job: kind %q, tags %v", msg.Kind, msg.Tags)
+	}
+}

@@ -64,6 +64,13 @@ func TestCLI_KindAndTags(t *testing.T) {
 			t.Errorf("jobs --tag table lacks %q:\n%s", want, out)
 		}
 	}
+	id := strings.TrimSpace(e.ok("enqueue", "mail", "--kind", "cli.kind", "--tag", "from:cli", "x"))
+	if out := e.ok("jobs", "mail", "--kind", "cli.kind", "--tag", "from:cli"); !strings.Contains(out, id) {
+		t.Errorf("a job enqueued with --kind and --tag is not listed by them:\n%s", out)
+	}
+	if r := e.run("", "enqueue", "mail", "--kind", "bad kind", "x"); r.code != exitUsage || !strings.Contains(r.stderr, "WithKind") {
+		t.Errorf("enqueue --kind 'bad kind': exit code %d, stderr %s", r.code, r.stderr)
+	}
 	out = e.ok("job", "mail", ids[2])
 	for _, want := range []string{"Kind:        email.welcome", "Tags:        tenant:1, vip"} {
 		if !strings.Contains(out, want) {
