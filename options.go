@@ -54,8 +54,7 @@ type EnqueueOptions struct {
 	// JobID is a caller-chosen ID for the job ("": one is generated). Set
 	// by WithJobID; this version refuses a call that sets it.
 	JobID string
-	// FlowKey is the job's flow-control key ("": none). Set by FlowKey; this
-	// version refuses a call that sets it.
+	// FlowKey is the job's flow-control key ("": none). Set by [FlowKey].
 	FlowKey string
 	// Priority is the job's priority in the priority set its queue is
 	// forwarded to (nil: the set's default). Set by priority.WithPriority;
@@ -288,4 +287,5 @@ func (o *EnqueueOptions) setJobOptions(j *wire.Job) {
 	j.Deadline = wire.Millis(o.Deadline)
 	j.Retention = millis(o.ResultRetention)
 	j.Tags = o.Tags
+	j.FlowKey = o.FlowKey
 }

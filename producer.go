@@ -194,8 +194,6 @@ func (p *Producer) checkOptions(o *EnqueueOptions) error {
 	switch {
 	case o.JobID != "":
 		return configErr("EnqueueOptions.JobID", "is set, but this version of streamq cannot enqueue a job under a given ID: leave it empty")
-	case o.FlowKey != "":
-		return configErr("EnqueueOptions.FlowKey", "is set, but this version of streamq has no flow control: leave it empty")
 	case o.Priority == nil:
 		return nil
 	case !core.Of(p.q).HasPrioritySet.Load():

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +51,11 @@ type streamBackend struct {
 	started    bool // Start ran once (it runs again when the stream was deleted)
 	budget     *engine.FetchBudget
 	reads      []engine.Delivery // the deliveries of the last read, reused
+	flowAt     time.Time         // when to look for flow limits next
+
+	// flow is set once the queue is under flow control (see flow.go); it
+	// stays set for the run, so that every slot taken is given back.
+	flow atomic.Bool
 
 	// Owned by the finish loop (one Finish at a time).
 	acks []string
@@ -98,6 +104,9 @@ func (b *streamBackend) Start(ctx context.Context) error {
 			b.boundary = g.LastDeliveredID
 		}
 	}
+	if err := b.checkFlow(ctx); err != nil {
+		return err
+	}
 	now := b.q.db.Now()
 	b.scanAt = now.Add(b.scanEvery)
 	if b.c.cfg.ReclaimInterval > 0 {
@@ -134,7 +143,12 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 			b.reclaimAt = now.Add(b.c.cfg.ReclaimInterval)
 		}
 		if len(ds) > 0 {
-			return ds, nil
+			return b.admit(ctx, ds)
+		}
+	}
+	if !b.flow.Load() && !now.Before(b.flowAt) {
+		if err := b.checkFlow(ctx); err != nil {
+			return nil, err
 		}
 	}
 	if b.scanNow || !now.Before(b.scanAt) {
@@ -146,12 +160,16 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 			return nil, err
 		}
 		if len(ds) > 0 {
-			return ds, nil
+			return b.admit(ctx, ds)
 		}
 	}
 	block := time.Duration(-1) // wait 0: do not block (a worker's engine waits with WaitForWork)
 	if wait > 0 {
 		block = max(b.blockFor(wait), time.Millisecond) // 0 would block forever
+	}
+	block = max(block, time.Millisecond) // 0 would block forever
+	if b.flow.Load() {
+		return b.flowRead(ctx, n, block)
 	}
 	streams, err := b.q.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group:    b.q.group,
@@ -395,18 +413,21 @@ func (b *streamBackend) Finish(ctx context.Context, done []engine.Finished) erro
 			p.Tokens = append(p.Tokens, f.Token)
 		}
 	}
+	if b.flow.Load() {
+		p.Flow = b.c.cfg.Name
+	}
 	return b.q.db.Ack(ctx, &p)
 }
 
 // Move writes the job again: into the delayed set when delay > 0, else at
 // the end of the stream.
 func (b *streamBackend) Move(ctx context.Context, d *engine.Delivery, fields []any, delay time.Duration, st rdb.Settle) (bool, error) {
-	return b.q.db.Move(ctx, rdb.MoveParams{Consumer: b.c.cfg.Name, ID: d.Key, Delay: delay, Settle: st, Fields: fields})
+	return b.q.db.Move(ctx, rdb.MoveParams{Consumer: b.c.cfg.Name, ID: d.Key, Delay: delay, Settle: st, Fields: fields, Flow: b.flow.Load()})
 }
 
 // DeadLetter moves the entry to the dead-letter stream.
 func (b *streamBackend) DeadLetter(ctx context.Context, d *engine.Delivery, lock, token string, st rdb.Settle, fields []any) (string, error) {
-	return b.q.db.DeadLetter(ctx, rdb.DeadLetterParams{Consumer: b.c.cfg.Name, ID: d.Key, Key: lock, Token: token, Settle: st, Fields: fields})
+	return b.q.db.DeadLetter(ctx, rdb.DeadLetterParams{Consumer: b.c.cfg.Name, ID: d.Key, Key: lock, Token: token, Settle: st, Fields: fields, Flow: b.flow.Load()})
 }
 
 // DropCancels removes cancel requests of jobs no longer pending in the
@@ -430,6 +451,9 @@ func (b *streamBackend) Loops() []engine.Loop {
 			}
 			return n == schedulerBatch, err
 		}})
+	}
+	if every := b.flowSweepEvery(); every > 0 {
+		loops = append(loops, engine.Loop{Name: "sweep flow slots", Every: every, Do: b.sweepFlow})
 	}
 	if b.c.cfg.ReclaimInterval > 0 && b.c.cfg.PruneIdle > 0 {
 		loops = append(loops, engine.Loop{Name: "prune consumers", Every: b.c.cfg.ReclaimInterval, Do: func(ctx context.Context) (bool, error) {

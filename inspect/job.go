@@ -40,6 +40,8 @@ func jobFrom(values map[string]any, entryID string) Job {
 			j.LastError = s
 		case wire.FieldKey:
 			j.Key = s
+		case wire.FieldFlowKey:
+			j.FlowKey = s
 		case fieldJobID:
 			if s != "" {
 				j.ID = s

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -74,7 +75,11 @@ func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	if loc != "" {
+	if key, ok := strings.CutPrefix(loc, rdb.TrailWaiting); ok {
+		if j, err := q.asideJob(ctx, id, key); j != nil || err != nil {
+			return j, err
+		}
+	} else if loc != "" {
 		if j, err := q.at(ctx, loc); j != nil || err != nil {
 			if j != nil && j.ID == j.EntryID {
 				j.ID = id

@@ -189,6 +189,10 @@ type Job struct {
 	Kind string
 	// Tags are the job's tags (nil: none).
 	Tags []string
+	// FlowKey is the job's flow key, if it has one (see [Queue.Explain]).
+	FlowKey string
+
+	aside *aside // where it waits aside for a cap, if it does
 }
 
 // Consumer is one stream consumer or priority worker.

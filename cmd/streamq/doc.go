@@ -20,6 +20,8 @@
 //	jobs <queue> --state S           jobs in one state, a page at a time (--limit --cursor --header --grep)
 //	job <queue> <id>                 one job wherever it is: payload, headers, attempts, errors, progress, result
 //	pause|resume <queue>             stop and restart taking jobs
+//	flow show|set <queue>            flow-control caps and rates, jobs running and waiting aside per flow key
+//	why <queue> [job]                why a job has not started, with evidence; or how many jobs each reason holds
 //	cancel|delete|run-now <queue> <id>...
 //	cancel|delete|run-now <queue> --all [--state S]   every job of a state, after a confirmation
 //	dead ls|show|requeue|purge       dead letters, with the filters --reason --error --since --until

@@ -42,6 +42,8 @@ var commands = []func(*app) *cobra.Command{
 	newVersionCmd,
 	newDashboardCmd,
 	newDashCmd,
+	newFlowCmd,
+	newWhyCmd,
 }
 
 // app is the state every subcommand shares: its streams, the global flags

@@ -1,6 +1,9 @@
 // Command worker-example is streamq's first demo: it enqueues a few hundred
-// jobs, runs a consumer that handles them (some fail once and are retried,
-// one is invalid and is dead-lettered), and prints a summary.
+// typed jobs of three kinds on two queues, runs one worker over both queues
+// (one budget of handler goroutines, weighted 3:1) with a Mux that routes
+// each kind to its typed handler (some jobs fail once and are retried, one
+// has args that do not decode and is dead-lettered as malformed), and
+// prints a summary.
 //
 // Then it shows write-behind: it updates a Redis cache through a
 // writebehind.Writer (1,000 updates over 100 keys by default), persists the
@@ -31,7 +34,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
-	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -79,6 +82,33 @@ type demoOptions struct {
 	serve, verbose               bool
 }
 
+// The demo's job kinds: typed args, each naming its kind. Emails go to the
+// critical queue, images and reports to the default one.
+type sendEmail struct {
+	To string `json:"to"`
+	N  int    `json:"n"`
+}
+
+func (sendEmail) Kind() string { return "email.send" }
+
+type resizeImage struct {
+	URL string `json:"url"`
+	N   int    `json:"n"`
+}
+
+func (resizeImage) Kind() string { return "image.resize" }
+
+type buildReport struct {
+	Month string `json:"month"`
+	N     int    `json:"n"`
+}
+
+func (buildReport) Kind() string { return "report.build" }
+
+// Queue weights: under load the worker starts 3 critical jobs for every
+// default one.
+const criticalWeight, defaultWeight = 3, 1
+
 func run(ctx context.Context, log *slog.Logger, o demoOptions, wb wbOptions) error {
 	jobs, concurrency, failEvery := o.jobs, o.concurrency, o.failEvery
 	rdb, cleanup, err := connect(ctx)
@@ -87,58 +117,77 @@ func run(ctx context.Context, log *slog.Logger, o demoOptions, wb wbOptions) err
 	}
 	defer cleanup()
 
-	q, err := streamq.NewQueue(rdb, fmt.Sprintf("demo-%d", os.Getpid()), nil)
+	critical, err := streamq.NewQueue(rdb, fmt.Sprintf("demo-%d-critical", os.Getpid()), nil)
 	if err != nil {
 		return err
 	}
-	defer deleteQueue(rdb, q)
-	producer, err := streamq.NewProducer(q, nil)
+	defer deleteQueue(rdb, critical)
+	normal, err := streamq.NewQueue(rdb, fmt.Sprintf("demo-%d-default", os.Getpid()), nil)
 	if err != nil {
 		return err
 	}
+	defer deleteQueue(rdb, normal)
 
-	// Enqueue: one batch, plus one job the handler rejects as invalid.
-	batch := make([]streamq.Job, jobs)
-	for i := range batch {
-		batch[i] = streamq.Job{Payload: []byte(strconv.Itoa(i))}
-	}
+	// Enqueue typed jobs: a third emails on the critical queue, the rest
+	// images and reports on the default one, plus one report whose args are
+	// not valid JSON (dead-lettered as malformed, its handler never called).
 	start := time.Now()
-	if _, err := producer.EnqueueBatch(ctx, batch); err != nil {
-		return fmt.Errorf("enqueue: %w", err)
-	}
-	if _, err := producer.Enqueue(ctx, []byte("not a number")); err != nil {
-		return fmt.Errorf("enqueue: %w", err)
-	}
-	fmt.Printf("enqueued %d jobs on queue %q in %s\n", jobs+1, q.Name(), time.Since(start).Round(time.Millisecond))
-
-	handler := streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) error {
-		n, err := strconv.Atoi(string(msg.Payload))
-		if err != nil {
-			return streamq.Permanent(fmt.Errorf("payload %q is not a job number", msg.Payload))
+	var emails []sendEmail
+	var images []resizeImage
+	var reports []buildReport
+	for n := range jobs {
+		switch n % 3 {
+		case 0:
+			emails = append(emails, sendEmail{To: fmt.Sprintf("user%d@example.com", n), N: n})
+		case 1:
+			images = append(images, resizeImage{URL: fmt.Sprintf("https://img.example.com/%d.png", n), N: n})
+		default:
+			reports = append(reports, buildReport{Month: "2026-11", N: n})
 		}
+	}
+	if err := enqueueDemo(ctx, critical, normal, emails, images, reports); err != nil {
+		return fmt.Errorf("enqueue: %w", err)
+	}
+	fmt.Printf("enqueued %d typed jobs (%d %s on %q, %d %s and %d %s on %q) in %s\n", jobs+1,
+		len(emails), sendEmail{}.Kind(), critical.Name(), len(images), resizeImage{}.Kind(), len(reports)+1, buildReport{}.Kind(), normal.Name(),
+		time.Since(start).Round(time.Millisecond))
+
+	// One Mux routes every kind to its typed handler; every failEvery-th
+	// job fails its first attempt (attempts count from 1) and is retried.
+	var ranMu sync.Mutex
+	ran := map[string]int{}
+	work := func(ctx context.Context, kind string, n, attempt int) error {
 		select { // pretend to work for 1-5 ms
 		case <-time.After(time.Duration(1+rand.IntN(5)) * time.Millisecond):
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-		// Attempts count from 1: the first run of every failEvery-th job
-		// fails, its retry succeeds.
-		if failEvery > 0 && n%failEvery == 0 && msg.Attempt == 1 {
+		if failEvery > 0 && n%failEvery == 0 && attempt == 1 {
 			return streamq.RetryAfter(50*time.Millisecond, errors.New("simulated transient failure"))
 		}
+		ranMu.Lock()
+		ran[kind]++
+		ranMu.Unlock()
 		return nil
-	})
-	cfg := &streamq.ConsumerConfig{
-		Concurrency: concurrency,
-		Block:       100 * time.Millisecond,
-		Logger:      log,
 	}
+	mux := streamq.NewMux()
+	streamq.Register(mux, func(ctx context.Context, j *streamq.TypedJob[sendEmail]) error {
+		return work(ctx, j.Kind, j.Args.N, j.Attempt)
+	})
+	streamq.Register(mux, func(ctx context.Context, j *streamq.TypedJob[resizeImage]) error {
+		return work(ctx, j.Kind, j.Args.N, j.Attempt)
+	})
+	streamq.Register(mux, func(ctx context.Context, j *streamq.TypedJob[buildReport]) error {
+		return work(ctx, j.Kind, j.Args.N, j.Attempt)
+	})
+
 	var metrics *demoMetrics
 	if o.metricsAddr != "" {
-		if metrics, err = startMetrics(o.metricsAddr, q); err != nil {
+		if metrics, err = startMetrics(o.metricsAddr, critical, normal); err != nil {
 			fmt.Printf("running without metrics: %v\n", err)
 		}
 	}
+	cfg := streamq.ConsumerConfig{Block: 100 * time.Millisecond, Logger: log}
 	if metrics != nil {
 		defer metrics.close()
 		fmt.Printf("serving metrics at %s\n", metrics.url)
@@ -151,21 +200,33 @@ func run(ctx context.Context, log *slog.Logger, o demoOptions, wb wbOptions) err
 		cfg.Middleware = middleware.Default(&middleware.DefaultConfig{Logger: mwLog, Metrics: metrics.metrics})
 		cfg.OnEvent = metrics.metrics.OnEvent
 	}
-	consumer, err := streamq.NewConsumer(q, handler, cfg)
+	// One worker, one budget of handler goroutines, for both queues.
+	var queues []streamq.WorkerQueue
+	for _, qw := range []struct {
+		q      *streamq.Queue
+		weight int
+	}{{critical, criticalWeight}, {normal, defaultWeight}} {
+		c, err := streamq.NewConsumer(qw.q, mux, &cfg)
+		if err != nil {
+			return err
+		}
+		queues = append(queues, streamq.WorkerQueue{Source: c, Weight: qw.weight})
+	}
+	worker, err := streamq.NewWorker(streamq.WorkerConfig{Queues: queues, Concurrency: concurrency})
 	if err != nil {
 		return err
 	}
 
-	runCtx, stopConsumer := context.WithCancel(ctx)
+	runCtx, stopWorker := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- consumer.Run(runCtx) }()
+	go func() { done <- worker.Run(runCtx) }()
 
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	timeout := time.After(2 * time.Minute)
 wait:
 	for {
-		s := consumer.Stats()
+		s := worker.Stats()
 		if s.Processed+s.DeadLettered >= int64(jobs+1) {
 			break
 		}
@@ -180,21 +241,25 @@ wait:
 		}
 	}
 	elapsed := time.Since(start)
-	stopConsumer()
+	stopWorker()
 	if err := <-done; err != nil {
 		return err
 	}
 
-	s := consumer.Stats()
-	fmt.Printf("processed %d jobs in %s (%.0f jobs/s) with %d handler goroutines\n",
-		s.Processed, elapsed.Round(time.Millisecond), float64(s.Processed)/elapsed.Seconds(), concurrency)
+	s := worker.Stats()
+	fmt.Printf("processed %d jobs in %s (%.0f jobs/s) with one worker of %d handler goroutines over 2 queues (weights %d:%d)\n",
+		s.Processed, elapsed.Round(time.Millisecond), float64(s.Processed)/elapsed.Seconds(), concurrency, criticalWeight, defaultWeight)
+	fmt.Printf("by kind: %s %d, %s %d, %s %d\n", sendEmail{}.Kind(), ran[sendEmail{}.Kind()],
+		resizeImage{}.Kind(), ran[resizeImage{}.Kind()], buildReport{}.Kind(), ran[buildReport{}.Kind()])
 	fmt.Printf("retried %d, dead-lettered %d, reclaimed %d\n", s.Retried, s.DeadLettered, s.Reclaimed)
-	letters, _, err := q.DeadLetters().List(context.Background(), "", 10)
-	if err != nil {
-		return err
-	}
-	for _, dl := range letters {
-		fmt.Printf("dead letter %s: reason %s, error %q\n", dl.OriginalID, dl.Reason, dl.Error)
+	for _, q := range []*streamq.Queue{critical, normal} {
+		letters, _, err := q.DeadLetters().List(context.Background(), "", 10)
+		if err != nil {
+			return err
+		}
+		for _, dl := range letters {
+			fmt.Printf("dead letter %s on %s: reason %s, error %q\n", dl.OriginalID, q.Name(), dl.Reason, dl.Error)
+		}
 	}
 	if metrics != nil {
 		if err := metrics.printSummary(ctx); err != nil {
@@ -212,6 +277,30 @@ wait:
 		<-ctx.Done()
 	}
 	return nil
+}
+
+// enqueueDemo enqueues the demo's typed jobs in batches, and one report
+// whose payload is not JSON.
+func enqueueDemo(ctx context.Context, critical, normal *streamq.Queue, emails []sendEmail, images []resizeImage, reports []buildReport) error {
+	cp, err := streamq.NewProducer(critical, nil)
+	if err != nil {
+		return err
+	}
+	np, err := streamq.NewProducer(normal, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := streamq.EnqueueArgsBatch(ctx, cp, emails); err != nil {
+		return err
+	}
+	if _, err := streamq.EnqueueArgsBatch(ctx, np, images); err != nil {
+		return err
+	}
+	if _, err := streamq.EnqueueArgsBatch(ctx, np, reports); err != nil {
+		return err
+	}
+	_, err = np.Enqueue(ctx, []byte("not json"), streamq.WithKind(buildReport{}.Kind()))
+	return err
 }
 
 // connect returns a client for REDIS_URL. If the default URL is unreachable

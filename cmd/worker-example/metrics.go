@@ -34,15 +34,15 @@ type demoMetrics struct {
 	served  chan error
 }
 
-// startMetrics listens on addr and serves /metrics for queue q.
-func startMetrics(addr string, q *streamq.Queue) (*demoMetrics, error) {
+// startMetrics listens on addr and serves /metrics for the queues qs.
+func startMetrics(addr string, qs ...*streamq.Queue) (*demoMetrics, error) {
 	reg := prometheus.NewRegistry()
 	exporter, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
-	m, err := middleware.NewMetrics(&middleware.MetricsConfig{MeterProvider: mp, Queues: []*streamq.Queue{q}})
+	m, err := middleware.NewMetrics(&middleware.MetricsConfig{MeterProvider: mp, Queues: qs})
 	if err != nil {
 		_ = mp.Shutdown(context.Background())
 		return nil, err

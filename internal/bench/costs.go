@@ -31,6 +31,7 @@ type costVariant struct {
 	enqueue  func(ctx context.Context, p *streamq.Producer, pq *priority.Queue, i int) error
 	handler  streamq.Handler
 	priority bool
+	limits   *streamq.FlowLimits // flow-control limits of the queue (nil: none)
 }
 
 // costArgs are the typed variant's args, about 100 bytes of JSON.
@@ -65,10 +66,21 @@ func costVariants(payload []byte) []costVariant {
 			_, err := streamq.EnqueueArgs(ctx, p, costArgs{Customer: "customer-42", Invoice: i, Note: "a typed job of about one hundred bytes"})
 			return err
 		}},
+		{name: "flow: per-key cap 1, 100 keys", limits: &streamq.FlowLimits{PerKey: 1}, enqueue: keyed(payload, 100)},
+		{name: "flow: global cap 4", limits: &streamq.FlowLimits{Global: 4}, enqueue: plain},
+		{name: "flow: rate 100000/s per key", limits: &streamq.FlowLimits{Rate: 100_000}, enqueue: keyed(payload, 100)},
 		{name: "priority (Push)", priority: true, enqueue: func(ctx context.Context, _ *streamq.Producer, pq *priority.Queue, i int) error {
 			_, err := pq.Push(ctx, priority.Job{Priority: i % 10, Payload: payload})
 			return err
 		}},
+	}
+}
+
+// keyed returns an enqueue of jobs of keys flow keys, round robin.
+func keyed(payload []byte, keys int) func(context.Context, *streamq.Producer, *priority.Queue, int) error {
+	return func(ctx context.Context, p *streamq.Producer, _ *priority.Queue, i int) error {
+		_, err := p.Enqueue(ctx, payload, streamq.FlowKey("k"+strconv.Itoa(i%keys)))
+		return err
 	}
 }
 
@@ -143,6 +155,11 @@ func (b *bench) costRun(ctx context.Context, v costVariant, run int) (costRun, e
 	}
 	if err := q.Setup(ctx); err != nil {
 		return costRun{}, err
+	}
+	if v.limits != nil {
+		if err := q.SetFlowLimits(ctx, *v.limits); err != nil {
+			return costRun{}, err
+		}
 	}
 	p, err := streamq.NewProducer(q, nil)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 func TestScenarioCosts(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
-		t.Skip("runs 12,000 jobs")
+		t.Skip("runs 18,000 jobs")
 	}
 	c := redistest.NewIsolatedClient(t)
 	var out, errOut bytes.Buffer
@@ -27,14 +27,15 @@ func TestScenarioCosts(t *testing.T) {
 		n, _ := strconv.ParseFloat(m[2], 64)
 		got[m[1]] = n
 	}
-	for _, v := range []string{"plain", "delayed", "retried once", "unique", "typed (JSON args)", "priority (Push)"} {
+	for _, v := range []string{"plain", "delayed", "retried once", "unique", "typed (JSON args)", "priority (Push)",
+		"flow: per-key cap 1, 100 keys", "flow: global cap 4", "flow: rate 100000/s per key"} {
 		if got[v] <= 0 {
 			t.Errorf("no figure for %q in:\n%s", v, out.String())
 		}
 	}
 	// What each feature adds is real work: a retried job runs twice, a
 	// delayed one is moved, a unique one takes and frees a lock.
-	for _, v := range []string{"delayed", "retried once", "unique"} {
+	for _, v := range []string{"delayed", "retried once", "unique", "flow: per-key cap 1, 100 keys", "flow: global cap 4", "flow: rate 100000/s per key"} {
 		if got[v] <= got["plain"] {
 			t.Errorf("%s: %.2f commands per job, not more than plain's %.2f", v, got[v], got["plain"])
 		}

@@ -48,5 +48,13 @@ func Scripts() map[string]*redis.Script {
 		"level_heads":           scriptLevelHeads,
 		"drop_cancels":          scriptDropCancels,
 		"priority_drop_cancels": scriptPriorityDropCancels,
+		"flow_read":             scriptFlowRead,
+		"flow_admit":            scriptFlowAdmit,
+		"flow_sweep":            scriptFlowSweep,
+		"flow_ack":              scriptFlowAck,
+		"flow_move":             scriptFlowMove,
+		"flow_dead_letter":      scriptFlowDeadLetter,
+		"flow_kick":             scriptFlowKick,
+		"flow_delete":           scriptFlowDelete,
 	}
 }

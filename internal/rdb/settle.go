@@ -29,7 +29,9 @@ import (
 // consumer (another consumer took it over), in which case nothing changed.
 // A re-sent call returns what the first returned (the pending check alone
 // keeps it from moving anything again, but would say 0).
-var scriptMove = redis.NewScript(idempotent(streamLib+statsLib, `
+var scriptMove = redis.NewScript(idempotent(streamLib+statsLib, moveBody))
+
+const moveBody = `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
 local at
 if tonumber(ARGV[4]) > 0 then
@@ -44,7 +46,7 @@ if ARGV[7] == '1' then count(KEYS[5], 'failed', 1) end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 return 1
-`))
+`
 
 // Settle is what a settlement records besides moving the job: its stable
 // ID (for the trail), and whether the attempt counts as a failure in the
@@ -69,6 +71,7 @@ type MoveParams struct {
 	Settle   Settle
 	Fields   []any // the new copy's wire fields
 	Memo     Memo  // the call's memo (zero: a fresh one), the same for every send of it
+	Flow     bool  // the queue is under flow control: give back the entry's slot
 }
 
 // Move runs scriptMove and reports whether the job moved. A delayed copy
@@ -81,7 +84,7 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 	}
 	k := &q.keys
 	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)
-	cmd, _ := q.runWrite(ctx, scriptMove, q.memoOr(p.Memo), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
+	cmd, _ := q.runWrite(ctx, pick(p.Flow, scriptFlowMove, scriptMove), q.memoOr(p.Memo), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -100,14 +103,16 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 // Returns the dead letter's entry ID, or false when the entry is no longer
 // pending for this consumer, in which case nothing changed. A re-sent call
 // returns what the first returned.
-var scriptDeadLetter = redis.NewScript(idempotent(streamLib+deadLib, `
+var scriptDeadLetter = redis.NewScript(idempotent(streamLib+deadLib, deadLetterBody))
+
+const deadLetterBody = `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
 local id = dead_letter(KEYS[2], tonumber(ARGV[4]), KEYS[3], KEYS[4], KEYS[5], ARGV[6], unpack(ARGV, 7))
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 redis.call('XDEL', KEYS[1], ARGV[3])
 if KEYS[6] then unlock(KEYS[6], ARGV[5]) end
 return id
-`))
+`
 
 // DeadLetterParams are one call of scriptDeadLetter.
 type DeadLetterParams struct {
@@ -118,6 +123,7 @@ type DeadLetterParams struct {
 	Settle   Settle // Failed is implied
 	Fields   []any  // the dead letter's fields
 	Memo     Memo   // the call's memo (zero: a fresh one), the same for every send of it
+	Flow     bool   // the queue is under flow control: give back the entry's slot
 }
 
 // DeadLetter runs scriptDeadLetter under the queue's dead-letter cap. It
@@ -130,7 +136,7 @@ func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, err
 		keys = append(keys, k.Unique(p.Key))
 	}
 	args := append([]any{q.group, p.Consumer, p.ID, q.dlCap, p.Token, p.Settle.JobID}, p.Fields...)
-	cmd, _ := q.runWrite(ctx, scriptDeadLetter, q.memoOr(p.Memo), Replicas{}, keys, args)
+	cmd, _ := q.runWrite(ctx, pick(p.Flow, scriptFlowDeadLetter, scriptDeadLetter), q.memoOr(p.Memo), Replicas{}, keys, args)
 	dl, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
@@ -139,8 +145,8 @@ func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, err
 }
 
 // scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
-// counters, failure times, last error, the crashed mark and the count of
-// hand-backs for an unknown kind dropped; headers,
+// counters, failure times, last error, the crashed mark, a flow slot mark
+// and the count of hand-backs for an unknown kind dropped; headers,
 // payload, stable ID and error history kept). A dead letter without a jid
 // field gets its dl_id as one (the ID of the copy that was dead-lettered).
 // The new entry is written and recorded in the trail before the dead letter
@@ -165,7 +171,7 @@ for i = 1, #ARGV do
     for k = 1, #f, 2 do
       local name = f[k]
       if name == 'jid' then jid = f[k + 1] elseif name == 'dl_id' then dlid = f[k + 1] end
-      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' and name ~= 'uk' then
+      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' and name ~= 'fs' and name ~= 'uk' then
         fields[#fields + 1] = name
         fields[#fields + 1] = f[k + 1]
       end
@@ -219,13 +225,15 @@ func (q *Queue) Requeue(ctx context.Context, p RequeueParams) ([]string, error) 
 // IDs m; then n entry IDs, m stable IDs of moved jobs, and one lock token
 // per lock key, in the same order.
 // Returns the number of entries acknowledged.
-var scriptAck = redis.NewScript(streamLib + `
+var scriptAck = redis.NewScript(streamLib + ackBody)
+
+const ackBody = `
 local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
 local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
 if m > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 4 + n, 3 + n + m)) end
 for i = 3, #KEYS do unlock(KEYS[i], ARGV[n + m + i + 1]) end
 return acked
-`)
+`
 
 // AckParams are one acknowledgement of finished jobs.
 type AckParams struct {
@@ -236,6 +244,10 @@ type AckParams struct {
 	// Keys are the unique keys of the jobs that hold one, and Tokens their
 	// lock tokens, in the same order: their locks are released.
 	Keys, Tokens []string
+	// Flow, if not empty, is the consumer that acknowledges, of a queue
+	// under flow control: the slots of the entries it still owns are given
+	// back.
+	Flow string
 }
 
 // Ack acknowledges p.IDs in one XACK, or, when some of the jobs hold
@@ -246,7 +258,7 @@ type AckParams struct {
 // (a lock taken by another job since has another token).
 func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	k := &q.keys
-	if len(p.Keys) == 0 && len(p.JobIDs) == 0 {
+	if len(p.Keys) == 0 && len(p.JobIDs) == 0 && p.Flow == "" {
 		return q.client.XAck(ctx, k.Stream, q.group, p.IDs...).Err()
 	}
 	keys := make([]string, 0, 2+len(p.Keys))
@@ -265,5 +277,16 @@ func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	for _, t := range p.Tokens {
 		args = append(args, t)
 	}
+	if p.Flow != "" {
+		return scriptFlowAck.Run(ctx, q.client, keys, append(args, p.Flow)...).Err()
+	}
 	return scriptAck.Run(ctx, q.client, keys, args...).Err()
+}
+
+// pick returns flow when under flow control, else plain.
+func pick(underFlow bool, flow, plain *redis.Script) *redis.Script {
+	if underFlow {
+		return flow
+	}
+	return plain
 }

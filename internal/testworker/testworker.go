@@ -267,6 +267,82 @@ type Books struct {
 	crashOn                                       int
 	pills                                         Pills
 	running                                       atomic.Int64
+	flowKeys                                      int
+}
+
+// Keys of the flow gauge (see [Books.SetFlowKeys]).
+const (
+	// KeyFlowRunning + flow key ("" for all): set of the numbers of the
+	// jobs running now.
+	KeyFlowRunning = "test:flow:running:"
+	// KeyFlowRuns: hash job number -> its runs in progress (more than one
+	// when a job was taken over from a worker that still ran it).
+	KeyFlowRuns = "test:flow:runs"
+	// KeyFlowMost: hash flow key ("" for all) -> the most jobs seen running
+	// at once; field "dup" counts the runs that started while another run
+	// of the same job was in progress.
+	KeyFlowMost = "test:flow:most"
+)
+
+// FlowKeyOf returns the flow key of job number n among keys keys.
+func FlowKeyOf(n, keys int) string { return "k" + strconv.Itoa(n%keys) }
+
+// gaugeEnter counts a run of a job: the first run of a job in progress
+// adds it to the sets of its key and of all and raises the most seen of
+// each; a second one counts as a duplicate run.
+//
+// KEYS[1] set of all, KEYS[2] set of the key, KEYS[3] hash of the most
+// seen, KEYS[4] hash of runs in progress
+// ARGV[1] job number, ARGV[2] flow key
+var gaugeEnter = redis.NewScript(`
+if redis.call('HINCRBY', KEYS[4], ARGV[1], 1) > 1 then
+  redis.call('HINCRBY', KEYS[3], 'dup', 1)
+  return 0
+end
+for i, f in ipairs({'', ARGV[2]}) do
+  redis.call('SADD', KEYS[i], ARGV[1])
+  local n = redis.call('SCARD', KEYS[i])
+  if n > tonumber(redis.call('HGET', KEYS[3], f) or 0) then redis.call('HSET', KEYS[3], f, n) end
+end
+return 1
+`)
+
+// GaugeLeave ends a run of a job: the last run in progress takes it out of
+// the sets. Tests call it for the unfinished jobs of a killed worker.
+//
+// KEYS as gaugeEnter's, ARGV[1] job number.
+var GaugeLeave = redis.NewScript(`
+if redis.call('HINCRBY', KEYS[4], ARGV[1], -1) <= 0 then
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('SREM', KEYS[1], ARGV[1])
+  redis.call('SREM', KEYS[2], ARGV[1])
+end
+return 1
+`)
+
+// GaugeKeys returns the keys of the flow gauge of job number n among keys
+// flow keys, under base (the queue's key prefix with its hash tag).
+func GaugeKeys(base string, n, keys int) []string {
+	return []string{base + KeyFlowRunning, base + KeyFlowRunning + FlowKeyOf(n, keys), base + KeyFlowMost, base + KeyFlowRuns}
+}
+
+// SetFlowKeys makes b gauge the concurrency of flow keys: job number n
+// belongs to key FlowKeyOf(n, keys), and every start and end is recorded in
+// [KeyFlowRunning] sets, the most seen in [KeyFlowMost]. Call it before
+// the first job runs.
+func (b *Books) SetFlowKeys(keys int) {
+	b.flowKeys = keys
+}
+
+func (b *Books) gauge(ctx context.Context, n int, enter bool) error {
+	if b.flowKeys <= 0 {
+		return nil
+	}
+	keys := GaugeKeys(strings.TrimSuffix(b.started, KeyStarted), n, b.flowKeys)
+	if enter {
+		return gaugeEnter.Run(ctx, b.rdb, keys, n, FlowKeyOf(n, b.flowKeys)).Err()
+	}
+	return GaugeLeave.Run(ctx, b.rdb, keys, n).Err()
 }
 
 // NewBooks returns Books for the jobs of q that work for a duration picked
@@ -323,6 +399,12 @@ func (b *Books) Handle(ctx context.Context, m *streamq.Message) error {
 	}
 	b.running.Add(1)
 	defer b.running.Add(-1)
+	if err := b.gauge(ctx, n, true); err != nil {
+		return fmt.Errorf("gauge start of job %d: %w", n, err)
+	}
+	// The end is gauged before the handler returns, so before its slot is
+	// given back.
+	defer func() { _ = b.gauge(context.WithoutCancel(ctx), n, false) }()
 	if n == b.crashOn {
 		Die()
 	}

@@ -17,6 +17,9 @@
 //
 //	streamq-testworker -addr 127.0.0.1:6379 -queue crash -name w1 -work 1ms-5ms
 //
+// With -flow-keys n, it also gauges how many jobs run at once, in all and
+// per flow key (testworker.Books.SetFlowKeys).
+//
 // With -crash-on n, the job numbered n kills the worker (SIGKILL on itself)
 // each time it starts: a poison pill for testing MaxDeliveries after crashes.
 // With -exit-on, -panic-on and -fail-on (lists of numbers and ranges, such
@@ -53,6 +56,7 @@ func main() {
 	shutdown := flag.Duration("shutdown-timeout", 10*time.Second, "consumer ShutdownTimeout")
 	work := testworker.Range{Min: time.Millisecond, Max: 5 * time.Millisecond}
 	flag.Var(&work, "work", "simulated work per job: a duration or a range min-max, e.g. 1ms-5ms")
+	flowKeys := flag.Int("flow-keys", 0, "gauge the concurrency of this many flow keys (job n belongs to key k<n mod flow-keys>)")
 	crashOn := flag.Int("crash-on", -1, "SIGKILL this process when it starts the job with this number (a poison pill), after recording the start")
 	pills := testworker.RegisterPillFlags()
 	testworker.Main("streamq-testworker", f, slog.LevelInfo, nil, func(ctx context.Context, log *slog.Logger, q *streamq.Queue) error {
@@ -60,6 +64,7 @@ func main() {
 		defer stop()
 		books := testworker.NewBooks(q, work)
 		books.CrashOn(*crashOn)
+		books.SetFlowKeys(*flowKeys)
 		c, err := streamq.NewConsumer(q, streamq.HandlerFunc(books.Handle), &streamq.ConsumerConfig{
 			Name:            f.Name,
 			Concurrency:     *concurrency,

@@ -1,0 +1,126 @@
+package streamq_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/redistest"
+)
+
+// BenchmarkFlow runs a consumer of concurrency 64 with a no-op handler over
+// b.N jobs of 1,000 flow keys (interleaved), on a Redis server of its own,
+// without limits, with a cap of 1 per key, and with global caps above the
+// concurrency (128: a cap the running jobs plus those whose acknowledgement
+// is in flight reach; 512: one they do not). It reports jobs/s, Redis commands per job and Redis CPU per
+// job (INFO deltas; the server serves nothing else).
+//
+//	go test -run '^$' -bench BenchmarkFlow -benchtime 50000x -count 3 .
+func BenchmarkFlow(b *testing.B) {
+	for _, v := range []struct {
+		name   string
+		limits streamq.FlowLimits
+	}{
+		{"uncapped", streamq.FlowLimits{}},
+		{"per-key=1,keys=1000", streamq.FlowLimits{PerKey: 1}},
+		{"global=128", streamq.FlowLimits{Global: 128}},
+		{"global=512", streamq.FlowLimits{Global: 512}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			const concurrency, keys = 64, 1000
+			c := redistest.NewIsolatedClient(b)
+			ctx := context.Background()
+			q, err := streamq.NewQueue(c, "bench", &streamq.QueueConfig{MaxLen: -1})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := q.Setup(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if v.limits.PerKey+v.limits.Global > 0 {
+				if err := q.SetFlowLimits(ctx, v.limits); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stream := core.Of(q).Keys.Stream
+			for i := 0; i < b.N; i += 1000 {
+				pipe := c.Pipeline()
+				for j := i; j < min(i+1000, b.N); j++ {
+					pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []any{"v", "1", "payload", benchPayload, "enq", "1", "fk", "k" + strconv.Itoa(j%keys)}})
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var done atomic.Int64
+			finished := make(chan struct{})
+			h := streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+				if done.Add(1) == int64(b.N) {
+					close(finished)
+				}
+				return nil
+			})
+			cons, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Name: "bench", Concurrency: concurrency})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmds0, cpu0 := redisWork(b, c)
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			errc := make(chan error, 1)
+			b.ResetTimer()
+			go func() { errc <- cons.Run(rctx) }()
+			select {
+			case <-finished:
+			case err := <-errc:
+				b.Fatalf("consumer returned early: %v", err)
+			case <-time.After(5 * time.Minute):
+				b.Fatalf("only %d of %d jobs done after 5 minutes", done.Load(), b.N)
+			}
+			b.StopTimer()
+			cmds1, cpu1 := redisWork(b, c)
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/job")
+			b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-µs/job")
+			cancel()
+			if err := <-errc; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// redisWork returns the commands Redis has run (INFO commandstats calls,
+// scripts' inner commands included) and the CPU seconds it used.
+func redisWork(b *testing.B, c *redis.Client) (calls int64, cpu float64) {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats", "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
+			_, stats, _ := strings.Cut(rest, ":")
+			for _, kv := range strings.Split(stats, ",") {
+				if n, ok := strings.CutPrefix(kv, "calls="); ok {
+					v, _ := strconv.ParseInt(n, 10, 64)
+					calls += v
+				}
+			}
+		}
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if n, ok := strings.CutPrefix(line, f); ok {
+				v, _ := strconv.ParseFloat(n, 64)
+				cpu += v
+			}
+		}
+	}
+	return calls, cpu
+}

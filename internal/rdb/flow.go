@@ -1,0 +1,650 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Flow control: concurrency caps per queue (global) and per flow key, with
+// jobs over a cap waiting aside in Redis until a slot frees (see
+// docs/guarantees.md, "Flow control").
+//
+// A slot is held by a stream entry from its admission until it is settled:
+// the read script admits an entry (takes a slot) or parks it in its key's
+// wait list; the settle scripts give the slot back and release the next
+// waiting job into the stream with the slot taken for it; the sweep gives
+// back the slots of entries that are gone (deleted, or settled by a
+// consumer that did not know of the limits). A crashed worker's entry keeps
+// its slot while it is pending and is run by the consumer that takes it
+// over after MinIdle: its slot is never lost and never counted twice.
+//
+// Keys, all under the queue's hash tag (the scripts derive them from the
+// stream's key, since the wait lists they visit are only known inside):
+//
+//	flow:limits  HASH  "global" -> cap of the queue, "cap" -> default cap per
+//	                   key, "cap:<key>" -> cap of one key, "rate" -> default
+//	                   rate per key (jobs/s), "rate:<key>" -> rate of one key
+//	flow:run     HASH  entry ID -> flow key ("" for a job without one): the
+//	                   slots taken (HLEN: the queue's running jobs)
+//	flow:cnt     HASH  flow key -> slots it holds
+//	flow:ring    LIST  flow keys with waiting jobs, in round-robin order
+//	flow:w:<key> LIST  the key's waiting jobs (MessagePack of their fields),
+//	                   oldest first
+//	flow:sweep   STRING the cursor of the sweep over flow:run
+//	flow:tb:<key> HASH the token bucket of a rate-limited key: "t" tokens,
+//	                   "at" when they were counted (Unix ms, Redis's clock)
+//
+// A waiting job is recorded in the trail as "w:<key>".
+
+// RateLimitedPrefix starts the delayed-set ID of a job that its flow key's
+// rate limit delayed: "d-r" and the entry ID it had.
+const RateLimitedPrefix = "d-r"
+
+// TrailWaiting prefixes the trail location of a job waiting aside: "w:"
+// and its flow key.
+const TrailWaiting = "w:"
+
+// Names of the limits hash's fields.
+const (
+	FlowGlobal     = "global"
+	FlowPerKey     = "cap"
+	FlowKeyPrefix  = "cap:"
+	FlowRate       = "rate"
+	FlowRatePrefix = "rate:"
+)
+
+// FlowKeys are the keys of a queue's flow control.
+type FlowKeys struct {
+	Limits, Run, Count, Ring, Sweep string
+	base                            string
+}
+
+// Wait returns the key of the wait list of flow key k.
+func (k FlowKeys) Wait(key string) string { return k.base + "flow:w:" + key }
+
+// Flow returns the keys of the queue's flow control.
+func (k Keys) Flow() FlowKeys {
+	return FlowKeys{
+		Limits: k.Part("flow:limits"),
+		Run:    k.Part("flow:run"),
+		Count:  k.Part("flow:cnt"),
+		Ring:   k.Part("flow:ring"),
+		Sweep:  k.Part("flow:sweep"),
+		base:   k.base,
+	}
+}
+
+// flowLib holds the Lua helpers of flow control. It needs KEYS[1] to be the
+// queue's stream, from whose name it derives the other keys.
+const flowLib = `
+local flow_base = string.sub(KEYS[1], 1, #KEYS[1] - 6) -- KEYS[1] ends with "stream"
+local flow_run, flow_cnt, flow_ring = flow_base .. 'flow:run', flow_base .. 'flow:cnt', flow_base .. 'flow:ring'
+local flow_trail = flow_base .. 'trail'
+-- flow_scan bounds the keys of the ring one dispatch visits.
+local flow_scan = 32
+local function flow_wait(k) return flow_base .. 'flow:w:' .. k end
+local flow_lim
+local function flow_limits()
+  if not flow_lim then
+    flow_lim = {}
+    local l = redis.call('HGETALL', flow_base .. 'flow:limits')
+    for i = 1, #l, 2 do flow_lim[l[i]] = tonumber(l[i + 1]) end
+  end
+  return flow_lim
+end
+-- flow_global_room returns how many more jobs may run in the queue (1 without a cap).
+local function flow_global_room()
+  local g = flow_limits()['global']
+  if not g then return 1 end
+  return g - redis.call('HLEN', flow_run)
+end
+-- flow_key_room returns how many more jobs of key k may run (1 without a cap).
+local function flow_key_room(k)
+  if k == '' then return 1 end
+  local l = flow_limits()
+  local c = l['cap:' .. k] or l['cap']
+  if not c then return 1 end
+  return c - tonumber(redis.call('HGET', flow_cnt, k) or 0)
+end
+local function flow_take(id, k)
+  redis.call('HSET', flow_run, id, k)
+  redis.call('HINCRBY', flow_cnt, k, 1)
+end
+-- flow_give gives back the slot of entry id; returns its key, or nil when it held none.
+local function flow_give(id)
+  local k = redis.call('HGET', flow_run, id)
+  if not k then return nil end
+  redis.call('HDEL', flow_run, id)
+  if redis.call('HINCRBY', flow_cnt, k, -1) <= 0 then redis.call('HDEL', flow_cnt, k) end
+  return k
+end
+local function flow_field(f, name)
+  for i = 1, #f, 2 do
+    if f[i] == name then return f[i + 1] end
+  end
+  return nil
+end
+-- flow_field2 returns the values of fields a and b of f (nil when absent).
+local function flow_field2(f, a, b)
+  local va, vb
+  for i = 1, #f, 2 do
+    if f[i] == a then va = f[i + 1] elseif f[i] == b then vb = f[i + 1] end
+  end
+  return va, vb
+end
+-- flow_jid returns the stable ID of the job of entry id (fields f), adding
+-- it to f when f has none (a first copy's stable ID is its entry ID).
+local function flow_jid(id, f)
+  local jid = flow_field(f, 'jid')
+  if not jid then
+    jid = id
+    f[#f + 1] = 'jid'
+    f[#f + 1] = id
+  end
+  return jid
+end
+-- flow_park appends the job of entry id with fields f to its key's wait
+-- list (with its stable ID) and records it in the trail. The caller
+-- acknowledges and deletes the entry.
+local function flow_park(id, k, f)
+  local jid = flow_jid(id, f)
+  if redis.call('RPUSH', flow_wait(k), cmsgpack.pack(f)) == 1 then redis.call('RPUSH', flow_ring, k) end
+  redis.call('HSET', flow_trail, jid, 'w:' .. k)
+end
+-- flow_rate_wait takes a token of key k's rate limit ("rate:<k>", else
+-- "rate": jobs per second, burst max(1, rate)) and returns 0, or returns
+-- how many ms until a token is due. The bucket, flow:tb:<k>, is a hash of
+-- tokens and the time they were counted, by Redis's clock.
+local flow_now
+local function flow_rate_wait(k)
+  if k == '' then return 0 end
+  local l = flow_limits()
+  local r = l['rate:' .. k] or l['rate']
+  if not r or r <= 0 then return 0 end
+  if not flow_now then
+    local t = redis.call('TIME')
+    flow_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local burst = math.max(1, r)
+  local key = flow_base .. 'flow:tb:' .. k
+  local b = redis.call('HMGET', key, 't', 'at')
+  local tokens, at = tonumber(b[1]) or burst, tonumber(b[2]) or flow_now
+  tokens = math.min(burst, tokens + math.max(flow_now - at, 0) * r / 1000)
+  local wait = 0
+  if tokens >= 1 then tokens = tokens - 1 else wait = math.ceil((1 - tokens) * 1000 / r) end
+  redis.call('HSET', key, 't', tostring(tokens), 'at', flow_now)
+  redis.call('PEXPIRE', key, math.ceil(burst * 1000 / r) + 1000)
+  return wait
+end
+-- flow_delay moves the job of entry id (fields f) into the delayed set, due
+-- after wait ms (uncharged: a rate-limited job). The caller acknowledges
+-- and deletes the entry.
+local function flow_delay(id, f, wait)
+  local jid = flow_jid(id, f)
+  local did = 'd-r' .. id
+  redis.call('HSET', flow_base .. 'delayed:jobs', did, cmsgpack.pack(f))
+  redis.call('ZADD', flow_base .. 'delayed', flow_now + wait, did)
+  redis.call('HSET', flow_trail, jid, 'd:' .. did)
+end
+-- flow_admit takes a slot for entry id (fields f) and returns true, or
+-- parks it (or, when its key is rate-limited, delays it until its token is
+-- due) and returns false. An entry that holds a slot keeps it: one
+-- released from a wait list (marked with the field fs = "1"), or one taken
+-- over from a crashed worker (fresh false: it may have taken its slot when
+-- it was first read). An entry with
+-- more fields than a job may have is admitted without a slot: the engine
+-- dead-letters it as malformed.
+local function flow_admit(id, f, fresh)
+  if #f > 2000 then return true end
+  local k, slot = flow_field2(f, 'fk', 'fs')
+  k = k or ''
+  if slot == '1' or (not fresh and redis.call('HEXISTS', flow_run, id) == 1) then return true end
+  if flow_global_room() > 0 and flow_key_room(k) > 0 and redis.call('EXISTS', flow_wait(k)) == 0 then
+    local wait = flow_rate_wait(k)
+    if wait > 0 then
+      flow_delay(id, f, wait)
+      return false
+    end
+    flow_take(id, k)
+    return true
+  end
+  flow_park(id, k, f)
+  return false
+end
+-- flow_release moves the oldest waiting job of key k into the stream with
+-- a slot taken for it; returns false when k has none.
+local function flow_release(stream, k)
+  local w = flow_wait(k)
+  local p = redis.call('LPOP', w)
+  if not p then
+    redis.call('LREM', flow_ring, 0, k)
+    return false
+  end
+  local f = cmsgpack.unpack(p)
+  f[#f + 1] = 'fs'
+  f[#f + 1] = '1'
+  local id = redis.call('XADD', stream, '*', unpack(f))
+  flow_take(id, k)
+  redis.call('HSET', flow_trail, flow_field(f, 'jid'), 's:' .. id)
+  if redis.call('LLEN', w) == 0 then redis.call('LREM', flow_ring, 0, k) end
+  return true
+end
+-- flow_dispatch releases up to budget waiting jobs into free slots. After
+-- a slot of key hint freed in a queue without a global cap, only hint can
+-- have gained room; otherwise it visits up to flow_scan keys of the ring
+-- round robin (the ring rotates by one per key visited), releasing from
+-- each as many as its room allows.
+local function flow_dispatch(stream, hint, budget)
+  local n = 0
+  if hint and not flow_limits()['global'] then
+    if redis.call('EXISTS', flow_wait(hint)) == 0 then return 0 end
+    while n < budget and flow_key_room(hint) > 0 and flow_release(stream, hint) do n = n + 1 end
+    return n
+  end
+  for _ = 1, math.min(redis.call('LLEN', flow_ring), flow_scan) do
+    if n >= budget or flow_global_room() <= 0 then break end
+    local k = redis.call('LMOVE', flow_ring, flow_ring, 'LEFT', 'RIGHT')
+    if not k then break end
+    while n < budget and flow_global_room() > 0 and flow_key_room(k) > 0 and flow_release(stream, k) do n = n + 1 end
+  end
+  return n
+end
+-- flow_last_delivered returns the last delivered ID of group, or nil.
+local function flow_last_delivered(stream, group)
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local s = {}
+    for k = 1, #g, 2 do s[g[k]] = g[k + 1] end
+    if s['name'] == group then return s['last-delivered-id'] end
+  end
+  return nil
+end
+-- flow_settled gives back the slot of a settled entry and releases the
+-- next waiting job into it.
+local function flow_settled(stream, id)
+  local k = flow_give(id)
+  if k then flow_dispatch(stream, k, 1) end
+end
+`
+
+// withFlow wraps the body of a settle script (whose KEYS[1] is the stream
+// and ARGV[3] the settled entry) so that it gives back the entry's slot
+// when it settled it (a reply other than 0 or false).
+func withFlow(body string) string {
+	return "local function settle()\n" + body + "\nend\nlocal r = settle()\n" +
+		"if r and r ~= 0 then flow_settled(KEYS[1], ARGV[3]) end\nreturn r\n"
+}
+
+// scriptFlowRead reads new entries for a consumer and admits them: each
+// takes a slot, or is parked in its key's wait list (acknowledged and
+// deleted from the stream, uncharged: its attempt field is unchanged).
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] the most entries to admit, ARGV[4]
+// the most entries to read.
+// Returns {last, id, fields, id, fields, ...}: the admitted entries, and
+// when there are none, last is the group's last delivered ID (the caller
+// blocks on new entries after it), else "".
+var scriptFlowRead = redis.NewScript(streamLib + flowLib + `
+local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
+local want, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
+local out, admitted, seen = {''}, 0, 0
+while admitted < want and seen < budget do
+  local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', math.min(want - admitted, budget - seen), 'STREAMS', stream, '>')
+  if not r or #r[1][2] == 0 then break end
+  local parked = {}
+  for _, e in ipairs(r[1][2]) do
+    seen = seen + 1
+    if flow_admit(e[1], e[2], true) then
+      out[#out + 1] = e[1]
+      out[#out + 1] = e[2]
+      admitted = admitted + 1
+    else
+      parked[#parked + 1] = e[1]
+    end
+  end
+  if #parked > 0 then
+    redis.call('XACK', stream, group, unpack(parked))
+    redis.call('XDEL', stream, unpack(parked))
+  end
+end
+if admitted == 0 then out[1] = flow_last_delivered(stream, group) or '' end
+return out
+`)
+
+// scriptFlowAdmit admits entries a consumer took over or took back (see
+// scriptFlowRead); entries it does not own are left alone.
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry IDs.
+// Returns the IDs of the entries it parked.
+var scriptFlowAdmit = redis.NewScript(streamLib + flowLib + `
+local parked = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  if owned(KEYS[1], ARGV[1], ARGV[2], id) then
+    local e = redis.call('XRANGE', KEYS[1], id, id)
+    if #e > 0 and not flow_admit(id, e[1][2], false) then parked[#parked + 1] = id end
+  end
+end
+if #parked > 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(parked))
+  redis.call('XDEL', KEYS[1], unpack(parked))
+end
+return parked
+`)
+
+// scriptFlowSweep gives back the slots of entries that are no longer
+// pending and no longer wait to be read (settled by a consumer that ran
+// without flow control, deleted by an operator, lost with their stream),
+// visiting a bounded part of the slots per call, then releases waiting
+// jobs into free slots (after a cap was raised, or slots were given back).
+//
+// KEYS[1] stream
+// ARGV[1] group, ARGV[2] the most slots to visit
+// Returns {slots given back, jobs released, 1 when the sweep finished a
+// pass over the slots else 0}.
+var scriptFlowSweep = redis.NewScript(streamLib + flowLib + `
+local stream, group = KEYS[1], ARGV[1]
+local sweep = flow_base .. 'flow:sweep'
+local r = redis.call('HSCAN', flow_run, redis.call('GET', sweep) or '0', 'COUNT', ARGV[2])
+redis.call('SET', sweep, r[1])
+local last = nil
+if redis.call('EXISTS', stream) == 1 then last = flow_last_delivered(stream, group) end
+local freed = 0
+for i = 1, #r[2], 2 do
+  local id = r[2][i]
+  local keep = false
+  if last then
+    if #redis.call('XPENDING', stream, group, id, id, 1) > 0 then
+      keep = true
+    elseif id_lt(last, id) then
+      keep = #redis.call('XRANGE', stream, id, id) > 0
+    end
+  end
+  if not keep and flow_give(id) then freed = freed + 1 end
+end
+local released = flow_dispatch(stream, nil, flow_scan)
+local done = 0
+if r[1] == '0' then done = 1 end
+return {freed, released, done}
+`)
+
+// scriptFlowAck is scriptAck for a queue under flow control: it also gives
+// back the slots of the entries the consumer still owned and releases
+// waiting jobs into them.
+//
+// KEYS and ARGV as scriptAck's, then ARGV[last] the consumer.
+// Returns the number of entries acknowledged.
+var scriptFlowAck = redis.NewScript(streamLib + flowLib + `
+local consumer = table.remove(ARGV)
+local n = tonumber(ARGV[2])
+local freed = {}
+for i = 4, 3 + n do
+  if owned(KEYS[1], ARGV[1], consumer, ARGV[i]) then
+    local k = flow_give(ARGV[i])
+    if k then freed[#freed + 1] = k end
+  end
+end
+local function ack()
+` + ackBody + `
+end
+local acked = ack()
+for _, k in ipairs(freed) do flow_dispatch(KEYS[1], k, 1) end
+return acked
+`)
+
+// scriptFlowMove is scriptMove that gives back the moved entry's slot.
+var scriptFlowMove = redis.NewScript(idempotent(streamLib+statsLib+flowLib, withFlow(moveBody)))
+
+// scriptFlowDeadLetter is scriptDeadLetter that gives back the entry's slot.
+var scriptFlowDeadLetter = redis.NewScript(idempotent(streamLib+deadLib+flowLib, withFlow(deadLetterBody)))
+
+// scriptFlowDelete deletes a job waiting aside (an operator's delete).
+//
+// KEYS[1] stream
+// ARGV[1] the job's flow key, ARGV[2] its stable ID, ARGV[3] its packed
+// fields as the wait list holds them.
+// Returns "ok", or ReplyGone when the job is no longer in the list (it was
+// released meanwhile).
+var scriptFlowDelete = redis.NewScript(flowLib + `
+local w = flow_wait(ARGV[1])
+if redis.call('LREM', w, 1, ARGV[3]) == 0 then return '` + ReplyGone + `' end
+redis.call('HDEL', flow_trail, ARGV[2])
+if redis.call('LLEN', w) == 0 then redis.call('LREM', flow_ring, 0, ARGV[1]) end
+return 'ok'
+`)
+
+// FlowDeleteParams are one call of scriptFlowDelete.
+type FlowDeleteParams struct {
+	Key, JobID, Packed string
+}
+
+// FlowDelete runs scriptFlowDelete.
+func (q *Queue) FlowDelete(ctx context.Context, p FlowDeleteParams) (string, error) {
+	return scriptFlowDelete.Run(ctx, q.client, []string{q.keys.Stream}, p.Key, p.JobID, p.Packed).Text()
+}
+
+// scriptFlowKick releases waiting jobs into free slots (after limits were
+// raised).
+//
+// KEYS[1] stream
+// ARGV[1] the most jobs to release
+// Returns the number released.
+var scriptFlowKick = redis.NewScript(flowLib + `
+return flow_dispatch(KEYS[1], nil, tonumber(ARGV[1]))
+`)
+
+// FlowEntry is an entry a flow read admitted.
+type FlowEntry struct {
+	ID     string
+	Fields map[string]any
+}
+
+// FlowReadParams are one call of scriptFlowRead.
+type FlowReadParams struct {
+	Consumer string
+	N        int // the most entries to admit
+	Budget   int // the most entries to read (admitted or parked)
+}
+
+// FlowRead runs scriptFlowRead. It returns the admitted entries, and when
+// there are none, the group's last delivered ID.
+func (q *Queue) FlowRead(ctx context.Context, p FlowReadParams) ([]FlowEntry, string, error) {
+	res, err := scriptFlowRead.Run(ctx, q.client, []string{q.keys.Stream}, q.group, p.Consumer, p.N, max(p.Budget, p.N)).Slice()
+	if err != nil {
+		return nil, "", err
+	}
+	if len(res) == 0 || len(res)%2 != 1 {
+		return nil, "", fmt.Errorf("unexpected flow read reply of %d elements", len(res))
+	}
+	last, _ := res[0].(string)
+	out := make([]FlowEntry, 0, len(res)/2)
+	for i := 1; i < len(res); i += 2 {
+		id, _ := res[i].(string)
+		out = append(out, FlowEntry{ID: id, Fields: fieldMap(res[i+1])})
+	}
+	return out, last, nil
+}
+
+// FlowAdmit runs scriptFlowAdmit for entries consumer holds, and returns
+// those it parked.
+func (q *Queue) FlowAdmit(ctx context.Context, consumer string, ids []string) ([]string, error) {
+	args := make([]any, 0, 2+len(ids))
+	args = append(args, q.group, consumer)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return scriptFlowAdmit.Run(ctx, q.client, []string{q.keys.Stream}, args...).StringSlice()
+}
+
+// FlowSweep runs scriptFlowSweep over up to count slots. It returns the
+// slots given back, the jobs released, and whether the sweep finished a
+// pass.
+func (q *Queue) FlowSweep(ctx context.Context, count int) (freed, released int64, done bool, err error) {
+	res, err := scriptFlowSweep.Run(ctx, q.client, []string{q.keys.Stream}, q.group, count).Int64Slice()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if len(res) != 3 {
+		return 0, 0, false, fmt.Errorf("unexpected flow sweep reply of %d elements", len(res))
+	}
+	return res[0], res[1], res[2] == 1, nil
+}
+
+// FlowKick runs scriptFlowKick and returns the number of jobs released.
+func (q *Queue) FlowKick(ctx context.Context, n int) (int64, error) {
+	return scriptFlowKick.Run(ctx, q.client, []string{q.keys.Stream}, n).Int64()
+}
+
+// FlowLimits are a queue's flow-control limits as stored (0: none).
+type FlowLimits struct {
+	Global int
+	PerKey int
+	Keys   map[string]int // caps of single keys, over PerKey
+	// Rate is the rate limit of each key (jobs per second; 0: none), Rates
+	// those of single keys, over Rate.
+	Rate  float64
+	Rates map[string]float64
+}
+
+// FlowActive reports whether the queue has flow-control limits.
+func (q *Queue) FlowActive(ctx context.Context) (bool, error) {
+	n, err := q.client.Exists(ctx, q.keys.Flow().Limits).Result()
+	return n > 0, err
+}
+
+// GetFlowLimits reads the queue's limits.
+func (q *Queue) GetFlowLimits(ctx context.Context) (FlowLimits, error) {
+	m, err := q.client.HGetAll(ctx, q.keys.Flow().Limits).Result()
+	if err != nil {
+		return FlowLimits{}, err
+	}
+	return parseFlowLimits(m)
+}
+
+func parseFlowLimits(m map[string]string) (FlowLimits, error) {
+	var l FlowLimits
+	for f, v := range m {
+		if f == FlowRate || strings.HasPrefix(f, FlowRatePrefix) {
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return l, fmt.Errorf("flow limit %q is %q, not a number", f, v)
+			}
+			if f == FlowRate {
+				l.Rate = r
+			} else {
+				if l.Rates == nil {
+					l.Rates = make(map[string]float64)
+				}
+				l.Rates[strings.TrimPrefix(f, FlowRatePrefix)] = r
+			}
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return l, fmt.Errorf("flow limit %q is %q, not a number", f, v)
+		}
+		switch {
+		case f == FlowGlobal:
+			l.Global = n
+		case f == FlowPerKey:
+			l.PerKey = n
+		case strings.HasPrefix(f, FlowKeyPrefix):
+			if l.Keys == nil {
+				l.Keys = make(map[string]int)
+			}
+			l.Keys[strings.TrimPrefix(f, FlowKeyPrefix)] = n
+		}
+	}
+	return l, nil
+}
+
+// SetFlowLimits replaces the queue's limits (all of them zero: none) in one
+// transaction, then releases waiting jobs into the room a raised limit made.
+func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
+	key := q.keys.Flow().Limits
+	var fields []any
+	if l.Global > 0 {
+		fields = append(fields, FlowGlobal, l.Global)
+	}
+	if l.PerKey > 0 {
+		fields = append(fields, FlowPerKey, l.PerKey)
+	}
+	for k, n := range l.Keys {
+		fields = append(fields, FlowKeyPrefix+k, n)
+	}
+	if l.Rate > 0 {
+		fields = append(fields, FlowRate, strconv.FormatFloat(l.Rate, 'g', -1, 64))
+	}
+	for k, r := range l.Rates {
+		fields = append(fields, FlowRatePrefix+k, strconv.FormatFloat(r, 'g', -1, 64))
+	}
+	_, err := q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, key)
+		if len(fields) > 0 {
+			p.HSet(ctx, key, fields...)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	_, err = q.FlowKick(ctx, 1000)
+	return err
+}
+
+// FlowState is what a queue's flow control holds: the slots taken in all
+// and per key, and the jobs waiting per key.
+type FlowState struct {
+	Limits  FlowLimits
+	Running int64
+	PerKey  map[string]int64 // slots held per key
+	Waiting map[string]int64 // waiting jobs per key (the keys in the ring, at most MaxFlowKeys)
+}
+
+// MaxFlowKeys bounds the keys FlowStatus reports.
+const MaxFlowKeys = 1000
+
+// FlowStatus reads the queue's flow state (bounded: at most MaxFlowKeys
+// keys of the ring).
+func (q *Queue) FlowStatus(ctx context.Context) (FlowState, error) {
+	fk := q.keys.Flow()
+	var st FlowState
+	var err error
+	if st.Limits, err = q.GetFlowLimits(ctx); err != nil {
+		return st, err
+	}
+	if st.Running, err = q.client.HLen(ctx, fk.Run).Result(); err != nil {
+		return st, err
+	}
+	cnt, err := q.client.HGetAll(ctx, fk.Count).Result()
+	if err != nil {
+		return st, err
+	}
+	st.PerKey = make(map[string]int64, len(cnt))
+	for k, v := range cnt {
+		st.PerKey[k], _ = strconv.ParseInt(v, 10, 64)
+	}
+	ring, err := q.client.LRange(ctx, fk.Ring, 0, MaxFlowKeys-1).Result()
+	if err != nil {
+		return st, err
+	}
+	st.Waiting = make(map[string]int64, len(ring))
+	pipe := q.client.Pipeline()
+	lens := make([]*redis.IntCmd, len(ring))
+	for i, k := range ring {
+		lens[i] = pipe.LLen(ctx, fk.Wait(k))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return st, err
+	}
+	for i, k := range ring {
+		st.Waiting[k] = lens[i].Val()
+	}
+	return st, nil
+}

@@ -1,0 +1,288 @@
+package rdb
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/wire"
+)
+
+// addKeyed appends one job per flow key of keys (payload "<key><i>") and
+// returns their IDs.
+func (e *env) addKeyed(keys ...string) []string {
+	e.t.Helper()
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		f := (&wire.Job{Payload: []byte(k + string(rune('0'+i))), EnqMillis: 1}).Args()
+		if k != "" {
+			f = append(f, "fk", k)
+		}
+		id, err := e.c.XAdd(e.ctx, &redis.XAddArgs{Stream: e.k.Stream, Values: f}).Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	return ids
+}
+
+func (e *env) flowLimits(l FlowLimits) {
+	e.t.Helper()
+	if err := e.q.SetFlowLimits(e.ctx, l); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) flowRead(consumer string, n int) []string {
+	e.t.Helper()
+	got, _, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: consumer, N: n, Budget: 100})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var ps []string
+	for _, g := range got {
+		p, _ := g.Fields["payload"].(string)
+		ps = append(ps, g.ID+"="+p)
+	}
+	return ps
+}
+
+// payloadsOf returns the payloads of entries "id=payload".
+func payloadsOf(es []string) []string {
+	var out []string
+	for _, s := range es {
+		out = append(out, s[slices.Index([]byte(s), '=')+1:])
+	}
+	return out
+}
+
+func idOf(s string) string { return s[:slices.Index([]byte(s), '=')] }
+
+func (e *env) flowState() FlowState {
+	e.t.Helper()
+	st, err := e.q.FlowStatus(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}
+
+func TestQueue_FlowRead(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1, Keys: map[string]int{"b": 2}})
+	ids := e.addKeyed("a", "a", "b", "b", "b", "", "a")
+	got := e.flowRead("c", 10)
+	if want := []string{"a0", "b2", "b3", "5"}; !slices.Equal(payloadsOf(got), want) {
+		t.Fatalf("admitted %v, want %v", got, want)
+	}
+	st := e.flowState()
+	if st.Running != 4 || st.PerKey["a"] != 1 || st.PerKey["b"] != 2 || st.Waiting["a"] != 2 || st.Waiting["b"] != 1 {
+		t.Fatalf("state %+v", st)
+	}
+	// The parked entries left the stream and the pending list, uncharged, and
+	// the trail says where they wait.
+	if n := e.card(e.k.Stream); n != 4 {
+		t.Errorf("%d entries in the stream, want the 4 admitted", n)
+	}
+	if got := e.pending("c"); len(got) != 4 {
+		t.Errorf("pending %v", got)
+	}
+	if at, _ := e.c.HGet(e.ctx, e.k.Trail, ids[1]).Result(); at != TrailWaiting+"a" {
+		t.Errorf("trail of a parked job %q", at)
+	}
+	// Nothing left to read: the reply names the last delivered ID.
+	none, last, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: 10})
+	if err != nil || len(none) != 0 || last != ids[len(ids)-1] {
+		t.Fatalf("empty read: %v, last %q (want %q), %v", none, last, ids[len(ids)-1], err)
+	}
+}
+
+func TestQueue_FlowSettleReleasesInOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	e.addKeyed("a", "a", "a")
+	first := e.flowRead("c", 10)
+	if !slices.Equal(payloadsOf(first), []string{"a0"}) {
+		t.Fatalf("admitted %v", first)
+	}
+	// Acknowledging a0 releases a1 into the stream with its slot taken.
+	if err := e.q.Ack(e.ctx, &AckParams{IDs: []string{idOf(first[0])}, Flow: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.flowState(); st.Running != 1 || st.Waiting["a"] != 1 {
+		t.Fatalf("after ack: %+v", st)
+	}
+	second := e.flowRead("c", 10)
+	if !slices.Equal(payloadsOf(second), []string{"a1"}) {
+		t.Fatalf("admitted %v", second)
+	}
+	// A retry gives back the slot too (the retried copy waits its turn
+	// again), releasing a2; so does a dead letter.
+	moved, err := e.q.Move(e.ctx, MoveParams{Consumer: "c", ID: idOf(second[0]), Fields: job("again"), Flow: true})
+	if err != nil || !moved {
+		t.Fatalf("Move: %v %v", moved, err)
+	}
+	// The moved copy ("again", without a flow key) is admitted with a2.
+	third := e.flowRead("c", 10)
+	if !slices.Equal(payloadsOf(third), []string{"again", "a2"}) {
+		t.Fatalf("admitted %v", third)
+	}
+	dl, err := e.q.DeadLetter(e.ctx, DeadLetterParams{Consumer: "c", ID: idOf(third[1]), Fields: []any{"dl_reason", "x"}, Flow: true})
+	if err != nil || dl == "" {
+		t.Fatalf("DeadLetter: %q %v", dl, err)
+	}
+	if st := e.flowState(); st.Running != 1 || st.PerKey["a"] != 0 || len(st.Waiting) != 0 {
+		t.Fatalf("end state %+v", st)
+	}
+}
+
+func TestQueue_FlowGlobalRoundRobin(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{Global: 1})
+	e.addKeyed("a", "a", "a", "a", "b", "b")
+	got := e.flowRead("c", 10)
+	var order []string
+	for range 6 {
+		if len(got) != 1 {
+			t.Fatalf("admitted %v, want one job at a time", got)
+		}
+		order = append(order, payloadsOf(got)[0])
+		if err := e.q.Ack(e.ctx, &AckParams{IDs: []string{idOf(got[0])}, Flow: "c"}); err != nil {
+			t.Fatal(err)
+		}
+		if len(order) < 6 {
+			got = e.flowRead("c", 10)
+		}
+	}
+	// a0 ran first; then the waiting keys take turns.
+	if want := []string{"a0", "a1", "b4", "a2", "b5", "a3"}; !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v", order, want)
+	}
+}
+
+func TestQueue_FlowAdmitAndSweep(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	ids := e.addKeyed("a", "a")
+	// Read without flow control (a consumer that did not know the limits yet).
+	if got := e.read("c", 10); len(got) != 2 {
+		t.Fatalf("read %v", got)
+	}
+	parked, err := e.q.FlowAdmit(e.ctx, "c", ids)
+	if err != nil || !slices.Equal(parked, ids[1:]) {
+		t.Fatalf("FlowAdmit parked %v (%v), want %v", parked, err, ids[1:])
+	}
+	// Admitting again keeps the slot; an entry of another consumer is left alone.
+	if parked, err := e.q.FlowAdmit(e.ctx, "c", ids[:1]); err != nil || len(parked) != 0 {
+		t.Fatalf("again: %v %v", parked, err)
+	}
+	// A plain acknowledgement leaks the slot; the sweep gives it back and
+	// releases the waiting job.
+	if err := e.q.Ack(e.ctx, &AckParams{IDs: ids[:1]}); err != nil {
+		t.Fatal(err)
+	}
+	freed, released, done, err := e.q.FlowSweep(e.ctx, 100)
+	if err != nil || freed != 1 || released != 1 || !done {
+		t.Fatalf("sweep: freed %d released %d done %v, %v", freed, released, done, err)
+	}
+	// The released job holds its slot while unread: the sweep keeps it.
+	if freed, _, _, err := e.q.FlowSweep(e.ctx, 100); err != nil || freed != 0 {
+		t.Fatalf("second sweep freed %d, %v", freed, err)
+	}
+	if got := payloadsOf(e.flowRead("c", 10)); !slices.Equal(got, []string{"a1"}) {
+		t.Fatalf("admitted %v", got)
+	}
+}
+
+func TestQueue_FlowKick(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	e.addKeyed("a", "a", "a")
+	if got := e.flowRead("c", 10); len(got) != 1 {
+		t.Fatalf("admitted %v", got)
+	}
+	// Raising the cap releases the waiting jobs at once.
+	e.flowLimits(FlowLimits{PerKey: 3})
+	if n, err := e.q.FlowKick(e.ctx, 10); err != nil || n != 0 {
+		t.Fatalf("kick after SetFlowLimits released %d more, %v", n, err)
+	}
+	if got := payloadsOf(e.flowRead("c", 10)); !slices.Equal(got, []string{"a1", "a2"}) {
+		t.Fatalf("admitted %v", got)
+	}
+	if l, err := e.q.GetFlowLimits(e.ctx); err != nil || l.PerKey != 3 || l.Global != 0 {
+		t.Fatalf("limits %+v %v", l, err)
+	}
+}
+
+func TestQueue_FlowRateLimit(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{Rate: 1, Rates: map[string]float64{"fast": 100}})
+	ids := e.addKeyed("a", "a", "a", "fast", "fast")
+	start := time.Now()
+	if got := payloadsOf(e.flowRead("c", 10)); !slices.Equal(got, []string{"a0", "fast3", "fast4"}) {
+		t.Fatalf("admitted %v", got)
+	}
+	// The others wait in the delayed set for their tokens, uncharged, under
+	// their stable IDs.
+	zs, err := e.c.ZRangeWithScores(e.ctx, e.k.Delayed, 0, -1).Result()
+	if err != nil || len(zs) != 2 {
+		t.Fatalf("delayed %v, %v", zs, err)
+	}
+	for i, z := range zs {
+		m := z.Member.(string)
+		if m != RateLimitedPrefix+ids[i+1] {
+			t.Errorf("delayed member %q, want %q", m, RateLimitedPrefix+ids[i+1])
+		}
+		due := time.UnixMilli(int64(z.Score))
+		if due.Before(start.Add(900*time.Millisecond)) || due.After(time.Now().Add(1100*time.Millisecond)) {
+			t.Errorf("due at %v, want about 1 s after %v", due, start)
+		}
+		if at, _ := e.c.HGet(e.ctx, e.k.Trail, ids[i+1]).Result(); at != TrailDelayed+m {
+			t.Errorf("trail %q", at)
+		}
+	}
+	if l, err := e.q.GetFlowLimits(e.ctx); err != nil || l.Rate != 1 || l.Rates["fast"] != 100 {
+		t.Fatalf("limits %+v, %v", l, err)
+	}
+}
+
+func TestQueue_FlowDelete(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	ids := e.addKeyed("a", "a")
+	e.flowRead("c", 10)
+	packed, err := e.c.LIndex(e.ctx, e.k.Flow().Wait("a"), 0).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := FlowDeleteParams{Key: "a", JobID: ids[1], Packed: packed}
+	if res, err := e.q.FlowDelete(e.ctx, p); err != nil || res != "ok" {
+		t.Fatalf("FlowDelete: %q, %v", res, err)
+	}
+	if n := e.card(e.k.Flow().Ring); n != 0 {
+		t.Errorf("the ring still holds %d keys", n)
+	}
+	if e.c.HExists(e.ctx, e.k.Trail, ids[1]).Val() {
+		t.Error("the trail still names the deleted job")
+	}
+	if res, err := e.q.FlowDelete(e.ctx, p); err != nil || res != ReplyGone {
+		t.Fatalf("deleting again: %q, %v", res, err)
+	}
+}
