@@ -2,6 +2,8 @@ package streamq_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -225,16 +227,60 @@ func BenchmarkWorker_ThreeQueues(b *testing.B) {
 // benchQueues times the run of b.N jobs over queues queues: one Consumer
 // when queues is 1, else one Worker of equal weights.
 func benchQueues(b *testing.B, c, queues int) {
+	noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
+	benchQueuesWith(b, c, queues, benchPayload, nil, noop)
+}
+
+// benchArgs are typed args of about 100 bytes of JSON.
+type benchArgs struct {
+	Customer string `json:"customer"`
+	Order    int    `json:"order"`
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	Note     string `json:"note"`
+}
+
+func (benchArgs) Kind() string { return "bench.order" }
+
+// BenchmarkConsumer_Typed compares, in one run, a typed handler (Register
+// on a Mux, ~100-byte JSON args decoded per job) with a plain no-op handler
+// of jobs with the same payload, at concurrency 16 and 64.
+func BenchmarkConsumer_Typed(b *testing.B) {
+	args := benchArgs{Customer: "cus_4f9a2b7c1d", Order: 1234567, Amount: 129900, Currency: "EUR", Note: "gift wrap, deliver after 5pm"}
+	payload, err := json.Marshal(args)
+	if err != nil {
+		b.Fatal(err)
+	}
+	plain := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
+	mux := streamq.NewMux()
+	streamq.Register(mux, func(_ context.Context, j *streamq.TypedJob[benchArgs]) error {
+		if j.Args.Order != args.Order {
+			return errors.New("args not decoded")
+		}
+		return nil
+	})
+	for _, c := range []int{16, 64} {
+		b.Run(fmt.Sprintf("handler=plain/concurrency=%d", c), func(b *testing.B) {
+			benchQueuesWith(b, c, 1, payload, nil, plain)
+		})
+		b.Run(fmt.Sprintf("handler=typed/concurrency=%d", c), func(b *testing.B) {
+			benchQueuesWith(b, c, 1, payload, []streamq.EnqueueOption{streamq.WithKind(args.Kind())}, mux)
+		})
+	}
+}
+
+// benchQueuesWith is benchQueues with jobs of payload enqueued with opts
+// and run by h.
+func benchQueuesWith(b *testing.B, c, queues int, payload []byte, opts []streamq.EnqueueOption, h streamq.Handler) {
 	acks := &ackHook{target: int64(b.N), done: make(chan struct{}), streams: map[string]bool{}}
 	q0, cleanup := benchQueue(b, c+10, acks)
 	defer cleanup()
 	ctx := context.Background()
 	rdb := core.Of(q0).RDB
-	noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
 	var cons []*streamq.Consumer
 	jobs := make([]streamq.Job, streamq.MaxBatchChunk)
 	for i := range jobs {
-		jobs[i].Payload = benchPayload
+		jobs[i].Payload = payload
 	}
 	for k := range queues {
 		q := q0
@@ -260,7 +306,7 @@ func benchQueues(b *testing.B, c, queues int) {
 			share += b.N % queues
 		}
 		for i := 0; i < share; i += len(jobs) {
-			if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), share-i)]); err != nil {
+			if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), share-i)], opts...); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -268,7 +314,7 @@ func benchQueues(b *testing.B, c, queues int) {
 		if queues == 1 {
 			cfg.Concurrency = c
 		}
-		cn, err := streamq.NewConsumer(q, noop, cfg)
+		cn, err := streamq.NewConsumer(q, h, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

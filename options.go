@@ -26,9 +26,10 @@ type EnqueueOptions struct {
 	// In, when positive, delays the job by this long after the Redis
 	// server's time when it is stored; it wins over At. Set by [ProcessIn].
 	In time.Duration
-	// UniqueKey and UniqueTTL make the job unique by key ("": not unique).
-	// Set by [Unique].
+	// UniqueKey makes the job unique by key ("": not unique). Set by
+	// [Unique].
 	UniqueKey string
+	// UniqueTTL bounds the life of the unique key's lock. Set by [Unique].
 	UniqueTTL time.Duration
 	// Kind names the job's type of work, which a [Mux] routes by ("": an
 	// untyped job). Set by [WithKind], and by [EnqueueArgs] from the args.

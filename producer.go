@@ -196,10 +196,10 @@ func (p *Producer) checkOptions(o *EnqueueOptions) error {
 	case !core.Of(p.q).HasPrioritySet.Load():
 		return configErr("priority.WithPriority", "queue %q has no priority set in this process, so nothing would order its jobs by priority: create the set with priority.NewQueue on this Queue (and run priority.Forward on its consumer), or drop the option", p.q.Name())
 	}
-	if o.Headers == nil {
-		o.Headers = make(map[string]string, 1)
-	}
-	o.Headers[wire.HeaderPriority] = strconv.Itoa(*o.Priority)
+	h := make(map[string]string, len(o.Headers)+1) // never the caller's map
+	maps.Copy(h, o.Headers)
+	h[wire.HeaderPriority] = strconv.Itoa(*o.Priority)
+	o.Headers = h
 	return nil
 }
 

@@ -18,6 +18,13 @@ func TestREADME_QuickStart(t *testing.T) {
 	readmetest.Check(t, "README.md", "example_test.go", "quickstart")
 }
 
+// TestREADME_Jobs keeps the typed-jobs guide's code identical to
+// ExampleRegister.
+func TestREADME_Jobs(t *testing.T) {
+	t.Parallel()
+	readmetest.Check(t, "docs/jobs.md", "example_typed_test.go", "typed")
+}
+
 // TestREADME_Testing keeps the code of docs/testing.md identical to the
 // streamqtest examples it comes from.
 func TestREADME_Testing(t *testing.T) {

@@ -186,7 +186,11 @@ type queueData struct {
 	Page     *inspect.Page
 	Rows     []jobRow
 	// the search
-	ID, Header, Grep  string
+	ID, Header, Grep string
+	Kind, Tag        string
+	// Kinds is set when a job of the page has a kind: the table shows the
+	// column.
+	Kinds             bool
 	Limit             int
 	Cursor            string
 	NextURL, FirstURL string
@@ -218,7 +222,8 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	form := r.URL.Query()
-	d := &queueData{Overview: ov, ID: strings.TrimSpace(form.Get("id")), Header: strings.TrimSpace(form.Get("header")), Grep: form.Get("q"), Cursor: form.Get("cursor")}
+	d := &queueData{Overview: ov, ID: strings.TrimSpace(form.Get("id")), Header: strings.TrimSpace(form.Get("header")), Grep: form.Get("q"), Cursor: form.Get("cursor"),
+		Kind: strings.TrimSpace(form.Get("kind")), Tag: strings.TrimSpace(form.Get("tag"))}
 	d.State = inspect.StateWaiting
 	if st := form.Get("state"); st != "" {
 		if d.State, err = inspect.ParseState(st); err != nil {
@@ -245,7 +250,10 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	opts := inspect.ListOptions{State: d.State, Cursor: d.Cursor, Limit: d.Limit, Grep: d.Grep}
+	opts := inspect.ListOptions{State: d.State, Cursor: d.Cursor, Limit: d.Limit, Grep: d.Grep, Kind: d.Kind}
+	if d.Tag != "" {
+		opts.Tags = []string{d.Tag}
+	}
 	if d.Header != "" {
 		k, v, ok := strings.Cut(d.Header, "=")
 		if !ok || strings.TrimSpace(k) == "" {
@@ -277,8 +285,9 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 		d.States = append(d.States, stateTab{State: st, Count: ov.Count(st), Approx: approx, URL: base + "?state=" + string(st)})
 	}
 	d.Rows = s.jobRows(q.Name(), d.Page.Jobs)
+	d.Kinds = slices.ContainsFunc(d.Page.Jobs, func(j inspect.Job) bool { return j.Kind != "" })
 	keep := url.Values{"state": {string(d.State)}}
-	for k, v := range map[string]string{"header": d.Header, "q": d.Grep} {
+	for k, v := range map[string]string{"header": d.Header, "q": d.Grep, "kind": d.Kind, "tag": d.Tag} {
 		if v != "" {
 			keep.Set(k, v)
 		}

@@ -3,6 +3,7 @@ package inspect
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,10 @@ func jobFrom(values map[string]any, entryID string) Job {
 			}
 		case fieldErrors:
 			j.Errors = parseFailures(s)
+		case wire.FieldKind:
+			j.Kind = s
+		case wire.FieldTags:
+			_ = json.Unmarshal([]byte(s), &j.Tags) // malformed tags leave Tags nil
 		}
 	}
 	j.TraceID = traceID(j.Headers["traceparent"])
@@ -83,11 +88,19 @@ func traceID(tp string) string {
 	return parts[1]
 }
 
-// matches reports whether j passes o's header, payload and dead-letter
-// filters.
+// matches reports whether j passes o's header, payload, kind, tag and
+// dead-letter filters.
 func matches(j *Job, o *ListOptions) bool {
 	if (o.State == StateDead || o.State == StateCancelled) && !o.Dead.match(j) {
 		return false
+	}
+	if o.Kind != "" && j.Kind != o.Kind {
+		return false
+	}
+	for _, t := range o.Tags {
+		if !slices.Contains(j.Tags, t) {
+			return false
+		}
 	}
 	for k, v := range o.Header {
 		if got, ok := j.Headers[k]; !ok || got != v {

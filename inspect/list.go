@@ -83,7 +83,7 @@ func (q *Queue) list(ctx context.Context, o *ListOptions, fetch fetchFunc) (*Pag
 	// A listing that skips entries (filters, or a state that shares its
 	// structure with another: delayed and retrying, dead and cancelled)
 	// reads full pages; one that keeps every entry reads what it returns.
-	filtered := len(o.Header) > 0 || o.Grep != "" || o.State != StateWaiting && o.State != StateRunning || o.Dead.Reason != "" || o.Dead.Error != ""
+	filtered := len(o.Header) > 0 || o.Grep != "" || o.Kind != "" || len(o.Tags) > 0 || o.State != StateWaiting && o.State != StateRunning || o.Dead.Reason != "" || o.Dead.Error != ""
 	budget := q.in.opts.ScanLimit
 	for page.Scanned < budget {
 		n := min(pageSize, budget-page.Scanned)

@@ -111,6 +111,12 @@ type ListOptions struct {
 	Header map[string]string
 	// Grep keeps jobs whose payload contains this substring.
 	Grep string
+	// Kind keeps jobs of this kind (see streamq.WithKind); "" keeps every
+	// kind.
+	Kind string
+	// Tags keeps jobs that carry every one of these tags (see
+	// streamq.Tags).
+	Tags []string
 	// Dead keeps the dead letters (StateDead, StateCancelled) it selects:
 	// reason, error text and time (its IDs are not used). A filtered page
 	// examines up to the inspector's ScanLimit letters to fill it.
@@ -179,6 +185,10 @@ type Job struct {
 	TraceID   string // from the traceparent header
 	// Key is the job's unique key, if it has one.
 	Key string
+	// Kind is the job's kind ("" for an untyped job).
+	Kind string
+	// Tags are the job's tags (nil: none).
+	Tags []string
 	// FlowKey is the job's flow key, if it has one (see [Queue.Explain]).
 	FlowKey string
 

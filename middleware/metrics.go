@@ -79,6 +79,13 @@ func messagingBuckets() metric.HistogramOption {
 // ReasonMalformed).
 const AttrDeadLetterReason = attribute.Key("streamq.dead_letter.reason")
 
+// AttrKind is the attribute of a job's kind (streamq.Message.Kind) on the
+// job measurements of the streamq.* instruments (processed, failed,
+// in-flight, duration, latency, retried, postponed, dead-lettered). Jobs
+// without a kind have no such attribute, so untyped queues keep their
+// series.
+const AttrKind = attribute.Key("streamq.job.kind")
+
 // DefaultStatsTimeout bounds reading one queue's statistics during a metric
 // collection when MetricsConfig.StatsTimeout is zero.
 const DefaultStatsTimeout = 2 * time.Second
@@ -185,9 +192,9 @@ type Metrics struct {
 	// queue name: both sync.Maps for the same reason as state.
 	consumers, sends sync.Map
 
-	// state holds a *queueState by queue name, one per queue seen. A
-	// sync.Map because it is read on every job and written once per queue:
-	// its reads take no lock.
+	// state holds a *queueState by stateKey, one per queue and kind seen.
+	// A sync.Map because it is read on every job and written once per
+	// queue and kind: its reads take no lock.
 	state sync.Map
 
 	// lastQueue is the queueState of the job started last: consumers
@@ -206,6 +213,7 @@ type Metrics struct {
 // options, so that recording a job allocates nothing.
 type queueState struct {
 	queue   string
+	kind    string
 	add     []metric.AddOption
 	record  []metric.RecordOption
 	observe metric.ObserveOption
@@ -221,17 +229,25 @@ type queueState struct {
 	last atomic.Pointer[consumerState]
 }
 
-func newQueueState(queue string) *queueState {
-	q := semconv.MessagingDestinationName(queue)
-	set := attribute.NewSet(q)
+// stateKey identifies a queueState: a queue and a job kind.
+type stateKey struct{ queue, kind string }
+
+func newQueueState(queue, kind string) *queueState {
+	base := make([]attribute.KeyValue, 0, 3)
+	base = append(base, semconv.MessagingDestinationName(queue))
+	if kind != "" {
+		base = append(base, AttrKind.String(kind))
+	}
+	set := attribute.NewSet(base...)
 	s := &queueState{
 		queue:   queue,
+		kind:    kind,
 		add:     []metric.AddOption{metric.WithAttributeSet(set)},
 		record:  []metric.RecordOption{metric.WithAttributeSet(set)},
 		observe: metric.WithAttributeSet(set),
 	}
 	for c := range numClasses {
-		fs := attribute.NewSet(q, semconv.ErrorTypeKey.String(c.String()))
+		fs := attribute.NewSet(append(base[:len(base):len(base)], semconv.ErrorTypeKey.String(c.String()))...)
 		s.failDur[c] = []metric.RecordOption{metric.WithAttributeSet(fs)}
 		s.failObs[c] = metric.WithAttributeSet(fs)
 	}
@@ -494,8 +510,8 @@ func (m *Metrics) Middleware() streamq.Middleware {
 	return func(next streamq.Handler) streamq.Handler {
 		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
 			q := m.lastQueue.Load()
-			if q == nil || q.queue != msg.Queue {
-				q = m.queueState(msg.Queue)
+			if q == nil || q.queue != msg.Queue || q.kind != msg.Kind {
+				q = m.queueState(msg.Queue, msg.Kind)
 				m.lastQueue.Store(q)
 			}
 			cs := m.consumerState(q, msg.Queue, msg.Group)
@@ -552,15 +568,22 @@ func (m *Metrics) recordLatency(ctx context.Context, q *queueState, msg *streamq
 // claims. Use it as ConsumerConfig.OnEvent, or call it from your own OnEvent
 // function.
 func (m *Metrics) OnEvent(ctx context.Context, e streamq.Event) {
-	a := m.queueState(e.Queue)
+	var kind string
+	if e.Message != nil {
+		kind = e.Message.Kind
+	}
+	a := m.queueState(e.Queue, kind)
 	switch e.Kind {
 	case streamq.EventRetried:
 		m.retried.Add(ctx, 1, a.add...)
 	case streamq.EventPostponed:
 		m.postponed.Add(ctx, 1, a.add...)
 	case streamq.EventDeadLettered:
-		m.dead.Add(ctx, 1, metric.WithAttributes(
-			semconv.MessagingDestinationName(e.Queue), AttrDeadLetterReason.String(e.Reason)))
+		attrs := []attribute.KeyValue{semconv.MessagingDestinationName(e.Queue), AttrDeadLetterReason.String(e.Reason)}
+		if kind != "" {
+			attrs = append(attrs, AttrKind.String(kind))
+		}
+		m.dead.Add(ctx, 1, metric.WithAttributes(attrs...))
 	case streamq.EventReclaimed:
 		m.reclaimed.Add(ctx, 1, a.add...)
 	case streamq.EventDeleted:
@@ -570,14 +593,17 @@ func (m *Metrics) OnEvent(ctx context.Context, e streamq.Event) {
 	}
 }
 
-// queueState returns the state of queue, creating it on first use. One is
-// kept per queue name for the life of the Metrics (queue names come from the
-// consumers' queues, so they are few).
-func (m *Metrics) queueState(queue string) *queueState {
-	if s, ok := m.state.Load(queue); ok {
+// queueState returns the state of queue and job kind, creating it on first
+// use, so that its attributes are built once per kind, not per job. One is
+// kept per queue and kind for the life of the Metrics (queue names come from
+// the consumers' queues and kinds from the code's job types, so they are
+// few).
+func (m *Metrics) queueState(queue, kind string) *queueState {
+	k := stateKey{queue, kind}
+	if s, ok := m.state.Load(k); ok {
 		return s.(*queueState)
 	}
-	s, _ := m.state.LoadOrStore(queue, newQueueState(queue))
+	s, _ := m.state.LoadOrStore(k, newQueueState(queue, kind))
 	return s.(*queueState)
 }
 
@@ -626,7 +652,7 @@ func (m *Metrics) observeQueues(ctx context.Context, o metric.Observer) error {
 			continue
 		}
 		s := stats[i]
-		opt := m.queueState(q.Name()).observe
+		opt := m.queueState(q.Name(), "").observe
 		o.ObserveInt64(m.entries, s.Length, opt)
 		o.ObserveInt64(m.pending, s.Pending, opt)
 		if s.Lag >= 0 { // -1: Redis cannot tell

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
@@ -75,5 +77,70 @@ func TestForward_KeepsKindAndOptions(t *testing.T) {
 	}
 	if p, ok := priority.Of(msg); !ok || p != 4 {
 		t.Errorf("priority = %d, %v", p, ok)
+	}
+}
+
+// TestWorker_PerJobOptions: a priority worker enforces the forwarded job's
+// own attempt budget and timeout, in place of its MaxDeliveries and
+// JobTimeout.
+func TestWorker_PerJobOptions(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	if _, err := e.p.Enqueue(ctx, []byte("fails"), streamq.MaxAttempts(2), priority.WithPriority(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.p.Enqueue(ctx, []byte("slow"), streamq.Timeout(100*time.Millisecond), streamq.MaxAttempts(1), priority.WithPriority(1)); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := runConsumer(t, e.q, priority.Forward(e.pq), consumerConfig())
+	defer stop()
+	var runs atomic.Int32
+	causes := make(chan error, 1)
+	w := e.newWorker(t, streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
+		if string(m.Payload) == "fails" {
+			runs.Add(1)
+			return errors.New("boom")
+		}
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	}), priority.WorkerConfig{MaxDeliveries: 10})
+	run(t, w)
+	if c := recv(t, causes, "the slow job's cancellation"); !errors.Is(c, streamq.ErrJobTimeout) {
+		t.Errorf("slow job cancelled with %v, want ErrJobTimeout", c)
+	}
+	redistest.WaitFor(t, waitTimeout, "two dead letters", func() bool { return len(deadLetters(t, e.q)) == 2 })
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the failing job ran %d times, want its MaxAttempts (2)", n)
+	}
+	for _, d := range deadLetters(t, e.q) {
+		if d.Reason != streamq.ReasonMaxDeliveries {
+			t.Errorf("dead letter %s: reason %q", d.Payload, d.Reason)
+		}
+	}
+}
+
+// TestQueue_PushKindAndTags: a pushed job carries its kind and tags to the
+// worker's Mux; an invalid kind is refused before anything is pushed.
+func TestQueue_PushKindAndTags(t *testing.T) {
+	t.Parallel()
+	e := setup(t, nil)
+	ctx := context.Background()
+	if _, err := e.pq.Push(ctx, priority.Job{Priority: 1, Payload: []byte("x"), Kind: "bad kind"}); err == nil {
+		t.Fatal("a kind with a space was pushed")
+	}
+	if s, err := e.pq.Stats(ctx); err != nil || s.Ready != 0 {
+		t.Fatalf("stats %+v, %v: want nothing pushed", s, err)
+	}
+	if _, err := e.pq.Push(ctx, priority.Job{Priority: 1, Payload: []byte("x"), Kind: "report.build", Tags: []string{"t1"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *streamq.Message, 1)
+	m := streamq.NewMux()
+	m.Route("report.build", recorder(got))
+	run(t, e.newWorker(t, m, priority.WorkerConfig{}))
+	if msg := recv(t, got, "the pushed job"); msg.Kind != "report.build" || len(msg.Tags) != 1 || msg.Tags[0] != "t1" {
+		t.Errorf("pushed job: kind %q, tags %v", msg.Kind, msg.Tags)
 	}
 }

@@ -112,6 +112,12 @@ type Job struct {
 	// Headers are optional string headers. A [HeaderPriority] header here is
 	// ignored: the worker gives every job the header of its Priority.
 	Headers map[string]string
+	// Kind is the job's kind, which a [streamq.Mux] routes by ("": an
+	// untyped job); see [streamq.WithKind] for what it may contain.
+	Kind string
+	// Tags label the job for inspection and filters (nil: none); see
+	// [streamq.Tags].
+	Tags []string
 }
 
 // Push adds one job to the priority set and returns its ID. A nil error
@@ -179,7 +185,28 @@ func (pq *Queue) fields(ctx context.Context, j Job, now time.Time) ([]any, error
 		return nil, err
 	}
 	wj := wire.Job{Payload: j.Payload, Headers: h, EnqMillis: now.UnixMilli()}
+	if j.Kind != "" || len(j.Tags) > 0 {
+		var o streamq.EnqueueOptions
+		if err := kindOptions(&o, j.Kind, j.Tags); err != nil {
+			return nil, err
+		}
+		wj.Kind, wj.Tags = o.Kind, o.Tags
+	}
 	return wj.Args(), nil
+}
+
+// kindOptions checks a pushed job's kind and tags with the options that
+// set them on stream jobs, so both follow the same rules.
+func kindOptions(o *streamq.EnqueueOptions, kind string, tags []string) error {
+	if kind != "" {
+		if err := streamq.WithKind(kind)(o); err != nil {
+			return err
+		}
+	}
+	if len(tags) > 0 {
+		return streamq.Tags(tags...)(o)
+	}
+	return nil
 }
 
 // Stats is a snapshot of a priority set.

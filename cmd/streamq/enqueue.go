@@ -48,6 +48,8 @@ type enqueueFlags struct {
 	prio        int
 	usePrio     bool
 	jsonl       string
+	kind        string
+	tags        []string
 	h           map[string]string
 	due         time.Time
 	payloadArgs []string
@@ -91,14 +93,15 @@ func newEnqueueCmd(a *app) *cobra.Command {
 and print its ID. The payload is the second argument, or stdin when it is "-"
 or missing. --in and --at delay the job; --unique with --ttl enqueues it only if
 no job with that key is waiting, scheduled, retrying or running (the existing
-job's ID is printed and the exit code is 1).
+job's ID is printed and the exit code is 1). --kind and --tag set the job's
+kind (which a streamq.Mux routes by) and tags.
 
 --jsonl FILE (or - for stdin) enqueues one job per line, each line a JSON
 document that is the job's payload (empty lines are skipped), in batches of
 1,000 per Redis call (EnqueueBatch, or PushBatch with --priority), and prints
 their IDs, one per line. Every line is checked first: a line that is not JSON
-stops the command before anything is sent. --header, --in, --at and --priority
-apply to every job. The input may hold up to 64 MiB.
+stops the command before anything is sent. --header, --in, --at, --kind, --tag
+and --priority apply to every job. The input may hold up to 64 MiB.
 
 --priority needs a priority queue (a new queue becomes one): on a stream queue
 its consumers would never see the job; there, enqueue with
@@ -110,6 +113,7 @@ with --jsonl {"queue","count","ids":[...],"due_at","priority"}`,
   streamq enqueue orders --in 5m --header tenant=acme '{"order":42}'
   echo '{"order":42}' | streamq enqueue orders - --unique order:42 --ttl 1h
   streamq enqueue reports --priority 10 '{"report":"daily"}'
+  streamq enqueue mail --kind email.welcome --tag tenant:42 '{"to":"ada@example.com"}'
   streamq enqueue orders --jsonl orders.jsonl
   jq -c '.[]' backlog.json | streamq enqueue orders --jsonl - --json`,
 		Args: rangeArgs(1, 2, "<queue> [payload|-]"),
@@ -156,6 +160,8 @@ with --jsonl {"queue","count","ids":[...],"due_at","priority"}`,
 	fs.StringVar(&f.at, "at", "", "run the job at this RFC 3339 time")
 	fs.StringVar(&f.unique, "unique", "", "unique key: enqueue only if no job holds it (with --ttl)")
 	fs.DurationVar(&f.ttl, "ttl", 0, "how long the unique key is held at most")
+	fs.StringVar(&f.kind, "kind", "", "the job's kind, which a streamq.Mux routes by (e.g. email.send)")
+	fs.StringArrayVar(&f.tags, "tag", nil, "a tag of the job (repeatable)")
 	fs.IntVar(&f.prio, "priority", 0, "push into the queue's priority set with this priority (higher runs first)")
 	fs.StringVar(&f.jsonl, "jsonl", "", `enqueue one job per line of this file ("-": stdin), each line a JSON payload`)
 	return cmd
@@ -195,7 +201,7 @@ func (a *app) enqueueOne(cmd *cobra.Command, q *streamq.Queue, f *enqueueFlags, 
 		if err != nil {
 			return err
 		}
-		if out.ID, err = pq.Push(ctx, priority.Job{Priority: f.prio, Payload: payload, Headers: f.h}); err != nil {
+		if out.ID, err = pq.Push(ctx, priority.Job{Priority: f.prio, Payload: payload, Headers: f.h, Kind: f.kind, Tags: f.tags}); err != nil {
 			return enqueueErr(err)
 		}
 		out.Priority = &f.prio
@@ -238,6 +244,12 @@ func (f *enqueueFlags) options() []streamq.EnqueueOption {
 		opts = append(opts, streamq.ProcessIn(f.in))
 	case !f.due.IsZero():
 		opts = append(opts, streamq.ProcessAt(f.due))
+	}
+	if f.kind != "" {
+		opts = append(opts, streamq.WithKind(f.kind))
+	}
+	if len(f.tags) > 0 {
+		opts = append(opts, streamq.Tags(f.tags...))
 	}
 	return opts
 }
@@ -303,7 +315,7 @@ func (a *app) batchSender(q *streamq.Queue, f *enqueueFlags) (func(context.Conte
 		return func(ctx context.Context, chunk [][]byte) ([]string, error) {
 			jobs := make([]priority.Job, len(chunk))
 			for i, p := range chunk {
-				jobs[i] = priority.Job{Priority: f.prio, Payload: p, Headers: f.h}
+				jobs[i] = priority.Job{Priority: f.prio, Payload: p, Headers: f.h, Kind: f.kind, Tags: f.tags}
 			}
 			return pq.PushBatch(ctx, jobs)
 		}, nil

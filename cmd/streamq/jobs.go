@@ -43,6 +43,8 @@ type jobJSON struct {
 	Progress   *progressJSON     `json:"progress,omitempty"`
 	Result     *blob             `json:"result,omitempty"`
 	TraceID    string            `json:"trace_id,omitempty"`
+	Kind       string            `json:"kind,omitempty"`
+	Tags       []string          `json:"tags,omitempty"`
 }
 
 type failureJSON struct {
@@ -63,7 +65,7 @@ func newJobJSON(j *inspect.Job) jobJSON {
 		Payload: newBlob(j.Payload), Headers: j.Headers, Attempt: j.Attempt, Priority: j.Priority,
 		EnqueuedAt: jsonTime(j.EnqueuedAt), DueAt: jsonTime(j.DueAt), StartedAt: jsonTime(j.StartedAt), DeadAt: jsonTime(j.DeadAt),
 		Owner: j.Owner, RunTimeMS: ms(j.RunTime), LastError: j.LastError, Errors: []failureJSON{},
-		Reason: j.Reason, Result: newBlob(j.Result), TraceID: j.TraceID,
+		Reason: j.Reason, Result: newBlob(j.Result), TraceID: j.TraceID, Kind: j.Kind, Tags: j.Tags,
 	}
 	if out.Headers == nil {
 		out.Headers = map[string]string{}
@@ -91,6 +93,8 @@ type listFlags struct {
 	cursor  string
 	headers []string
 	grep    string
+	kind    string
+	tags    []string
 }
 
 func (f *listFlags) register(cmd *cobra.Command, withState bool) {
@@ -102,6 +106,8 @@ func (f *listFlags) register(cmd *cobra.Command, withState bool) {
 	fs.StringVar(&f.cursor, "cursor", "", "where to go on: the cursor printed by the previous page")
 	fs.StringArrayVar(&f.headers, "header", nil, "only jobs with header key=value (repeatable; all must match)")
 	fs.StringVar(&f.grep, "grep", "", "only jobs whose payload contains this text")
+	fs.StringVar(&f.kind, "kind", "", "only jobs of this kind")
+	fs.StringArrayVar(&f.tags, "tag", nil, "only jobs with this tag (repeatable; all must match)")
 }
 
 func (f *listFlags) options() (inspect.ListOptions, error) {
@@ -124,7 +130,7 @@ func (f *listFlags) options() (inspect.ListOptions, error) {
 	if err != nil {
 		return o, err
 	}
-	o.Limit, o.Cursor, o.Header, o.Grep = f.limit, f.cursor, h, f.grep
+	o.Limit, o.Cursor, o.Header, o.Grep, o.Kind, o.Tags = f.limit, f.cursor, h, f.grep, f.kind, f.tags
 	return o, nil
 }
 
@@ -134,8 +140,8 @@ func newJobsCmd(a *app) *cobra.Command {
 		Use:   "jobs <queue>",
 		Short: "List a queue's jobs in one state, a page at a time",
 		Long: `List the jobs of a queue in one state, oldest first, a page of --limit at a time;
-the command to get the next page is printed after the table. --header and --grep
-filter; a filtered page examines a bounded number of entries, so it may be short
+the command to get the next page is printed after the table. --header, --grep,
+--kind and --tag filter; a filtered page examines a bounded number of entries, so it may be short
 while more follow.
 
 JSON: {"jobs":[job...],"cursor":"<next page, empty at the end>","scanned":<entries examined>},
@@ -143,6 +149,7 @@ each job as 'streamq job --json' prints it.`,
 		Example: `  streamq jobs orders
   streamq jobs orders --state retrying --limit 20
   streamq jobs orders --state dead --header tenant=acme --grep "timeout"
+  streamq jobs orders --kind email.send --tag tenant:42
   streamq jobs orders --state waiting --cursor 1732500000000-0 --json`,
 		Args: exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -169,6 +176,12 @@ func (f *listFlags) again() []string {
 	}
 	if f.grep != "" {
 		out = append(out, "--grep", f.grep)
+	}
+	if f.kind != "" {
+		out = append(out, "--kind", f.kind)
+	}
+	for _, t := range f.tags {
+		out = append(out, "--tag", t)
 	}
 	return out
 }
@@ -206,12 +219,21 @@ func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, 
 	if prio {
 		head = slices.Insert(head, 2, "PRIORITY")
 	}
+	// A KIND column when a job of the page has one (untyped queues keep
+	// their table).
+	kinds := slices.ContainsFunc(jobs, func(j inspect.Job) bool { return j.Kind != "" })
+	if kinds {
+		head = slices.Insert(head, 1, "KIND")
+	}
 	t := newTable(a.stdout, head...)
 	for i := range jobs {
 		j := &jobs[i]
 		cells := []any{j.ID, j.State, j.Attempt, since(j.EnqueuedAt, now), when(j, now), dash(j.Owner), dash(shortText(j.LastError, 40)), short(j.Payload, 40)}
 		if prio {
 			cells = slices.Insert(cells, 2, any(j.Priority))
+		}
+		if kinds {
+			cells = slices.Insert(cells, 1, any(dash(shortText(j.Kind, 30))))
 		}
 		t.row(cells...)
 	}
@@ -325,6 +347,12 @@ func writeJob(w io.Writer, j *inspect.Job, now time.Time) {
 		line("Entry", j.EntryID)
 	}
 	line("Queue", j.Queue)
+	if j.Kind != "" {
+		line("Kind", j.Kind)
+	}
+	if len(j.Tags) > 0 {
+		line("Tags", strings.Join(j.Tags, ", "))
+	}
 	line("State", string(j.State))
 	if j.Reason != "" {
 		line("Reason", j.Reason)

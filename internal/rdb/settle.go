@@ -145,8 +145,8 @@ func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, err
 }
 
 // scriptRequeue moves dead letters back into the stream as fresh jobs (attempt
-// counters, failure times, last error, the crashed mark and a flow slot mark
-// dropped; headers,
+// counters, failure times, last error, the crashed mark, a flow slot mark
+// and the count of hand-backs for an unknown kind dropped; headers,
 // payload, stable ID and error history kept). A dead letter without a jid
 // field gets its dl_id as one (the ID of the copy that was dead-lettered).
 // The new entry is written and recorded in the trail before the dead letter
@@ -171,7 +171,7 @@ for i = 1, #ARGV do
     for k = 1, #f, 2 do
       local name = f[k]
       if name == 'jid' then jid = f[k + 1] elseif name == 'dl_id' then dlid = f[k + 1] end
-      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' and name ~= 'fs' then
+      if string.sub(name, 1, 3) ~= 'dl_' and name ~= 'attempt' and name ~= 'ff' and name ~= 'err' and name ~= 'crashed' and name ~= 'fs' and name ~= 'uk' then
         fields[#fields + 1] = name
         fields[#fields + 1] = f[k + 1]
       end

@@ -162,6 +162,7 @@ func TestQueue_Requeue(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{})
 	j := wire.Job{Payload: []byte("p"), Attempt: 3, LastError: "boom"}
+	j.Kind, j.UnknownKind = "new.kind", 4 // a kind no worker knew: requeued fresh, with its kind
 	dl := wire.DeadLetterArgs(wire.DeadLetter{Queue: "q", ID: "1-1", Reason: "permanent", Error: "boom", Attempts: 3, Failed: time.Now()}, fieldMap(j.Args()), nil)
 	id, err := e.c.XAdd(e.ctx, &redis.XAddArgs{Stream: e.k.Dead, Values: dl}).Result()
 	if err != nil {
@@ -173,11 +174,11 @@ func TestQueue_Requeue(t *testing.T) {
 		t.Fatalf("Requeue: %v, %v; want a new entry and \"\" for the unknown letter", ids, err)
 	}
 	es, _ := e.c.XRange(e.ctx, e.k.Stream, "-", "+").Result()
-	if len(es) != 1 || es[0].Values["payload"] != "p" || es[0].Values["jid"] != "1-1" {
+	if len(es) != 1 || es[0].Values["payload"] != "p" || es[0].Values["jid"] != "1-1" || es[0].Values["kind"] != "new.kind" {
 		t.Fatalf("stream %v", es)
 	}
 	for f := range es[0].Values {
-		if strings.HasPrefix(f, "dl_") || f == "attempt" || f == "err" {
+		if strings.HasPrefix(f, "dl_") || f == "attempt" || f == "err" || f == "uk" {
 			t.Errorf("requeued job keeps field %s", f)
 		}
 	}

@@ -216,6 +216,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("v\x001\x00payload\x00p\x00attempt\x00-1\x00enq\x00abc"))
 	f.Add([]byte("v\x001\x00payload\x00p\x00crashed\x001\x00attempt\x007"))
 	f.Add([]byte("\x00\x00\x00"))
+	f.Add([]byte("v\x002\x00payload\x00p\x00kind\x00email.send\x00tags\x00[\"a\",\"b\"]\x00ma\x003\x00to\x001500"))
+	f.Add([]byte("v\x002\x00payload\x00p\x00dl\x00123\x00rr\x00-1\x00uk\x002\x00fk\x00t:1\x00tags\x00[1]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		parts := bytes.Split(data, []byte{0})
 		values := map[string]any{}
@@ -246,7 +248,8 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("retried job does not decode: %v", err)
 		}
-		if !bytes.Equal(again.Payload, j.Payload) || again.Attempt != j.Attempt+1 || again.Key != j.Key || !reflect.DeepEqual(again.Headers, j.Headers) {
+		if !bytes.Equal(again.Payload, j.Payload) || again.Attempt != j.Attempt+1 || again.Key != j.Key || !reflect.DeepEqual(again.Headers, j.Headers) ||
+			!reflect.DeepEqual(again.Opts, j.Opts) {
 			t.Fatalf("retry changed the job: %+v -> %+v", j, again)
 		}
 		unpacked, err := Unpack(string(Pack(next.Args())))
