@@ -76,6 +76,7 @@ func (b *streamBackend) Start(ctx context.Context) error {
 	if !b.started {
 		b.started = true
 		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.run.Mon.Log)
+		core.Of(b.q).WarnFailoverLoss(ctx, b.c.run.Mon.Log)
 	}
 	if err := b.q.Setup(ctx); err != nil { // also registers the queue
 		rdb.Heal(ctx, b.q.client, err)

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,4 +173,69 @@ func TestNewProducer_ReplicaRetryValidation(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Field != "ProducerConfig.ReplicaRetry" || !strings.Contains(ce.Reason, "use -1") {
 		t.Fatalf("ReplicaRetry -2s: err = %v; want a ConfigError on ProducerConfig.ReplicaRetry saying to use -1", err)
 	}
+}
+
+// failoverWarning is a part of the warning of core.Queue.WarnFailoverLoss.
+const failoverWarning = "min-replicas-to-write 0: a failover can lose jobs"
+
+// TestConsumer_WarnsOfFailoverLoss checks the warning a consumer logs once
+// when it starts on a master whose replicas a failover could lose jobs to
+// (min-replicas-to-write 0), and that it says nothing once the master
+// refuses writes without a replica, or has none.
+func TestConsumer_WarnsOfFailoverLoss(t *testing.T) {
+	t.Parallel()
+	master := redistest.StartServer(t)
+	redistest.StartReplica(t, master)
+	rdb := redis.NewClient(&redis.Options{Addr: master.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &relLogs{}
+	handled := make(chan struct{}, 1)
+	c := relConsumer(t, q, func(context.Context, *streamq.Message) error { handled <- struct{}{}; return nil },
+		streamq.ConsumerConfig{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	run := relRun(t, c)
+	redistest.WaitFor(t, relWait, "the consumer's warning of failover loss", func() bool {
+		return strings.Contains(logs.String(), failoverWarning)
+	})
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(context.Background(), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-handled:
+	case <-time.After(relWait):
+		t.Fatal("the job was not handled")
+	}
+	run.stop()
+	if n := strings.Count(logs.String(), failoverWarning); n != 1 {
+		t.Fatalf("the warning was logged %d times; want once:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "replicas=1 min_replicas_to_write=0") {
+		t.Errorf("the warning does not name the replicas and the setting:\n%s", logs.String())
+	}
+
+	ctx := context.Background()
+	quiet := func(name string, q *streamq.Queue) {
+		t.Helper()
+		l := &relLogs{}
+		core.Of(q).WarnFailoverLoss(ctx, slog.New(slog.NewTextHandler(l, nil)))
+		if l.String() != "" {
+			t.Errorf("%s: WarnFailoverLoss logged %q; want nothing", name, l.String())
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	quiet("min-replicas-to-write 1", q)
+	alone, err := streamq.NewQueue(redistest.NewClient(t), redistest.Name(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet("no replica", alone)
 }
