@@ -222,21 +222,46 @@ func gapAfter(at []time.Time, t time.Time) time.Duration {
 // configuration can lose jobs, and the consumer says so when it starts.
 func TestSentinel_FailoverMidRun(t *testing.T) {
 	t.Parallel()
-	for _, replicated := range []bool{true, false} {
-		t.Run(fmt.Sprintf("MinReplicas=%v", replicated), func(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		replicated bool // the producer sets MinReplicas 1
+		// stale makes the producer write through a client of the first
+		// master's address, like a client that has not heard of the
+		// switch (a plain client, a proxy, a failover client whose
+		// sentinel connection was down).
+		stale bool
+	}{
+		{name: "MinReplicas=true", replicated: true},
+		{name: "MinReplicas=false"},
+		{name: "MinReplicas=false,stale-client", stale: true},
+		{name: "MinReplicas=true,stale-client", replicated: true, stale: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := redistest.StartSentinel(t, redistest.SentinelOptions{})
 			rdb := redis.NewFailoverClient(s.FailoverOptions())
 			t.Cleanup(func() { _ = rdb.Close() })
-			q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
+			name := redistest.Name(t)
+			q, err := streamq.NewQueue(rdb, name, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var pcfg *streamq.ProducerConfig
-			if replicated {
+			if tc.replicated {
 				pcfg = &streamq.ProducerConfig{MinReplicas: 1}
 			}
+			pq := q
+			if tc.stale {
+				old := redis.NewClient(&redis.Options{Addr: s.Servers()[0].Addr()})
+				t.Cleanup(func() { _ = old.Close() })
+				if pq, err = streamq.NewQueue(old, name, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
 			tr := newTraffic(t, q, pcfg)
+			if tr.p, err = streamq.NewProducer(pq, pcfg); err != nil {
+				t.Fatal(err)
+			}
 			faultAt := tr.run(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), redistest.TopologyTimeout)
 				defer cancel()
@@ -248,7 +273,9 @@ func TestSentinel_FailoverMidRun(t *testing.T) {
 			fmt.Printf("outcome %s: %s\n", t.Name(), o)
 			warned := strings.Contains(tr.logs.String(), failoverWarning)
 			switch {
-			case replicated && (len(o.lost) > 0 || o.failed > 0):
+			case tc.replicated && (len(o.lost) > 0 || o.failed > 0 && !tc.stale):
+				// A stale client cannot reach the new master: its calls
+				// fail (ErrNotReplicated, READONLY), they do not lose jobs.
 				t.Fatalf("with MinReplicas, %d Enqueue calls failed (%q) and %d jobs whose Enqueue returned nil were never handled: %v",
 					o.failed, o.errs, len(o.lost), head(o.lost))
 			case !warned:

@@ -10,23 +10,27 @@ import (
 )
 
 // Replication is what the master that serves a queue says about its
-// replicas.
+// replicas in INFO replication.
 type Replication struct {
 	// Replicas is the number of replicas connected to the master
-	// (connected_slaves in INFO replication).
+	// (connected_slaves).
 	Replicas int
-	// MinReplicasToWrite is the master's min-replicas-to-write: with 0, it
-	// takes writes however few replicas it has, also after a failover
-	// made one of them the master (and then loses them when it resyncs).
-	MinReplicasToWrite int
+	// MinReplicasToWrite reports whether the master refuses writes when too
+	// few replicas are in sync (min-replicas-to-write and
+	// min-replicas-max-lag are both set: INFO then shows
+	// min_slaves_good_slaves, in Redis and Valkey). Without it a master
+	// takes writes however few replicas it has, also the old master after
+	// a failover made one of them the master, which drops them when it
+	// resyncs.
+	MinReplicasToWrite bool
 }
 
 // MasterReplication reads the replication state of the master that serves
-// key: INFO replication and CONFIG GET min-replicas-to-write, on the
-// cluster node that serves key's slot for a Redis Cluster client. It
-// returns an error when it cannot tell: a command denied (managed services
-// often deny CONFIG), an unreachable server, or a server that is not a
-// master.
+// key (INFO replication; of the cluster node that serves key's slot for a
+// Redis Cluster client). It needs no CONFIG GET, which managed services
+// and least-privilege users are often denied. It returns an error when it
+// cannot tell: INFO denied, an unreachable server, or a server that is not
+// a master.
 func MasterReplication(ctx context.Context, c redis.UniversalClient, key string) (Replication, error) {
 	var node redis.Cmdable = c
 	if cc, ok := c.(*redis.ClusterClient); ok {
@@ -49,21 +53,12 @@ func MasterReplication(ctx context.Context, c redis.UniversalClient, key string)
 			role = v
 		case "connected_slaves":
 			r.Replicas, _ = strconv.Atoi(v)
+		case "min_slaves_good_slaves":
+			r.MinReplicasToWrite = true
 		}
 	}
 	if role != "master" {
 		return r, fmt.Errorf("INFO replication says role:%s, not master", role)
-	}
-	cfg, err := node.ConfigGet(ctx, "min-replicas-to-write").Result()
-	if err != nil {
-		return r, err
-	}
-	v, ok := cfg["min-replicas-to-write"]
-	if !ok {
-		return r, fmt.Errorf("CONFIG GET min-replicas-to-write returned %v", cfg)
-	}
-	if r.MinReplicasToWrite, err = strconv.Atoi(v); err != nil {
-		return r, fmt.Errorf("CONFIG GET min-replicas-to-write returned %q", v)
 	}
 	return r, nil
 }

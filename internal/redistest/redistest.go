@@ -815,8 +815,11 @@ func (l launch) start(port int) (*process, error) {
 	if err := probe(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), startTimeout, cmd.Process.Pid, l.tls, p.done); err != nil {
 		p.kill()
 		tail := logs.String()
-		if strings.Contains(tail, "already in use") {
+		switch {
+		case strings.Contains(tail, "already in use"):
 			err = fmt.Errorf("%w: %v", errPortInUse, err)
+		case l.tls != nil && strings.Contains(tail, "TLS support"):
+			err = fmt.Errorf("%v: %s was built without TLS: run the TLS tests with a server that has it (unset %s), and -skip TLS with this one", err, bin, EnvServer)
 		}
 		return nil, fmt.Errorf("%s %s did not start: %w\n--- server log (last %d bytes) ---\n%s--- end of server log ---",
 			bin, strings.Join(quoteArgs(args), " "), err, logTail, tail)
