@@ -59,6 +59,7 @@ func (pq *Queue) forward(ctx context.Context, msg *streamq.Message) error {
 		Attempt:   max(msg.Attempt-1, 0),
 		FirstFail: wire.Millis(msg.FirstFailedAt),
 		LastError: msg.LastError,
+		Opts:      pq.core.MessageOpts(msg),
 	}
 	if err := pq.db.Forward(ctx, rdb.ForwardParams{ID: msg.ID, Score: pq.score(p), Data: wire.Pack(wj.Args())}); err != nil {
 		return fmt.Errorf("priority: forward %s into %s: %w", msg.ID, pq.keys.Ready, err)
