@@ -124,6 +124,8 @@ type Producer struct {
 	Kind string
 	// WriteBehind records the queue as fed by a write-behind Writer too.
 	WriteBehind bool
+	// Replicas is what the producer's writes wait for (MinReplicas).
+	Replicas rdb.Replicas
 
 	registered atomic.Bool
 }
