@@ -26,6 +26,12 @@ type EnqueueHook func(ctx context.Context, headers map[string]string)
 // replicas when ProducerConfig.ReplicaTimeout is 0.
 const DefaultReplicaTimeout = time.Second
 
+// DefaultReplicaRetry is how long a replicated enqueue that was not
+// replicated keeps trying when ProducerConfig.ReplicaRetry is 0: longer
+// than a planned Sentinel failover leaves the new master without a
+// replica (about 12 s in our measurements, see docs/deployment.md).
+const DefaultReplicaRetry = 30 * time.Second
+
 // ProducerConfig configures a [Producer]. The zero value is valid.
 type ProducerConfig struct {
 	// Hooks run for every enqueued job, in order. Defaults to none.
@@ -35,17 +41,31 @@ type ProducerConfig struct {
 	// master got the job (WAIT right after the write, on the same
 	// connection) before it returns nil, so that a failover to one of them
 	// cannot lose a job whose Enqueue succeeded. When fewer acknowledge
-	// within ReplicaTimeout, Enqueue returns the job's ID with an error
+	// within ReplicaTimeout, the enqueue is sent again (see ReplicaRetry);
+	// when they still do not, Enqueue returns the job's ID with an error
 	// wrapping [ErrNotReplicated] (a [*NotReplicatedError] says how many
 	// did): the job is stored on the master, and may be lost if it fails
 	// over before replicating it. Costs one WAIT per call (a batch waits
-	// once). Defaults to 0: return as soon as the master stored the job.
+	// once). Defaults to 0: return as soon as the master stored the job
+	// (a failover can then lose the last jobs; see docs/deployment.md).
 	MinReplicas int
 
-	// ReplicaTimeout bounds the wait for MinReplicas. It must be shorter
+	// ReplicaTimeout bounds one wait for MinReplicas. It must be shorter
 	// than the client's ReadTimeout (the WAIT is read like any reply).
 	// Defaults to DefaultReplicaTimeout.
 	ReplicaTimeout time.Duration
+
+	// ReplicaRetry is how long, with MinReplicas, an enqueue that too few
+	// replicas acknowledged, or that failed as writes do during a failover
+	// (a lost connection, READONLY, NOREPLICAS), keeps being sent again,
+	// backing off up to 500 ms between sends, before it returns the error.
+	// Every send carries the call's idempotency token, so the job is stored
+	// once: on the master that has it now, whichever that is. This is how
+	// an enqueue rides a failover, during which the new master has no
+	// replica for seconds, instead of failing. The caller's ctx bounds it
+	// too. -1 disables it: fail after the first ReplicaTimeout. Defaults
+	// to DefaultReplicaRetry.
+	ReplicaRetry time.Duration
 
 	// Codec encodes the args of typed jobs ([EnqueueArgs]). The workers'
 	// [Mux] must decode with the same codec ([MuxCodec]). Defaults to
@@ -75,6 +95,12 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 	}
 	if p.cfg.ReplicaTimeout == 0 {
 		p.cfg.ReplicaTimeout = DefaultReplicaTimeout
+	}
+	switch {
+	case p.cfg.ReplicaRetry == 0:
+		p.cfg.ReplicaRetry = DefaultReplicaRetry
+	case p.cfg.ReplicaRetry < -1:
+		return nil, configErr("ProducerConfig.ReplicaRetry", "%s is negative: use -1 not to send a write again, 0 for the default (%s), or how long to keep trying", p.cfg.ReplicaRetry, DefaultReplicaRetry)
 	}
 	p.codec = p.cfg.Codec
 	if p.codec == nil {
@@ -340,7 +366,7 @@ func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *EnqueueOptions
 
 // replicas returns what the producer's writes wait for.
 func (p *Producer) replicas() rdb.Replicas {
-	return rdb.Replicas{N: p.cfg.MinReplicas, Timeout: p.cfg.ReplicaTimeout}
+	return rdb.Replicas{N: p.cfg.MinReplicas, Timeout: p.cfg.ReplicaTimeout, Retry: max(p.cfg.ReplicaRetry, 0)}
 }
 
 // headers merges the batch and job headers and runs the hooks (see

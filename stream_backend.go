@@ -88,6 +88,7 @@ func (b *streamBackend) Start(ctx context.Context) error {
 		setup = b.q.setupGroup
 	} else {
 		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.run.Mon.Log)
+		core.Of(b.q).WarnFailoverLoss(ctx, b.c.run.Mon.Log)
 	}
 	if err := setup(ctx); err != nil {
 		rdb.Heal(ctx, b.q.client, err)

@@ -379,7 +379,14 @@ func TestInspector_Redis(t *testing.T) {
 		t.Fatalf("Redis = %v, %v", ss, err)
 	}
 	s := ss[0]
-	if s.Server != "redis" || s.Version == "" || s.UsedMemory <= 0 || s.Clients < 1 || s.EvictionPolicy == "" || s.Addr == "" {
+	// The tests run against Redis, or Valkey (STREAMQ_REDIS_SERVER): the
+	// server says which.
+	server, version := "redis", "redis_version:"
+	info := e.c.Info(context.Background(), "server").Val()
+	if strings.Contains(info, "valkey_version:") {
+		server, version = "valkey", "valkey_version:"
+	}
+	if s.Server != server || s.Version == "" || !strings.Contains(info, version+s.Version+"\r\n") || s.UsedMemory <= 0 || s.Clients < 1 || s.EvictionPolicy == "" || s.Addr == "" {
 		t.Errorf("Redis = %+v", s)
 	}
 	if s.Persistence() == "" {

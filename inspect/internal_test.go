@@ -92,6 +92,9 @@ func TestParseInfo(t *testing.T) {
 		s.BlockedClients != 1 || s.UsedMemory != 1<<20 || s.OpsPerSec != 42 || !s.AOF || s.RDBLastSave.Unix() != 1700000000 {
 		t.Errorf("parseInfo(valkey) = %+v", s)
 	}
+	if got := s.Product(); got != "Valkey 8.0.1" {
+		t.Errorf("Product() of Valkey = %q, want \"Valkey 8.0.1\"", got)
+	}
 	if w := s.EvictionWarning(); w == "" {
 		t.Error("allkeys-lru gives no warning")
 	}

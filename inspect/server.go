@@ -39,6 +39,16 @@ type RedisServer struct {
 	RDBLastState string // rdb_last_bgsave_status: ok or err
 }
 
+// Product names the server and its version as people write them:
+// "Redis 7.0.15", "Valkey 8.0.1".
+func (s *RedisServer) Product() string {
+	name := s.Server
+	if name != "" {
+		name = strings.ToUpper(name[:1]) + name[1:]
+	}
+	return strings.TrimSpace(name + " " + s.Version)
+}
+
 // EvictionWarning says why the eviction policy loses jobs, or "" under
 // noeviction: any other policy lets Redis delete keys (streams, delayed
 // jobs, locks) when it reaches maxmemory.

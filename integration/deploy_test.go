@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,9 @@ const (
 	deployDuration = 6 * time.Second         // how long the steady producer runs
 	deployFaultAt  = 1500 * time.Millisecond // when the fault happens
 	deploySettle   = 25 * time.Second        // bound on handling what was acknowledged
+	// deployCallTimeout bounds one Enqueue: longer than the default
+	// ProducerConfig.ReplicaRetry, so that the producer's own bound shows.
+	deployCallTimeout = streamq.DefaultReplicaRetry + 15*time.Second
 )
 
 // traffic runs a backlog, a steady producer and a consumer on a queue and
@@ -42,6 +47,7 @@ type traffic struct {
 	okAt     []time.Time     // when each successful Enqueue returned
 	handleAt []time.Time     // when each handler ran
 	opts     []streamq.EnqueueOption
+	logs     relLogs // the consumer's logs
 }
 
 func newTraffic(t *testing.T, q *streamq.Queue, pcfg *streamq.ProducerConfig) *traffic {
@@ -95,7 +101,8 @@ func (tr *traffic) run(fault func()) time.Time {
 	if err != nil {
 		t.Fatalf("backlog: %v", err)
 	}
-	c := relConsumer(t, tr.q, tr.handle, streamq.ConsumerConfig{Concurrency: 16, MinIdle: time.Second, ReclaimInterval: 200 * time.Millisecond})
+	c := relConsumer(t, tr.q, tr.handle, streamq.ConsumerConfig{Concurrency: 16, MinIdle: time.Second, ReclaimInterval: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&tr.logs, nil))})
 	cr := relRun(t, c)
 	defer cr.stop()
 
@@ -105,7 +112,7 @@ func (tr *traffic) run(fault func()) time.Time {
 		defer tick.Stop()
 		for i := 0; time.Since(start) < deployDuration; i++ {
 			payload := fmt.Sprintf("s-%d", i)
-			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, deployCallTimeout)
 			_, err := tr.p.Enqueue(cctx, []byte(payload), tr.opts...)
 			cancel()
 			tr.enqueued(payload, err)
@@ -151,21 +158,36 @@ func (tr *traffic) lost() []string {
 	return out
 }
 
-// report logs the counts and returns the lost payloads.
-func (tr *traffic) report(faultAt time.Time) []string {
+// outcome is what a fault did to the traffic.
+type outcome struct {
+	acked, failed int      // Enqueue calls that returned nil, and an error
+	errs          []string // the first errors
+	lost          []string // acknowledged payloads never handled
+	doubled       int      // payloads handled more than once
+	enqueueStall  time.Duration
+	handleStall   time.Duration
+}
+
+// String is the outcome in one line, as docs/deployment.md quotes it.
+func (o outcome) String() string {
+	return fmt.Sprintf("acknowledged %d, lost %d, run again %d, failed calls %d (e.g. %q), enqueue stalled %s, handling stalled %s",
+		o.acked, len(o.lost), o.doubled, o.failed, o.errs, o.enqueueStall, o.handleStall)
+}
+
+// report logs the counts and returns them.
+func (tr *traffic) report(faultAt time.Time) outcome {
 	lost := tr.lost()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	dups := 0
+	o := outcome{acked: len(tr.acked), failed: tr.failed, errs: tr.errs, lost: lost,
+		enqueueStall: gapAfter(tr.okAt, faultAt), handleStall: gapAfter(tr.handleAt, faultAt)}
 	for _, n := range tr.handled {
 		if n > 1 {
-			dups++
+			o.doubled++
 		}
 	}
-	tr.t.Logf("acknowledged %d jobs (%d Enqueue errors, e.g. %q), handled %d distinct, %d more than once, %d lost; enqueue stopped %s, handling stopped %s",
-		len(tr.acked), tr.failed, tr.errs, len(tr.handled), dups, len(lost),
-		gapAfter(tr.okAt, faultAt), gapAfter(tr.handleAt, faultAt))
-	return lost
+	tr.t.Logf("%s: %s", tr.t.Name(), o)
+	return o
 }
 
 // gapAfter returns the longest time without an event from just before t
@@ -187,27 +209,59 @@ func gapAfter(at []time.Time, t time.Time) time.Duration {
 }
 
 // TestSentinel_FailoverMidRun runs a backlog and a steady producer through
-// a planned SENTINEL FAILOVER: with ProducerConfig.MinReplicas every job
-// whose Enqueue returned nil is handled; without it, the counts are logged
-// (the old master takes writes for a moment after the replica was
-// promoted, and those are lost when it becomes a replica).
+// a planned SENTINEL FAILOVER and prints what it cost (the figures of
+// docs/deployment.md, "Failover"):
+//
+//	go test ./integration -run TestSentinel_FailoverMidRun -v -count 1 | grep outcome
+//
+// With ProducerConfig.MinReplicas (and the default ReplicaRetry) no
+// acknowledged job is lost and no Enqueue fails: the enqueues that the new
+// master cannot replicate until the old one resynced wait and succeed.
+// Without it, the old master takes writes for seconds after the replica
+// was promoted, and loses them when it becomes a replica: the default
+// configuration can lose jobs, and the consumer says so when it starts.
 func TestSentinel_FailoverMidRun(t *testing.T) {
 	t.Parallel()
-	for _, replicated := range []bool{true, false} {
-		t.Run(fmt.Sprintf("MinReplicas=%v", replicated), func(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		replicated bool // the producer sets MinReplicas 1
+		// stale makes the producer write through a client of the first
+		// master's address, like a client that has not heard of the
+		// switch (a plain client, a proxy, a failover client whose
+		// sentinel connection was down).
+		stale bool
+	}{
+		{name: "MinReplicas=true", replicated: true},
+		{name: "MinReplicas=false"},
+		{name: "MinReplicas=false,stale-client", stale: true},
+		{name: "MinReplicas=true,stale-client", replicated: true, stale: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := redistest.StartSentinel(t, redistest.SentinelOptions{})
 			rdb := redis.NewFailoverClient(s.FailoverOptions())
 			t.Cleanup(func() { _ = rdb.Close() })
-			q, err := streamq.NewQueue(rdb, redistest.Name(t), nil)
+			name := redistest.Name(t)
+			q, err := streamq.NewQueue(rdb, name, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var pcfg *streamq.ProducerConfig
-			if replicated {
+			if tc.replicated {
 				pcfg = &streamq.ProducerConfig{MinReplicas: 1}
 			}
+			pq := q
+			if tc.stale {
+				old := redis.NewClient(&redis.Options{Addr: s.Servers()[0].Addr()})
+				t.Cleanup(func() { _ = old.Close() })
+				if pq, err = streamq.NewQueue(old, name, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
 			tr := newTraffic(t, q, pcfg)
+			if tr.p, err = streamq.NewProducer(pq, pcfg); err != nil {
+				t.Fatal(err)
+			}
 			faultAt := tr.run(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), redistest.TopologyTimeout)
 				defer cancel()
@@ -215,9 +269,17 @@ func TestSentinel_FailoverMidRun(t *testing.T) {
 					t.Errorf("failover: %v", err)
 				}
 			})
-			lost := tr.report(faultAt)
-			if replicated && len(lost) > 0 {
-				t.Fatalf("%d jobs whose replicated Enqueue returned nil were never handled: %v", len(lost), head(lost))
+			o := tr.report(faultAt)
+			fmt.Printf("outcome %s: %s\n", t.Name(), o)
+			warned := strings.Contains(tr.logs.String(), failoverWarning)
+			switch {
+			case tc.replicated && (len(o.lost) > 0 || o.failed > 0 && !tc.stale):
+				// A stale client cannot reach the new master: its calls
+				// fail (ErrNotReplicated, READONLY), they do not lose jobs.
+				t.Fatalf("with MinReplicas, %d Enqueue calls failed (%q) and %d jobs whose Enqueue returned nil were never handled: %v",
+					o.failed, o.errs, len(o.lost), head(o.lost))
+			case !warned:
+				t.Fatalf("the consumer did not warn that a failover can lose jobs; its logs:\n%s", tr.logs.String())
 			}
 		})
 	}
@@ -254,7 +316,7 @@ func TestCluster_MasterKilledMidRun(t *testing.T) {
 	}
 	tr := newTraffic(t, q, nil)
 	faultAt := tr.run(func() { c.Kill(master) })
-	if lost := tr.report(faultAt); len(lost) > 0 {
+	if lost := tr.report(faultAt).lost; len(lost) > 0 {
 		t.Fatalf("%d acknowledged jobs were never handled after the master was killed: %v", len(lost), head(lost))
 	}
 	tr.mu.Lock()
@@ -317,7 +379,7 @@ func TestCluster_SlotMigratedMidRun(t *testing.T) {
 			t.Errorf("finish migration: %v", err)
 		}
 	})
-	lost := tr.report(faultAt)
+	lost := tr.report(faultAt).lost
 	tr.mu.Lock()
 	failed, errs := tr.failed, tr.errs
 	tr.mu.Unlock()

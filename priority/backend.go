@@ -39,9 +39,11 @@ type backend struct {
 	notify  string // the wake-up stream's position at the latest empty pop
 }
 
-// Start warns when Redis may evict keys (see core.Queue.WarnEvictionPolicy).
+// Start warns when Redis may evict keys or lose jobs in a failover (see
+// core.Queue.WarnEvictionPolicy and WarnFailoverLoss).
 func (b *backend) Start(ctx context.Context) error {
 	b.pq.core.WarnEvictionPolicy(ctx, b.w.run.Mon.Log)
+	b.pq.core.WarnFailoverLoss(ctx, b.w.run.Mon.Log)
 	err := b.pq.core.DB.Register(ctx, rdb.KindPriority)
 	if err != nil && !rdb.IsOOM(err) {
 		return fmt.Errorf("priority: register queue %s: %w", b.pq.core.Name, err)

@@ -14,7 +14,8 @@
 //
 // Integration tests get a real Redis with [NewRedis] or [NewQueue]: the
 // server at REDIS_ADDR, else a private redis-server on a free loopback
-// port, found once per test binary (see [Main]). For a Docker fallback (a
+// port (or the server binary that STREAMQ_REDIS_SERVER names, such as a
+// valkey-server), found once per test binary (see [Main]). For a Docker fallback (a
 // redis:7 container through testcontainers-go), call containers.Main from
 // package [github.com/streamq/streamq/streamqtest/containers] in TestMain
 // instead: this package alone links no Docker client. Each test gets a key prefix of its own, whose

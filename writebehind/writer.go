@@ -80,7 +80,8 @@ type WriterConfig struct {
 	// MinReplicas makes every Set, SetFields and Delete wait until that
 	// many replicas got the change (WAIT after the write, on the same
 	// connection), as streamq.ProducerConfig.MinReplicas does for jobs:
-	// when fewer acknowledge within ReplicaTimeout, the call returns the
+	// when fewer acknowledge within ReplicaTimeout, the change is sent
+	// again for up to ReplicaRetry, and then the call returns the
 	// change's version with an error wrapping [streamq.ErrNotReplicated].
 	// Calling it again is safe: the retry gets a newer version. Defaults
 	// to 0: return as soon as the master stored the change.
@@ -90,6 +91,12 @@ type WriterConfig struct {
 	// than the client's ReadTimeout. Defaults to
 	// streamq.DefaultReplicaTimeout.
 	ReplicaTimeout time.Duration
+
+	// ReplicaRetry is how long, with MinReplicas, a change that was not
+	// replicated (or failed as writes do during a failover) keeps being
+	// sent again, as streamq.ProducerConfig.ReplicaRetry says; -1
+	// disables it. Defaults to streamq.DefaultReplicaRetry.
+	ReplicaRetry time.Duration
 }
 
 // Writer updates a Redis cache and records every update in a [streamq.Queue],
@@ -145,9 +152,10 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 	if c.TTL < 0 || (c.TTL > 0 && c.TTL < time.Millisecond) {
 		return nil, &streamq.ConfigError{Field: "WriterConfig.TTL", Reason: fmt.Sprintf("%s: use 0 for cache entries that never expire, or at least 1ms", c.TTL)}
 	}
-	p, err := streamq.NewProducer(q, &streamq.ProducerConfig{Hooks: c.Hooks, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout})
+	p, err := streamq.NewProducer(q, &streamq.ProducerConfig{Hooks: c.Hooks, MinReplicas: c.MinReplicas, ReplicaTimeout: c.ReplicaTimeout, ReplicaRetry: c.ReplicaRetry})
 	if err != nil {
-		// Only a nil hook can fail here; report it under this config's name.
+		// Only a nil hook or a bad replica setting can fail here; report
+		// it under this config's name.
 		var ce *streamq.ConfigError
 		if errors.As(err, &ce) {
 			return nil, &streamq.ConfigError{Field: strings.Replace(ce.Field, "ProducerConfig", "WriterConfig", 1), Reason: ce.Reason}
@@ -157,11 +165,14 @@ func NewWriter(q *streamq.Queue, cfg *WriterConfig) (*Writer, error) {
 	if c.ReplicaTimeout == 0 {
 		c.ReplicaTimeout = streamq.DefaultReplicaTimeout
 	}
+	if c.ReplicaRetry == 0 {
+		c.ReplicaRetry = streamq.DefaultReplicaRetry
+	}
 	// The writer's writes record the queue in the write-behind registry
 	// too (read by the inspect package).
 	core.OfProducer(p).WriteBehind = true
 	return &Writer{q: q, p: p, ttl: c.TTL, version: core.Of(q).Keys.Part(VersionKeyPart), hooks: len(c.Hooks) > 0,
-		rep: rdb.Replicas{N: c.MinReplicas, Timeout: c.ReplicaTimeout}}, nil
+		rep: rdb.Replicas{N: c.MinReplicas, Timeout: c.ReplicaTimeout, Retry: max(c.ReplicaRetry, 0)}}, nil
 }
 
 // Queue returns the writer's queue.

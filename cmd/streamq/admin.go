@@ -234,7 +234,7 @@ func newRedisJSON(s *inspect.RedisServer) redisJSON {
 
 func (a *app) printRedis(s *inspect.RedisServer) {
 	w := a.stdout
-	fmt.Fprintf(w, "Server:       %s %s (%s, %s)", s.Server, s.Version, s.Mode, s.Role)
+	fmt.Fprintf(w, "Server:       %s (%s, %s)", s.Product(), s.Mode, s.Role)
 	if s.Addr != "" {
 		fmt.Fprintf(w, " at %s", s.Addr)
 	}

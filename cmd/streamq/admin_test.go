@@ -172,7 +172,7 @@ func TestCLI_Redis(t *testing.T) {
 	// The server's version is its own.
 	golden(t, "redis", regexp.MustCompile(`"version": "[^"]*"`).ReplaceAllString(e.ok("redis", "--json"), `"version": "<version>"`))
 	out := e.ok("redis")
-	for _, w := range []string{"Server:       redis 7", "Eviction:     noeviction", "Persistence:", redistest.Addr()} {
+	for _, w := range []string{"Server:       Redis 7", "Eviction:     noeviction", "Persistence:", redistest.Addr()} {
 		if !strings.Contains(out, w) {
 			t.Errorf("streamq redis lacks %q:\n%s", w, out)
 		}

@@ -82,6 +82,23 @@ func (q *Queue) WarnEvictionPolicy(ctx context.Context, log *slog.Logger) {
 		"maxmemory_policy", policy)
 }
 
+// WarnFailoverLoss logs a warning on log when the master that serves the
+// queue has replicas but takes writes without them (min-replicas-to-write
+// 0): a failover to a replica can then lose jobs whose enqueue succeeded
+// (see docs/deployment.md), unless producers set MinReplicas, which a
+// consumer cannot know. Consumers and workers call it once when they start.
+// It reads INFO replication once; if that fails (INFO denied by an ACL,
+// Redis unreachable), it says nothing.
+func (q *Queue) WarnFailoverLoss(ctx context.Context, log *slog.Logger) {
+	r, err := rdb.MasterReplication(ctx, q.RDB, q.Keys.Stream)
+	if err != nil || r.Replicas == 0 || r.MinReplicasToWrite {
+		return
+	}
+	log.WarnContext(ctx, "streamq: the Redis master has replicas but min-replicas-to-write 0: a failover can lose jobs whose enqueue succeeded; "+
+		"set ProducerConfig.MinReplicas, or min-replicas-to-write and min-replicas-max-lag on the servers (see docs/deployment.md)",
+		"replicas", r.Replicas, "min_replicas_to_write", 0)
+}
+
 // Handle carries a *Queue inside a *streamq.Queue.
 type Handle struct{ q *Queue }
 

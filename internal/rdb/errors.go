@@ -51,11 +51,13 @@ func IsNoSuchKey(err error) bool {
 // missing permissions or authentication, an unknown command. A permission
 // denied to a command inside a script is reported by Redis 7 as "ERR The
 // user executing the script can't run this command ..." (or "... can't
-// access at least one of the keys ..."), not as NOPERM: it is fatal too.
+// access at least one of the keys ..."), and by Valkey 8 as "ERR ACL
+// failure in script: User ... has no permissions ...", not as NOPERM: it
+// is fatal too.
 func Fatal(err error) bool {
 	// HasErrorPrefix drops a leading "ERR ", so "unknown command" matches
 	// "ERR unknown command ...".
-	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "unknown command", "The user executing the script can't"} {
+	for _, p := range []string{"WRONGTYPE", "NOPERM", "WRONGPASS", "NOAUTH", "unknown command", "The user executing the script can't", "ACL failure in script"} {
 		if redis.HasErrorPrefix(err, p) {
 			return true
 		}

@@ -26,6 +26,8 @@ func TestFatal(t *testing.T) {
 		{replyError("ERR The user executing the script can't run this command or subcommand script: a53b, on @user_script:1."), true},
 		{replyError("ERR The user executing the script can't access at least one of the keys mentioned in the command arguments script: f458, on @user_script:1."), true},
 		{fmt.Errorf("priority: pop: %w", replyError("ERR The user executing the script can't run this command or subcommand")), true},
+		// Valkey 8's words for the same.
+		{replyError("ERR ACL failure in script: User nozadd has no permissions to run the 'zadd' command script: a9e9, on @user_script:1."), true},
 		{replyError("ERR Error running script (call to f_1): @user_script:1: user_script:1: too many results to unpack"), false},
 		{replyError("LOADING Redis is loading"), false},
 		{errors.New("WRONGTYPE from something that is not Redis"), false},

@@ -20,7 +20,20 @@ import (
 type Replicas struct {
 	N       int           // replicas that must acknowledge; 0: do not wait
 	Timeout time.Duration // how long WAIT may block
+	// Retry is how long a write that too few replicas acknowledged, or that
+	// failed as writes do during a failover (see transient), is sent again
+	// with its memo, until it is replicated; 0: not at all. See
+	// [Queue.untilReplicated].
+	Retry time.Duration
 }
+
+// Backoff between two sends of a write that waits for replicas (see
+// [Queue.untilReplicated]); each send that reaches the master also waits
+// up to Replicas.Timeout in WAIT.
+const (
+	replicaRetryFirst = 50 * time.Millisecond
+	replicaRetryMax   = 500 * time.Millisecond
+)
 
 // Recovery budget on Redis Cluster (see Queue.redo).
 const (
@@ -68,14 +81,22 @@ func (q *Queue) redo(ctx context.Context, call func() error) error {
 		if err == nil || !Heal(ctx, q.client, err) || q.clock.Now().Add(delay).After(deadline) {
 			return err
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, delay) {
 			return err
-		case <-t.C:
 		}
 		delay = min(2*delay, redoMax)
+	}
+}
+
+// sleep waits for d, or until ctx ends; it reports whether it waited d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -125,11 +146,68 @@ func (q *Queue) runScript(ctx context.Context, s *redis.Script, m Memo, rep Repl
 		cmd, werr = runWait(ctx, c, s, rep, keys, args)
 		return cmd.Err()
 	}
-	if err := q.redo(ctx, send); err != nil {
+	var err error
+	if rep.N > 0 && rep.Retry > 0 {
+		err = q.untilReplicated(ctx, rep, m, func() (error, error) { return send(), werr })
+	} else {
+		err = q.redo(ctx, send)
+	}
+	if err != nil {
 		return cmd, nil
 	}
 	m.done()
 	return cmd, werr
+}
+
+// untilReplicated runs send (one send of a write and its WAIT, which
+// returns the write's error and the WAIT's) again while the write fails
+// with a transient error (a lost connection, READONLY from a master that
+// was demoted, see [transient]; NOREPLICAS from a master whose
+// min-replicas-to-write is not met) or the WAIT with too few replicas, backing
+// off from 50 ms to 500 ms, until rep.Retry has passed (at least redoFor on
+// a Redis Cluster), or ctx ends; and then returns the write's last error
+// (the caller reads the WAIT's). This is how a replicated write rides a
+// failover: the new master has no replica until the old one resyncs from
+// it, seconds later, and a write the old master took after the promotion
+// is discarded by that resync.
+//
+// Every send carries the call's memo, so the job is stored once on the
+// master that has it: a send that finds its token answers the first reply
+// and writes the token again, so that its WAIT waits for the first send's
+// writes too. After each send that ran, the memo hash's TTL is set again,
+// so that the token outlives the retries (the hash's TTL is otherwise
+// counted from its bucket's start, see MemoWindow).
+func (q *Queue) untilReplicated(ctx context.Context, rep Replicas, m Memo, send func() (error, error)) error {
+	budget := rep.Retry
+	if _, ok := q.client.(*redis.ClusterClient); ok {
+		budget = max(budget, redoFor)
+	}
+	deadline := time.Now().Add(budget)
+	delay := replicaRetryFirst
+	for {
+		err, werr := send()
+		if err == nil && werr == nil {
+			return nil
+		}
+		// NOREPLICAS: the master's min-replicas-to-write refused the write,
+		// as a new master does until its replicas are back.
+		if err != nil && !Heal(ctx, q.client, err) && !transient(err) && !redis.HasErrorPrefix(err, "NOREPLICAS") {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return err
+		}
+		if err == nil {
+			// The script ran: keep its token for the next sends. An error
+			// here shows again in the next send, which the loop handles.
+			_ = q.client.PExpire(ctx, m.Key, memoTTL).Err()
+		}
+		if !sleep(ctx, min(delay, left)) {
+			return err
+		}
+		delay = min(2*delay, replicaRetryMax)
+	}
 }
 
 // runWait sends the script and WAIT in one pipeline, on one connection of

@@ -9,8 +9,9 @@
 // without flushing it. Run finds a server in this order:
 //
 //  1. the address in the REDIS_ADDR environment variable (host:port), if set;
-//  2. a private redis-server process (from PATH or /usr/bin/redis-server) on a
-//     free loopback port, without persistence, killed when the tests end;
+//  2. a private redis-server process (from PATH or /usr/bin/redis-server, or
+//     the binary named by STREAMQ_REDIS_SERVER, see [EnvServer]) on a free
+//     loopback port, without persistence, killed when the tests end;
 //  3. the fallbacks given to Run, in order: the project's test binaries pass
 //     Start of package internal/rediscontainer, a redis:7 container started
 //     with testcontainers-go if Docker runs (a package of its own, so that
@@ -52,6 +53,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -74,6 +76,13 @@ const (
 	// envAddr names the environment variable that points the tests at an
 	// existing server.
 	envAddr = "REDIS_ADDR"
+	// EnvServer names the environment variable that picks the server
+	// binary the tests start, instead of redis-server: an absolute path or
+	// a name on PATH, such as a valkey-server to run the tests against
+	// Valkey. Every server of this package uses it: the private one of
+	// [Run], [StartServer], [NewIsolatedClient] and the topologies
+	// (replicas, sentinels, cluster nodes).
+	EnvServer = "STREAMQ_REDIS_SERVER"
 	// fallbackBinary is where Debian's redis-server package installs the
 	// server, for machines where /usr/bin is not on PATH.
 	fallbackBinary = "/usr/bin/redis-server"
@@ -635,8 +644,13 @@ func checkHostPort(a string) error {
 	return nil
 }
 
-// lookBinary finds redis-server on PATH or at its Debian location.
+// lookBinary finds the server binary the tests start: the one named by
+// EnvServer if that is set, else redis-server on PATH or at its Debian
+// location.
 func lookBinary() (string, error) {
+	if env := os.Getenv(EnvServer); env != "" {
+		return lookServerEnv(env)
+	}
 	if p, err := exec.LookPath("redis-server"); err == nil {
 		return p, nil
 	}
@@ -644,6 +658,21 @@ func lookBinary() (string, error) {
 		return fallbackBinary, nil
 	}
 	return "", errors.New("redis-server is neither on PATH nor at " + fallbackBinary)
+}
+
+// lookServerEnv checks the binary that EnvServer names: an absolute path,
+// or a name looked up on PATH. A relative path is refused: every test
+// binary runs in its own package's directory, where it would name another
+// file.
+func lookServerEnv(env string) (string, error) {
+	if strings.ContainsRune(env, os.PathSeparator) && !filepath.IsAbs(env) {
+		return "", fmt.Errorf("%s=%q is a relative path: give an absolute one (each test binary runs in its package's directory), such as \"$PWD/%s\"", EnvServer, env, env)
+	}
+	p, err := exec.LookPath(env)
+	if err != nil {
+		return "", fmt.Errorf("%s=%q: %v: name an executable redis-server or valkey-server, or unset it to use redis-server", EnvServer, env, err)
+	}
+	return p, nil
 }
 
 // startPrivate starts the test binary's shared private server.
@@ -786,8 +815,11 @@ func (l launch) start(port int) (*process, error) {
 	if err := probe(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), startTimeout, cmd.Process.Pid, l.tls, p.done); err != nil {
 		p.kill()
 		tail := logs.String()
-		if strings.Contains(tail, "already in use") {
+		switch {
+		case strings.Contains(tail, "already in use"):
 			err = fmt.Errorf("%w: %v", errPortInUse, err)
+		case l.tls != nil && strings.Contains(tail, "TLS support"):
+			err = fmt.Errorf("%v: %s was built without TLS: run the TLS tests with a server that has it (unset %s), and -skip TLS with this one", err, bin, EnvServer)
 		}
 		return nil, fmt.Errorf("%s %s did not start: %w\n--- server log (last %d bytes) ---\n%s--- end of server log ---",
 			bin, strings.Join(quoteArgs(args), " "), err, logTail, tail)

@@ -461,3 +461,34 @@ func TestNewIsolatedClient(t *testing.T) {
 		t.Errorf("the heavy test's server at %s still answers after the test", a)
 	}
 }
+
+func TestLookServerEnv(t *testing.T) {
+	t.Parallel()
+	bin, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, env, want, wantErr string
+	}{
+		{name: "absolute", env: bin, want: bin},
+		{name: "name on PATH", env: "sh", want: bin},
+		{name: "relative", env: "../shared/bin/valkey-server", wantErr: "relative path: give an absolute one"},
+		{name: "missing", env: "/nonexistent/valkey-server", wantErr: "name an executable redis-server or valkey-server"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := lookServerEnv(tt.env)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), EnvServer) {
+					t.Fatalf("lookServerEnv(%q) = %q, %v; want an error naming %s and saying %q", tt.env, got, err, EnvServer, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("lookServerEnv(%q) = %q, %v; want %q", tt.env, got, err, tt.want)
+			}
+		})
+	}
+}
