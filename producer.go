@@ -310,20 +310,13 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, 
 // enqueueUnique enqueues one job under its unique key: into the stream, or
 // into the delayed set when at is not zero.
 func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, at time.Time) ([]string, error) {
-	jf := wire.Job{
-		Payload:   job.Payload,
-		Headers:   p.headers(ctx, o.headers, job.Headers),
-		EnqMillis: enq,
-		Key:       o.uniqueKey,
-		KeyToken:  rdb.NewDelayedID(),
-	}
+	jf := wire.Job{Payload: job.Payload, Headers: p.headers(ctx, o.headers, job.Headers), EnqMillis: enq}
 	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
 	}
-	if !at.IsZero() {
-		jf.JobID = rdb.NewDelayedID() // the stable ID, as for other delayed jobs
-	}
-	ok, id, err := p.q.db.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{Job: &jf, LockTTL: o.uniqueTTL, Due: at, Replicas: p.replicas()})
+	lock := rdb.Lock{Mode: rdb.LockUnique, Key: o.uniqueKey, TTL: o.uniqueTTL}
+	outcome, id, err := p.q.db.EnqueueOne(ctx, &rdb.EnqueueOneParams{Job: &jf, Due: at, Lock: lock, Replicas: p.replicas()})
+	ok := outcome != rdb.Duplicate
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrQueueFull):

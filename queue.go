@@ -28,6 +28,9 @@ const (
 	// DefaultMaxHeaderBytes is the header limit used when
 	// QueueConfig.MaxHeaderBytes is 0: 64 KiB.
 	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultDoneRetention is how long a finished job with a chosen ID
+	// keeps its ID taken when QueueConfig.DoneRetention is 0.
+	DefaultDoneRetention = 24 * time.Hour
 	// MaxNameLen is the longest accepted name of a queue, group, key
 	// prefix, consumer or worker, in bytes.
 	MaxNameLen = 200
@@ -75,6 +78,15 @@ type QueueConfig struct {
 	// [DeadLetters]). A positive value caps the dead-letter stream at about
 	// that many entries, dropping the oldest: an explicit choice to lose them.
 	DeadLetterMaxLen int64
+
+	// DoneRetention is how long a job enqueued with [WithJobID] keeps its
+	// ID taken after it finished: an enqueue of the same ID within it
+	// returns [ErrDuplicate], so a producer that sends a job again (an
+	// outbox relay after a crash) cannot run it twice. Each such job leaves
+	// a small key (its done marker) for this long; jobs with generated IDs
+	// leave none. Defaults to DefaultDoneRetention (24 h); -1 keeps no done
+	// markers (the ID is free again as soon as the job finished).
+	DoneRetention time.Duration
 }
 
 // Queue is a named job queue on one Redis stream, with its consumer group,
@@ -147,7 +159,13 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 	if c.DeadLetterMaxLen < 0 {
 		return nil, configErr("QueueConfig.DeadLetterMaxLen", "%d is negative: use 0 to keep every dead letter, or a positive cap", c.DeadLetterMaxLen)
 	}
-	db := rdb.New(client, rdb.Config{Prefix: c.KeyPrefix, Name: name, Group: c.Group, MaxLen: c.MaxLen, DeadLetterMaxLen: c.DeadLetterMaxLen})
+	switch {
+	case c.DoneRetention == 0:
+		c.DoneRetention = DefaultDoneRetention
+	case c.DoneRetention < time.Millisecond && c.DoneRetention != -1:
+		return nil, configErr("QueueConfig.DoneRetention", "%s: use at least 1ms, 0 for the default (%s) or -1 for none", c.DoneRetention, DefaultDoneRetention)
+	}
+	db := rdb.New(client, rdb.Config{Prefix: c.KeyPrefix, Name: name, Group: c.Group, MaxLen: c.MaxLen, DeadLetterMaxLen: c.DeadLetterMaxLen, DoneRetention: c.DoneRetention})
 	q := &Queue{client: client, db: db, name: name, group: c.Group, cfg: c, keys: db.Keys()}
 	q.handle = core.NewHandle(&core.Queue{
 		DB:               db,

@@ -32,8 +32,6 @@
 package rdb
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -66,6 +64,9 @@ type Config struct {
 	DeadLetterMaxLen int64
 	// Clock is the queue's clock. Defaults to SystemClock.
 	Clock Clock
+	// DoneRetention is how long a finished job with a chosen ID keeps its
+	// ID taken (its done marker lives); 0 or less: no done markers.
+	DoneRetention time.Duration
 }
 
 // Queue makes the Redis calls of one queue. It is safe for concurrent use.
@@ -79,20 +80,23 @@ type Queue struct {
 	group  string
 	maxLen any // the cap as a script argument (0: none), boxed once
 	dlCap  int64
-	memo   memoState
+	// doneTTL is the done markers' TTL (ms; 0: none).
+	doneTTL int64
+	memo    memoState
 }
 
 // New returns the calls of the queue cfg describes on client.
 func New(client redis.UniversalClient, cfg Config) *Queue {
 	q := &Queue{
-		client: client,
-		keys:   NewKeys(cfg.Prefix, cfg.Name),
-		clock:  cfg.Clock,
-		prefix: cfg.Prefix,
-		name:   cfg.Name,
-		group:  cfg.Group,
-		maxLen: max(cfg.MaxLen, 0),
-		dlCap:  max(cfg.DeadLetterMaxLen, 0),
+		client:  client,
+		keys:    NewKeys(cfg.Prefix, cfg.Name),
+		clock:   cfg.Clock,
+		prefix:  cfg.Prefix,
+		name:    cfg.Name,
+		group:   cfg.Group,
+		maxLen:  max(cfg.MaxLen, 0),
+		dlCap:   max(cfg.DeadLetterMaxLen, 0),
+		doneTTL: max(cfg.DoneRetention.Milliseconds(), 0),
 	}
 	if q.clock == nil {
 		q.clock = SystemClock{}
@@ -140,12 +144,3 @@ func DueMillis(t time.Time) int64 {
 // dueIn returns the due time (Unix ms) of a job due after d by the queue's
 // clock.
 func (q *Queue) dueIn(d time.Duration) int64 { return DueMillis(q.clock.Now().Add(d)) }
-
-// NewDelayedID returns a new ID for a job of the delayed set: "d-" and 24
-// hex digits of crypto/rand. It is the job's stable ID while it waits, and
-// the promoted copy carries it.
-func NewDelayedID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "d-" + hex.EncodeToString(b[:])
-}
