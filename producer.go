@@ -169,8 +169,10 @@ type Job struct {
 	Headers map[string]string // optional; merged over the batch's headers
 }
 
-// Enqueue adds one job and returns its ID: the stream entry ID, or for a
-// delayed job the ID of its place in the delayed set (see [Queue.Cancel]).
+// Enqueue adds one job and returns its ID, which the job keeps for its
+// whole life ([Message.ID]; see docs/jobs.md, "Job IDs and deduplication"):
+// its stream entry ID, or for a delayed job a generated ID of the same form
+// (see [Queue.CancelDelayed]).
 // A nil error means the job is stored in Redis and will be handled at least
 // once or dead-lettered. It returns [ErrQueueFull] when the queue is at its
 // cap, and for a [Unique] job whose key is taken, the existing job's ID with
@@ -293,7 +295,7 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, 
 			// The delayed-set ID is the job's stable ID: the copy promoted
 			// into the stream carries it, so the job can be found by the ID
 			// Enqueue returned (see package inspect).
-			jf.JobID = rdb.NewDelayedID()
+			jf.JobID = p.q.db.NewDelayedID()
 			ids[start+i] = jf.JobID
 			sp.Add(jf.JobID, jf.Args())
 		}
@@ -345,25 +347,6 @@ func (p *Producer) replicas() rdb.Replicas {
 // core.Producer.Headers).
 func (p *Producer) headers(ctx context.Context, common, own map[string]string) map[string]string {
 	return core.OfProducer(p).Headers(ctx, common, own)
-}
-
-// Cancel removes a delayed job (one enqueued with [ProcessAt] or [ProcessIn])
-// before it is due, given the ID Enqueue returned, and releases its [Unique]
-// key. It reports false when the job was no longer waiting: it is already in
-// the stream, ran, or never existed.
-func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
-	key, token, found, err := q.db.DelayedKey(ctx, id)
-	if err != nil {
-		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
-	}
-	if !found {
-		return false, nil
-	}
-	ok, err := q.db.Cancel(ctx, rdb.CancelParams{ID: id, Key: key, Token: token})
-	if err != nil {
-		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
-	}
-	return ok, nil
 }
 
 // checkReplicas validates a replicated-write option of config conf.

@@ -301,3 +301,37 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	}
 	return s, nil
 }
+
+// CancelDelayed removes a delayed job (one enqueued with [ProcessAt] or
+// [ProcessIn], or waiting for a retry) before it is due, given its ID (the
+// one Enqueue returned), and releases its [Unique] key. It reports false
+// when the job was not waiting in the delayed set: it is in the stream
+// already, ran, or never existed. To cancel a job in any state, waiting or
+// running too, use the inspect package (inspect.Queue.Cancel) or the
+// streamq cancel command.
+func (q *Queue) CancelDelayed(ctx context.Context, id string) (bool, error) {
+	member, err := q.db.DelayedMember(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	key, token, found, err := q.db.DelayedKey(ctx, member)
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	if !found {
+		return false, nil
+	}
+	ok, err := q.db.Cancel(ctx, rdb.CancelParams{ID: member, JobID: id, Key: key, Token: token})
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	return ok, nil
+}
+
+// Cancel is [Queue.CancelDelayed]: it removes only delayed jobs.
+//
+// Deprecated: use CancelDelayed, whose name says what it cancels (the
+// inspect package cancels jobs in every state).
+func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
+	return q.CancelDelayed(ctx, id)
+}

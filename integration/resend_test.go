@@ -335,7 +335,7 @@ func TestResend_Cancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := r.drop("cancel")
-	ok, err := r.q.Cancel(ctx, id)
+	ok, err := r.q.CancelDelayed(ctx, id)
 	dropped()
 	if err != nil || !ok {
 		t.Fatalf("a re-sent Cancel returned %v, %v; want true, nil", ok, err)

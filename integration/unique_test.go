@@ -129,7 +129,7 @@ func TestUnique_ReleasedOnDeadLetterAndExpiry(t *testing.T) {
 		_, err := p.Enqueue(ctx, []byte("later"), streamq.Unique("ttl", time.Minute))
 		return err == nil
 	})
-	if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+	if ok, err := q.CancelDelayed(ctx, id); err != nil || !ok {
 		t.Errorf("cancel the delayed job: %v %v", ok, err)
 	}
 }
@@ -150,7 +150,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if dup, err := p.Enqueue(ctx, []byte("a"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != id {
 			t.Fatalf("enqueue while the delayed job waits: id %q err %v, want %q and ErrDuplicate", dup, err, id)
 		}
-		if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, id); err != nil || !ok {
 			t.Fatalf("Cancel = %v, %v; want true", ok, err)
 		}
 		if n := rdb.Exists(ctx, core.Of(q).Keys.Part("unique:k")).Val(); n != 0 {
@@ -165,7 +165,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		}
 		// A second Cancel of the same ID finds nothing and leaves the new
 		// job's lock alone.
-		if ok, err := q.Cancel(ctx, id); err != nil || ok {
+		if ok, err := q.CancelDelayed(ctx, id); err != nil || ok {
 			t.Fatalf("second Cancel = %v, %v; want false", ok, err)
 		}
 		if dup, err := p.Enqueue(ctx, []byte("c"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != next {
@@ -180,7 +180,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, id); err != nil || !ok {
 			t.Fatalf("Cancel = %v, %v; want true", ok, err)
 		}
 		st, err := q.Stats(ctx)
@@ -211,13 +211,13 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		})
 		// Cancelling the old job removes it but must not release the newer
 		// job's lock.
-		if ok, err := q.Cancel(ctx, old); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, old); err != nil || !ok {
 			t.Fatalf("Cancel(old) = %v, %v; want true", ok, err)
 		}
 		if dup, err := p.Enqueue(ctx, []byte("third"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != newer {
 			t.Fatalf("enqueue after cancelling the old job: id %q err %v, want the newer job %q and ErrDuplicate", dup, err, newer)
 		}
-		if ok, err := q.Cancel(ctx, newer); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, newer); err != nil || !ok {
 			t.Fatalf("Cancel(newer) = %v, %v; want true", ok, err)
 		}
 		if _, err := p.Enqueue(ctx, []byte("third"), streamq.Unique("k", time.Hour), streamq.ProcessIn(time.Hour)); err != nil {
@@ -264,7 +264,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if !errors.Is(err, streamq.ErrDuplicate) || dup != id {
 			t.Fatalf("enqueue while the job runs: id %q err %v, want the delayed-set ID %q and ErrDuplicate", dup, err, id)
 		}
-		if ok, err := q.Cancel(ctx, dup); err != nil || ok {
+		if ok, err := q.CancelDelayed(ctx, dup); err != nil || ok {
 			t.Fatalf("Cancel of a job already in the stream = %v, %v; want false", ok, err)
 		}
 		if _, err := p.Enqueue(ctx, []byte("soon"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) {

@@ -804,6 +804,9 @@ func errString(err error) string {
 // while the job runs: the fields of a stream delivery never change, and
 // those of a packed (priority) one are not looked at.
 func stableID(d *Delivery) string {
+	if d.JobID != "" {
+		return d.JobID
+	}
 	if d.Packed == "" && d.Fields != nil {
 		if s, ok := wire.Str(d.Fields[wire.FieldJobID]); ok && s != "" {
 			return s
