@@ -119,20 +119,20 @@ func (q *Queue) list(ctx context.Context, o *ListOptions, fetch fetchFunc) (*Pag
 
 // group returns the state of the inspector's group on the stream: its last
 // delivered ID ("" when the group does not exist) and its lag (-1: unknown).
-func (q *Queue) group(ctx context.Context) (last string, lag, pending, consumers int64, err error) {
+func (q *Queue) group(ctx context.Context) (last string, lag, pending int64, err error) {
 	groups, err := q.rdb().XInfoGroups(ctx, q.keys.Stream).Result()
 	if err != nil {
 		if rdb.IsNoSuchKey(err) || errors.Is(err, redis.Nil) {
-			return "", 0, 0, 0, nil
+			return "", 0, 0, nil
 		}
-		return "", 0, 0, 0, fmt.Errorf("xinfo groups %s: %w", q.keys.Stream, err)
+		return "", 0, 0, fmt.Errorf("xinfo groups %s: %w", q.keys.Stream, err)
 	}
 	for _, g := range groups {
 		if g.Name == q.in.opts.Group {
-			return g.LastDeliveredID, g.Lag, g.Pending, g.Consumers, nil
+			return g.LastDeliveredID, g.Lag, g.Pending, nil
 		}
 	}
-	return "", -1, 0, 0, nil
+	return "", -1, 0, nil
 }
 
 // streamFetch returns the fetch of a stream queue's state.
@@ -140,7 +140,7 @@ func (q *Queue) streamFetch(ctx context.Context, st State) (fetchFunc, error) {
 	c := q.rdb()
 	switch st {
 	case StateWaiting:
-		last, _, _, _, err := q.group(ctx)
+		last, _, _, err := q.group(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -155,7 +155,7 @@ func (q *Queue) streamJob(ctx context.Context, id string) (*Job, error) {
 	if err != nil || len(es) == 0 {
 		return nil, err
 	}
-	last, _, _, _, err := q.group(ctx)
+	last, _, _, err := q.group(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -2,9 +2,12 @@ package inspect
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,12 +30,12 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	paused := pipe.Exists(ctx, q.keys.Paused)
 	wb := pipe.HExists(ctx, q.in.wb, q.name)
 	dead := pipe.XLen(ctx, q.keys.Dead)
-	var xlen, delayed, ready, leases, workers *redis.IntCmd
+	var xlen, delayed, ready, leases *redis.IntCmd
+	live := pipe.ZCount(ctx, q.keys.Workers, strconv.FormatInt(time.Now().Add(-LiveWithin).UnixMilli(), 10), "+inf")
 	if q.kind == KindPriority {
 		ready = pipe.ZCard(ctx, q.pkeys.Ready)
 		leases = pipe.ZCard(ctx, q.pkeys.Leases)
 		delayed = pipe.ZCard(ctx, q.pkeys.Delayed)
-		workers = pipe.ZCard(ctx, q.keys.Workers)
 	} else {
 		xlen = pipe.XLen(ctx, q.keys.Stream)
 		delayed = pipe.ZCard(ctx, q.keys.Delayed)
@@ -49,7 +52,7 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	o.Delayed, o.Dead = delayed.Val()-o.Retrying, dead.Val()-o.Cancelled
 	o.Estimated = dseen < delayed.Val() || xseen < dead.Val()
 	if q.kind == KindPriority {
-		o.Waiting, o.Running, o.Consumers = ready.Val(), leases.Val(), int(workers.Val())
+		o.Waiting, o.Running, o.Consumers = ready.Val(), leases.Val(), int(live.Val())
 		o.Length = o.Waiting + o.Running + delayed.Val()
 		if o.OldestWaiting, err = q.oldestReady(ctx); err != nil {
 			return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
@@ -57,11 +60,11 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 		return o, nil
 	}
 	o.Length = xlen.Val()
-	last, lag, pending, consumers, err := q.group(ctx)
+	last, lag, pending, err := q.group(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
 	}
-	o.Running, o.Consumers = pending, int(consumers)
+	o.Running, o.Consumers = pending, int(live.Val())
 	start := "-"
 	if last != "" {
 		start = "(" + last
@@ -169,40 +172,94 @@ func toInt(v any) int64 {
 	return n
 }
 
-// Consumers lists the consumers of the group (XINFO CONSUMERS) of a stream
-// queue, or the workers of a priority queue (the workers set, with the
-// leases each holds among the first ScanLimit leases).
+// LiveWithin is how recent a consumer's or worker's last heartbeat must be
+// for it to count as alive (see [Consumer.Alive]): 15 control intervals at
+// the default of one second.
+const LiveWithin = 15 * time.Second
+
+// maxListedConsumers bounds the consumers [Queue.Consumers] lists.
+const maxListedConsumers = 1000
+
+// Consumers lists the consumers and workers of the queue: those with a
+// heartbeat (alive, or dead after a crash until pruned; see
+// [Consumer.Alive]), with the jobs each holds, and for a stream queue also
+// the consumers of its group that have none (older versions). Sorted by
+// name; at most 1,000.
 func (q *Queue) Consumers(ctx context.Context) ([]Consumer, error) {
 	c := q.rdb()
+	ws, err := c.ZRangeWithScores(ctx, q.keys.Workers, 0, maxListedConsumers-1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("inspect: consumers of %s: %w", q.name, err)
+	}
+	now := time.Now()
+	kind := "consumer"
 	if q.kind == KindPriority {
-		ws, err := c.ZRangeWithScores(ctx, q.keys.Workers, 0, -1).Result()
+		kind = "worker"
+	}
+	out := make([]Consumer, len(ws))
+	byName := make(map[string]int, len(ws))
+	keys := make([]string, len(ws))
+	for i, w := range ws {
+		name, _ := w.Member.(string)
+		seen := time.UnixMilli(int64(w.Score))
+		out[i] = Consumer{Name: name, Kind: kind, LastSeen: seen, Idle: max(now.Sub(seen), 0)}
+		byName[name], keys[i] = i, q.keys.Heartbeat(name)
+	}
+	if len(keys) > 0 {
+		infos, err := c.MGet(ctx, keys...).Result()
 		if err != nil {
-			return nil, fmt.Errorf("inspect: workers of %s: %w", q.name, err)
+			return nil, fmt.Errorf("inspect: heartbeats of %s: %w", q.name, err)
 		}
+		for i, v := range infos {
+			fillHeartbeat(&out[i], v, now)
+		}
+	}
+	if q.kind == KindPriority {
 		held, err := q.leasesByOwner(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out := make([]Consumer, len(ws))
-		for i, w := range ws {
-			name, _ := w.Member.(string)
-			seen := time.UnixMilli(int64(w.Score))
-			out[i] = Consumer{Name: name, Kind: "worker", Pending: held[name], LastSeen: seen, Idle: max(time.Since(seen), 0)}
+		for i := range out {
+			out[i].Pending = held[out[i].Name]
 		}
 		return out, nil
 	}
 	cs, err := c.XInfoConsumers(ctx, q.keys.Stream, q.in.opts.Group).Result()
-	if err != nil {
-		if rdb.IsNoSuchKey(err) || rdb.IsNoGroup(err) {
-			return []Consumer{}, nil
-		}
+	if err != nil && !rdb.IsNoSuchKey(err) && !rdb.IsNoGroup(err) {
 		return nil, fmt.Errorf("inspect: consumers of %s: %w", q.name, err)
 	}
-	out := make([]Consumer, len(cs))
-	for i, x := range cs {
-		out[i] = Consumer{Name: x.Name, Kind: "consumer", Pending: x.Pending, Idle: x.Idle, LastSeen: time.Now().Add(-x.Idle)}
+	for _, x := range cs {
+		if i, ok := byName[x.Name]; ok {
+			out[i].Pending, out[i].Idle = x.Pending, x.Idle
+			continue
+		}
+		if len(out) >= maxListedConsumers {
+			continue
+		}
+		out = append(out, Consumer{Name: x.Name, Kind: "consumer", Pending: x.Pending, Idle: x.Idle, LastSeen: now.Add(-x.Idle), Alive: x.Idle < LiveWithin})
 	}
+	slices.SortFunc(out, func(a, b Consumer) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// fillHeartbeat sets what the heartbeat record v (nil when it expired) says
+// of c, and whether c is alive.
+func fillHeartbeat(c *Consumer, v any, now time.Time) {
+	every := time.Duration(0)
+	if s, ok := v.(string); ok {
+		var hb rdb.Heartbeat
+		if json.Unmarshal([]byte(s), &hb) == nil {
+			if hb.Role != "" {
+				c.Kind = hb.Role
+			}
+			c.Host, c.PID, c.Concurrency, c.Version = hb.Host, hb.PID, hb.Concurrency, hb.Version
+			if hb.Started > 0 {
+				c.Started = time.UnixMilli(hb.Started)
+			}
+			every = time.Duration(hb.Every) * time.Millisecond
+		}
+	}
+	c.Alive = now.Sub(c.LastSeen) < max(LiveWithin, 3*every)
 }
 
 // leasesByOwner counts the leases of each worker among the first ScanLimit.
@@ -220,44 +277,62 @@ func (q *Queue) leasesByOwner(ctx context.Context) (map[string]int64, error) {
 
 // PruneConsumers deletes the consumers idle for at least idle that hold no
 // job, and returns their names. For a stream queue, the check and the
-// deletion are one script (a consumer that holds a job is never deleted:
-// its jobs would vanish from the pending list); for a priority queue it
-// forgets workers not seen for idle that hold no lease.
+// deletion from the group are one script (a consumer that holds a job is
+// never deleted: its jobs would vanish from the pending list). It also
+// forgets the heartbeats (see [Consumer.Alive]) older than idle of
+// consumers and workers that hold no job or lease: those of crashed
+// processes (a consumer that stops cleanly removes its own).
 func (q *Queue) PruneConsumers(ctx context.Context, idle time.Duration) ([]string, error) {
 	if idle <= 0 {
 		return nil, fmt.Errorf("inspect: PruneConsumers idle %s: use a positive duration, longer than the consumers' keep-alive", idle)
 	}
 	c := q.rdb()
+	var gone []string
+	held := map[string]int64{}
 	if q.kind != KindPriority {
-		gone, err := q.db.Prune(ctx, rdb.PruneParams{Idle: idle})
+		var err error
+		gone, err = q.db.Prune(ctx, rdb.PruneParams{Idle: idle})
 		if err != nil && !rdb.IsNoSuchKey(err) && !rdb.IsNoGroup(err) {
 			return nil, fmt.Errorf("inspect: prune consumers of %s: %w", q.name, err)
 		}
-		return gone, nil
+		cs, err := c.XInfoConsumers(ctx, q.keys.Stream, q.in.opts.Group).Result()
+		if err != nil && !rdb.IsNoSuchKey(err) && !rdb.IsNoGroup(err) {
+			return nil, fmt.Errorf("inspect: consumers of %s: %w", q.name, err)
+		}
+		for _, x := range cs {
+			held[x.Name] = x.Pending
+		}
+	} else {
+		var err error
+		if held, err = q.leasesByOwner(ctx); err != nil {
+			return nil, err
+		}
 	}
+	// Heartbeats older than idle of consumers and workers that hold no job.
 	cutoff := strconv.FormatInt(time.Now().Add(-idle).UnixMilli(), 10)
-	ws, err := c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: q.keys.Workers, Start: "-inf", Stop: cutoff, ByScore: true}).Result()
+	ws, err := c.ZRangeArgs(ctx, redis.ZRangeArgs{Key: q.keys.Workers, Start: "-inf", Stop: cutoff, ByScore: true, Count: maxListedConsumers}).Result()
 	if err != nil {
 		return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
 	}
-	held, err := q.leasesByOwner(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var gone []string
+	var stale []string
 	for _, w := range ws {
 		if held[w] == 0 {
+			stale = append(stale, w)
+		}
+	}
+	if len(stale) == 0 {
+		return gone, nil
+	}
+	pipe := c.TxPipeline()
+	for _, w := range stale {
+		pipe.ZRem(ctx, q.keys.Workers, w)
+		pipe.Del(ctx, q.keys.Heartbeat(w))
+		if !slices.Contains(gone, w) {
 			gone = append(gone, w)
 		}
 	}
-	if len(gone) > 0 {
-		args := make([]any, len(gone))
-		for i, g := range gone {
-			args[i] = g
-		}
-		if err := c.ZRem(ctx, q.keys.Workers, args...).Err(); err != nil {
-			return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
-		}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("inspect: prune workers of %s: %w", q.name, err)
 	}
 	return gone, nil
 }

@@ -26,7 +26,8 @@ type Overview struct {
 	// Dead letters, of which Cancelled were cancelled jobs (dl_reason
 	// "cancelled"); Dead counts the others.
 	Dead, Cancelled int64
-	// Consumers of the group (stream queues) or workers seen (priority).
+	// Consumers and workers alive now: with a heartbeat within
+	// [LiveWithin].
 	Consumers int
 	// OldestWaiting is the age of the oldest waiting job; 0 when nothing
 	// waits.
@@ -182,11 +183,27 @@ type Job struct {
 
 // Consumer is one stream consumer or priority worker.
 type Consumer struct {
-	Name     string
-	Kind     string // "consumer" or "worker"
-	Pending  int64  // jobs it holds (pending entries, or leases)
-	Idle     time.Duration
+	Name    string
+	Kind    string // "consumer" or "worker"
+	Pending int64  // jobs it holds (pending entries, or leases)
+	// Idle is the time since it last read from the group (stream consumers)
+	// or since its last heartbeat (priority workers).
+	Idle time.Duration
+	// LastSeen is its last heartbeat (zero for a consumer of a version
+	// without heartbeats: then the time of its last read).
 	LastSeen time.Time
+	// Alive says that its last heartbeat is recent: within [LiveWithin],
+	// or three of its control intervals if that is longer. A consumer that
+	// stopped cleanly is no longer listed; one that crashed is listed with
+	// Alive false until it is pruned.
+	Alive bool
+	// From the heartbeat record, when there is one: where it runs, its
+	// concurrency, the streamq version and when it started.
+	Host        string
+	PID         int
+	Concurrency int
+	Version     string
+	Started     time.Time
 }
 
 // Schedule is one periodic schedule of a queue.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -9,11 +10,17 @@ import (
 
 // consumerJSON is the JSON shape of one consumer or worker.
 type consumerJSON struct {
-	Name     string     `json:"name"`
-	Kind     string     `json:"kind"`
-	Pending  int64      `json:"pending"`
-	IdleMS   int64      `json:"idle_ms"`
-	LastSeen *time.Time `json:"last_seen,omitempty"`
+	Name        string     `json:"name"`
+	Kind        string     `json:"kind"`
+	Alive       bool       `json:"alive"`
+	Pending     int64      `json:"pending"`
+	IdleMS      int64      `json:"idle_ms"`
+	LastSeen    *time.Time `json:"last_seen,omitempty"`
+	Host        string     `json:"host,omitempty"`
+	PID         int        `json:"pid,omitempty"`
+	Concurrency int        `json:"concurrency,omitempty"`
+	Version     string     `json:"version,omitempty"`
+	Started     *time.Time `json:"started,omitempty"`
 }
 
 func newConsumersCmd(a *app) *cobra.Command {
@@ -21,9 +28,13 @@ func newConsumersCmd(a *app) *cobra.Command {
 		Use:   "consumers <queue>",
 		Short: "List a queue's consumers (stream) or workers (priority) with their pending jobs and idle time",
 		Long: `List the consumers of a queue's group (stream queues) or the workers of a
-priority queue, with the jobs each holds and how long it has been idle.
+priority queue, with the jobs each holds, how long it has been idle, and
+from its heartbeat whether it is alive, where it runs (host, PID), its
+concurrency, streamq version and start time. A consumer that stops cleanly
+leaves the list; one that crashed is listed as dead until pruned.
 
-JSON: {"queue","consumers":[{"name","kind":"consumer|worker","pending","idle_ms","last_seen"}]}`,
+JSON: {"queue","consumers":[{"name","kind":"consumer|worker","alive","pending","idle_ms","last_seen",
+"host","pid","concurrency","version","started"}]}`,
 		Example: `  streamq consumers orders
   streamq consumers orders --json
   streamq consumers prune orders --idle 24h`,
@@ -45,7 +56,8 @@ JSON: {"queue","consumers":[{"name","kind":"consumer|worker","pending","idle_ms"
 					Consumers []consumerJSON `json:"consumers"`
 				}{Queue: args[0], Consumers: []consumerJSON{}}
 				for _, c := range cs {
-					out.Consumers = append(out.Consumers, consumerJSON{Name: c.Name, Kind: c.Kind, Pending: c.Pending, IdleMS: ms(c.Idle), LastSeen: jsonTime(c.LastSeen)})
+					out.Consumers = append(out.Consumers, consumerJSON{Name: c.Name, Kind: c.Kind, Alive: c.Alive, Pending: c.Pending, IdleMS: ms(c.Idle), LastSeen: jsonTime(c.LastSeen),
+						Host: c.Host, PID: c.PID, Concurrency: c.Concurrency, Version: c.Version, Started: jsonTime(c.Started)})
 				}
 				return printJSON(a.stdout, out)
 			}
@@ -54,9 +66,17 @@ JSON: {"queue","consumers":[{"name","kind":"consumer|worker","pending","idle_ms"
 				return nil
 			}
 			now := time.Now()
-			t := newTable(a.stdout, "NAME", "KIND", "PENDING", "IDLE", "LAST SEEN")
+			t := newTable(a.stdout, "NAME", "KIND", "STATE", "PENDING", "IDLE", "LAST SEEN", "HOST", "PID", "CONC", "VERSION", "STARTED")
 			for _, c := range cs {
-				t.row(c.Name, c.Kind, c.Pending, age(c.Idle), since(c.LastSeen, now))
+				state := "dead"
+				if c.Alive {
+					state = "alive"
+				}
+				pid, conc := "-", "-"
+				if c.PID > 0 {
+					pid, conc = strconv.Itoa(c.PID), strconv.Itoa(c.Concurrency)
+				}
+				t.row(c.Name, c.Kind, state, c.Pending, age(c.Idle), since(c.LastSeen, now), dash(c.Host), pid, conc, dash(c.Version), since(c.Started, now))
 			}
 			return t.flush()
 		},

@@ -346,12 +346,15 @@ var volatile = map[string]bool{
 	"id": true, "entry_id": true, "cursor": true, "go": true,
 	// streamq redis: the test server's own
 	"addr": true, "rdb_schedule": true, "persistence": true,
+	// streamq consumers: where the test runs
+	"host": true,
 }
 
 // volatileNumbers are numbers that change from run to run (streamq redis).
 var volatileNumbers = map[string]bool{
 	"uptime_s": true, "used_memory": true, "peak_memory": true, "ops_per_sec": true, "clients": true,
 	"blocked_clients": true, "rdb_changes": true, "evicted_keys": true, "deleted_keys": true,
+	"pid": true,
 }
 
 // counters are the per-minute throughput counters.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/streamq/streamq/internal/engine"
+	"github.com/streamq/streamq/internal/rdb"
 )
 
 // MaxNameLen is the longest name of a queue, group, key prefix, consumer or
@@ -60,6 +62,7 @@ type RunDefaults struct {
 	MaxFetchBytes   int64
 	MaxResultBytes  int64
 	Backoff         func(attempt int) time.Duration
+	Version         string // the module's version, for heartbeats
 }
 
 // RunConfig points at the fields of a streamq.ConsumerConfig or a
@@ -85,7 +88,8 @@ type RunConfig struct {
 	// FinishBatch is the most finished jobs one settlement call takes.
 	FinishBatch int
 	// Heartbeat records the run as alive under its name in the queue's
-	// workers set.
+	// workers set, with its host, PID, concurrency, version and start time
+	// (see rdb.Heartbeat), at every control tick.
 	Heartbeat bool
 	// Check, if set, applies the defaults of the config's own fields and
 	// validates them, after the shared ones.
@@ -186,6 +190,16 @@ func NilAt[H any, M ~func(H) H](ms []M) int {
 	return -1
 }
 
+// heartbeatInfo returns the heartbeat record of a run started now.
+func heartbeatInfo(role string, concurrency int, version string, every time.Duration) string {
+	host, _ := os.Hostname()
+	b, _ := json.Marshal(rdb.Heartbeat{
+		Role: role, Host: host, PID: os.Getpid(), Concurrency: concurrency, Version: version,
+		Started: time.Now().UnixMilli(), Every: every.Milliseconds(),
+	})
+	return string(b)
+}
+
 // defaultName returns "<hostname>-<pid>-<random>", or "<role>-<pid>-<random>"
 // when the host name cannot be part of a name.
 func defaultName(role, forbid string) string {
@@ -223,9 +237,10 @@ func (q *Queue) NewRun(c *RunConfig, errf ErrFunc) (*Run, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	var heartbeat string
+	var heartbeat, info string
 	if c.Heartbeat {
 		heartbeat = *c.Name
+		info = heartbeatInfo(c.Role, *c.Concurrency, q.Defaults.Version, *c.ControlInterval)
 	}
 	claim := *c.Claim
 	eng := q.NewEngine(c.Handler(), c.OnEvent, c.Group, engine.Config{
@@ -248,6 +263,7 @@ func (q *Queue) NewRun(c *RunConfig, errf ErrFunc) (*Run, error) {
 		ResultRetention: *c.ResultRetention,
 		MaxResultBytes:  *c.MaxResultBytes,
 		Heartbeat:       heartbeat,
+		HeartbeatInfo:   info,
 	})
 	return &Run{Engine: eng, Mon: eng.Monitor()}, nil
 }

@@ -32,7 +32,7 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, min(opTimeout, 2*r.cfg.ControlInterval))
 	defer cancel()
 	counts := r.takeCounts()
-	paused, ids, err := r.cfg.DB.Control(cctx, rdb.ControlParams{Processed: counts, Worker: r.cfg.Heartbeat})
+	paused, ids, err := r.cfg.DB.Control(cctx, rdb.ControlParams{Processed: counts, Worker: r.cfg.Heartbeat, Info: r.cfg.HeartbeatInfo})
 	if err != nil {
 		r.putCounts(counts)
 		if ctx.Err() == nil {
@@ -114,14 +114,24 @@ func (r *run[F]) putCounts(c map[int64]int64) {
 	}
 }
 
-// flushCounts writes the counts left when the run ends.
+// flushCounts writes the counts left when the run ends, and removes the
+// run's heartbeat.
 func (r *run[F]) flushCounts() {
-	c := r.takeCounts()
-	if len(c) == 0 {
+	r.mon.FlushDeadLog()
+	if r.cfg.DB == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
+	if r.cfg.Heartbeat != "" && r.cfg.ControlInterval > 0 {
+		if err := r.cfg.DB.Leave(ctx, r.cfg.Heartbeat); err != nil {
+			r.mon.Log.Warn("streamq: cannot remove the heartbeat; the consumer shows as dead until pruned", "error", err)
+		}
+	}
+	c := r.takeCounts()
+	if len(c) == 0 {
+		return
+	}
 	if err := r.cfg.DB.AddProcessed(ctx, c); err != nil {
 		r.mon.Log.Warn("streamq: cannot write the throughput counters", "error", err)
 	}

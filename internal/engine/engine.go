@@ -120,9 +120,10 @@ type Config struct {
 	// the cancel requests (0: never; tests of the engine alone).
 	ControlInterval time.Duration
 	// Heartbeat, if not empty, is the name under which each control tick
-	// records the run as alive in the queue's workers set (priority
-	// workers).
-	Heartbeat string
+	// records the run as alive in the queue's workers set, with the record
+	// HeartbeatInfo (JSON of rdb.Heartbeat); the run leaves the set when it
+	// ends.
+	Heartbeat, HeartbeatInfo string
 	// ResultRetention is how long progress and results are kept;
 	// MaxResultBytes bounds a result.
 	ResultRetention time.Duration
@@ -691,7 +692,7 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn Run, reason string, cause e
 	case id == "":
 		r.mon.Log.Info("streamq: job was taken over by another worker before it was dead-lettered; leaving it", "job_id", d.ID)
 	default:
-		r.mon.Log.Warn("streamq: job dead-lettered", "job_id", d.ID, "dead_letter_id", id, "reason", reason, "attempts", attempts, "error", cause)
+		r.mon.DeadLettered(reason, "job_id", d.ID, "dead_letter_id", id, "attempts", attempts, "error", cause)
 		ev := Event{Kind: EventDeadLettered, ID: d.ID, Err: cause, Reason: reason}
 		if !malformed {
 			ev.Run = &rn

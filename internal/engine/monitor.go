@@ -70,6 +70,7 @@ type Monitor struct {
 	held                                atomic.Pointer[func() int]
 	waiting                             atomic.Int64
 	concurrency                         int
+	deadLog                             deadLog
 }
 
 // NewMonitor returns a monitor of queue that logs to log and calls onEvent

@@ -66,19 +66,35 @@ func (q *Queue) RegisterWriteBehind(ctx context.Context) error {
 	return q.client.HSet(ctx, WriteBehindRegistry(q.prefix), q.name, "1").Err()
 }
 
-// WorkerForget is how long a priority worker that stopped sending
-// heartbeats stays in the queue's workers set.
+// WorkerForget is how long a consumer or worker that stopped sending
+// heartbeats without leaving (a crash) stays in the queue's workers set, and
+// how long its heartbeat record lives.
 const WorkerForget = 24 * time.Hour
+
+// Heartbeat is what a consumer or worker records about itself at every
+// control tick, as JSON under [Keys.Heartbeat].
+type Heartbeat struct {
+	Role        string `json:"role"` // "consumer" or "worker"
+	Host        string `json:"host"`
+	PID         int    `json:"pid"`
+	Concurrency int    `json:"concurrency"`
+	Version     string `json:"version"`
+	Started     int64  `json:"started"` // Unix ms
+	Every       int64  `json:"every"`   // control interval, ms
+}
 
 // ControlParams are one tick of a control loop.
 type ControlParams struct {
 	// Processed are jobs finished, by minute, to add to the throughput
 	// counters.
 	Processed map[int64]int64
-	// Worker, if not empty, is the name of a priority worker to record as
-	// alive now in the workers set (workers silent for WorkerForget are
+	// Worker, if not empty, is the name of a consumer or worker to record as
+	// alive now in the workers set (those silent for WorkerForget are
 	// removed from it).
 	Worker string
+	// Info, with Worker, is its heartbeat record (JSON of [Heartbeat]),
+	// written with a TTL of WorkerForget.
+	Info string
 }
 
 // Control reads, in one pipeline, whether the queue is paused and the
@@ -108,6 +124,9 @@ func (q *Queue) Control(ctx context.Context, p ControlParams) (paused bool, canc
 	if p.Worker != "" {
 		pipe.ZAdd(ctx, k.Workers, redis.Z{Score: float64(now), Member: p.Worker})
 		pipe.ZRemRangeByScore(ctx, k.Workers, "-inf", "("+strconv.FormatInt(t.Add(-WorkerForget).UnixMilli(), 10))
+		if p.Info != "" {
+			pipe.Set(ctx, k.Heartbeat(p.Worker), p.Info, WorkerForget)
+		}
 	}
 	now -= now % memoBucket.Milliseconds()
 	var ttls [2]*redis.BoolCmd
@@ -125,6 +144,16 @@ func (q *Queue) Control(ctx context.Context, p ControlParams) (paused bool, canc
 		}
 	}
 	return ex.Val() > 0, ids.Val(), nil
+}
+
+// Leave removes the heartbeat of the consumer or worker name (its entry in
+// the workers set and its record): it stopped and runs nothing any more.
+func (q *Queue) Leave(ctx context.Context, name string) error {
+	pipe := q.client.TxPipeline()
+	pipe.ZRem(ctx, q.keys.Workers, name)
+	pipe.Del(ctx, q.keys.Heartbeat(name))
+	_, err := pipe.Exec(ctx)
+	return err
 }
 
 // scriptDropCancels removes cancel requests of stream jobs that are no

@@ -66,6 +66,23 @@ func TestQueue_Control(t *testing.T) {
 	if ws := e.c.ZRange(e.ctx, e.k.Workers, 0, -1).Val(); !slices.Equal(ws, []string{"w1"}) {
 		t.Errorf("workers %v, want w1 only", ws)
 	}
+	// The heartbeat record is written with the heartbeat, with a TTL, and
+	// Leave removes both.
+	if _, _, err := e.q.Control(e.ctx, ControlParams{Worker: "w1", Info: `{"role":"worker"}`}); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.c.Get(e.ctx, e.k.Heartbeat("w1")).Val(); v != `{"role":"worker"}` {
+		t.Errorf("heartbeat record %q", v)
+	}
+	if ttl := e.c.TTL(e.ctx, e.k.Heartbeat("w1")).Val(); ttl <= 0 || ttl > WorkerForget {
+		t.Errorf("heartbeat record TTL %s, want at most WorkerForget", ttl)
+	}
+	if err := e.q.Leave(e.ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.c.Exists(e.ctx, e.k.Heartbeat("w1")).Val(); n != 0 || e.c.ZScore(e.ctx, e.k.Workers, "w1").Err() == nil {
+		t.Error("Leave left the heartbeat")
+	}
 	// A re-sent call adds its counts again: they are statistics.
 	if err := e.q.AddProcessed(e.ctx, map[int64]int64{minute: 2}); err != nil {
 		t.Fatal(err)

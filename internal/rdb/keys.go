@@ -16,7 +16,7 @@ type Keys struct {
 	Paused  string // STRING "1" while the queue is paused
 	Cancel  string // HASH stable job ID -> cancel request time (Unix ms)
 	Trail   string // HASH stable job ID -> where a moved job lives now (see Trail*)
-	Workers string // ZSET priority worker name -> last seen (Unix ms)
+	Workers string // ZSET consumer or worker name -> last heartbeat (Unix ms)
 }
 
 // Prefixes of the locations in the trail hash: a stream entry, a delayed
@@ -75,6 +75,11 @@ func NewKeys(prefix, name string) Keys {
 
 // Part returns the key of part of the queue.
 func (k Keys) Part(part string) string { return k.base + part }
+
+// Heartbeat is the key of the heartbeat record of the consumer or worker
+// name: a JSON object ([Heartbeat]) that lives WorkerForget after its last
+// control tick.
+func (k Keys) Heartbeat(name string) string { return k.base + "hb:" + name }
 
 // Pattern matches every key of the queue (for a bounded SCAN in tests and
 // tools; the library itself never scans).
