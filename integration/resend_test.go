@@ -308,7 +308,7 @@ func TestResend_UniqueEnqueue(t *testing.T) {
 		t.Run(fmt.Sprintf("delay=%s", delay), func(t *testing.T) {
 			t.Parallel()
 			r := newResend(t)
-			dropped := r.drop("enqueue_unique")
+			dropped := r.drop("enqueue_one")
 			opts := []streamq.EnqueueOption{streamq.Unique("invoice:42", time.Hour)}
 			if delay > 0 {
 				opts = append(opts, streamq.ProcessIn(delay))

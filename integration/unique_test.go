@@ -226,15 +226,16 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 	})
 
 	// Once the scheduler has moved a delayed unique job into the stream,
-	// the lock still names the job by its delayed-set ID; Cancel no longer
-	// accepts that ID and leaves the lock to the running job.
+	// the job and its lock keep its ID (a new stream entry carries it);
+	// CancelDelayed no longer finds it delayed and leaves the lock to the
+	// running job.
 	t.Run("job already moved into the stream", func(t *testing.T) {
 		t.Parallel()
 		_, q, p := cqSetup(t, nil)
-		started := make(chan string, 1)
+		started := make(chan *streamq.Message, 1)
 		release := make(chan struct{})
 		c, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
-			started <- m.ID
+			started <- m
 			<-release
 			return nil
 		}), fastConsumer(streamq.ConsumerConfig{Concurrency: 1, SchedulerInterval: 10 * time.Millisecond}))
@@ -251,18 +252,18 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var entry string
+		var m *streamq.Message
 		select {
-		case entry = <-started:
+		case m = <-started:
 		case <-time.After(10 * time.Second):
 			t.Fatal("the delayed job did not run within 10s")
 		}
-		if entry == id {
-			t.Fatalf("stream entry ID %q equals the delayed-set ID", entry)
+		if m.ID != id || m.EntryID == id {
+			t.Fatalf("running copy: ID %q, EntryID %q; want the ID %q and a stream entry ID of its own", m.ID, m.EntryID, id)
 		}
 		dup, err := p.Enqueue(ctx, []byte("soon"), streamq.Unique("k", time.Hour))
 		if !errors.Is(err, streamq.ErrDuplicate) || dup != id {
-			t.Fatalf("enqueue while the job runs: id %q err %v, want the delayed-set ID %q and ErrDuplicate", dup, err, id)
+			t.Fatalf("enqueue while the job runs: id %q err %v, want the job's ID %q and ErrDuplicate", dup, err, id)
 		}
 		if ok, err := q.CancelDelayed(ctx, dup); err != nil || ok {
 			t.Fatalf("Cancel of a job already in the stream = %v, %v; want false", ok, err)
