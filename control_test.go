@@ -542,3 +542,51 @@ func TestQueue_StatsOldestWaiting(t *testing.T) {
 		t.Fatalf("OldestWaiting %s, want about %s", s.OldestWaiting, time.Since(before))
 	}
 }
+
+// A running consumer whose queue was deleted under it (an operator's forced
+// delete) makes its stream and group again, to go on consuming, but does not
+// put the queue back in the registry: that waits for its restart.
+func TestConsumer_QueueDeletedUnderIt(t *testing.T) {
+	t.Parallel()
+	c, q, p, k := ctlSetup(t)
+	ctx := context.Background()
+	ran := make(chan string, 1)
+	_, stop := ctlConsumer(t, q, func(_ context.Context, m *streamq.Message) error { ran <- string(m.Payload); return nil }, streamq.ConsumerConfig{Block: 20 * time.Millisecond})
+	reg := rdb.Registry(strings.TrimSuffix(k.Pattern(), ":{jobs}:*"))
+	if !c.HExists(ctx, reg, "jobs").Val() {
+		t.Fatalf("the queue is not in the registry %s", reg)
+	}
+	// The producer registers the queue once, with its first job.
+	if _, err := p.Enqueue(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-ran; got != "before" {
+		t.Fatalf("ran %q, want before", got)
+	}
+	// The forced delete: the stream and the registry entry go.
+	if err := c.Del(ctx, k.Stream).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.HDel(ctx, reg, "jobs").Err(); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the consumer made the stream and its group again", func() bool {
+		gs, err := c.XInfoGroups(ctx, k.Stream).Result()
+		return err == nil && len(gs) == 1
+	})
+	if _, err := p.Enqueue(ctx, []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-ran:
+		if got != "after" {
+			t.Fatalf("ran %q, want after", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer did not run a job enqueued after the delete")
+	}
+	if c.HExists(ctx, reg, "jobs").Val() {
+		t.Error("a running consumer put its deleted queue back in the registry")
+	}
+	stop()
+}

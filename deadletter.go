@@ -21,10 +21,16 @@ const (
 	ReasonMaxDeliveries = engine.ReasonMaxDeliveries
 	// ReasonPermanent: the handler returned a [Permanent] error.
 	ReasonPermanent = engine.ReasonPermanent
-	// ReasonMalformed: the stream entry does not follow the wire format.
+	// ReasonMalformed: the stream entry does not follow the wire format, or
+	// a typed job's args do not decode (see [Register]).
 	ReasonMalformed = engine.ReasonMalformed
 	// ReasonCancelled: an operator cancelled the running job ([ErrCancelled]).
 	ReasonCancelled = engine.ReasonCancelled
+	// ReasonDeadline: the job's [Deadline] passed before it ran to success.
+	ReasonDeadline = engine.ReasonDeadline
+	// ReasonUnknownKind: no handler of the workers that took the job knew
+	// its kind for its whole attempt budget (see [Mux]).
+	ReasonUnknownKind = engine.ReasonUnknownKind
 )
 
 // DeadLetter is one entry of a queue's dead-letter stream.
@@ -33,7 +39,7 @@ type DeadLetter struct {
 	Queue         string            // queue the job came from
 	OriginalID    string            // the job's stream entry ID when it was dead-lettered
 	JobID         string            // the job's stable ID (see Message.ID)
-	Reason        string            // ReasonMaxDeliveries, ReasonPermanent, ReasonMalformed or ReasonCancelled
+	Reason        string            // one of the Reason constants
 	Error         string            // the last error
 	Attempts      int               // attempts made: handler starts charged to the job
 	FirstFailedAt time.Time         // first failure

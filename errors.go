@@ -30,6 +30,9 @@ var (
 
 	// ErrMalformed marks a stream entry that does not follow the wire format.
 	// Consumers dead-letter such entries with the reason instead of running them.
+	// A handler error that wraps it (the args of a typed job that do not
+	// decode, see [Register]) dead-letters the job at once with
+	// [ReasonMalformed].
 	ErrMalformed = wire.ErrMalformed
 
 	// ErrTooLarge is returned (wrapped) by [Producer.Enqueue] and every other
@@ -46,6 +49,13 @@ var (
 	// ErrDuplicate is returned by Enqueue when a job with the same unique key is
 	// still pending or running. The returned ID is the existing job's ID.
 	ErrDuplicate = errors.New("streamq: duplicate unique job")
+
+	// ErrUnknownKind is returned by a [Mux] for a job whose kind it has no
+	// route for. The job is handed back without charging an attempt, with
+	// backoff, so that a worker that knows the kind can take it (a rolling
+	// deploy); after its attempt budget of such hand-backs it is
+	// dead-lettered with [ReasonUnknownKind].
+	ErrUnknownKind = errors.New("streamq: unknown job kind")
 
 	// ErrShutdown is the cause of a handler's context when the consumer's
 	// ShutdownTimeout ran out before the handler returned.

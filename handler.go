@@ -62,7 +62,8 @@ func (x exec) Call(ctx context.Context, r engine.Run, m *Message) error {
 }
 
 // Classify says what a handler error asks for: [Postpone], [Permanent],
-// [RetryAfter], or a plain failure.
+// [RetryAfter], a kind no route knows ([ErrUnknownKind]), args that do not
+// decode ([ErrMalformed]), or a plain failure.
 func (exec) Classify(err error) engine.Outcome {
 	if pe, ok := errors.AsType[*PostponeError](err); ok {
 		return engine.Outcome{Kind: engine.Postpone, Delay: pe.Delay}
@@ -72,6 +73,12 @@ func (exec) Classify(err error) engine.Outcome {
 	}
 	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
 		return engine.Outcome{Kind: engine.RetryAfter, Delay: ra.Delay}
+	}
+	if errors.Is(err, ErrUnknownKind) {
+		return engine.Outcome{Kind: engine.UnknownKind}
+	}
+	if errors.Is(err, ErrMalformed) {
+		return engine.Outcome{Kind: engine.Malformed}
 	}
 	return engine.Outcome{Kind: engine.Fail}
 }

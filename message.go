@@ -62,6 +62,25 @@ type Message struct {
 	FirstFailedAt time.Time
 	// LastError is the error text of the previous failed attempt, if any.
 	LastError string
+	// Kind is the job's kind ("" for an untyped job): see [WithKind] and
+	// [Mux].
+	Kind string
+	// Tags are the job's tags, nil when it has none: see [Tags]. Read them;
+	// never modify them.
+	Tags []string
+
+	// opts are the job's wire fields of version 2, for a forwarder that
+	// writes the job again (see messageOpts).
+	opts wire.Opts
+}
+
+// messageOpts returns the wire fields of version 2 of a *Message (see
+// core.Queue.MessageOpts).
+func messageOpts(msg any) wire.Opts {
+	if m, ok := msg.(*Message); ok && m != nil {
+		return m.opts
+	}
+	return wire.Opts{}
 }
 
 // newMessage returns the message of a run.
@@ -85,6 +104,9 @@ func fillMessage(m *Message, r *engine.Run, group string) {
 		Attempt:   r.Attempt,
 		Key:       j.Key,
 		LastError: j.LastError,
+		Kind:      j.Kind,
+		Tags:      j.Tags,
+		opts:      j.Opts,
 	}
 	if j.JobID != "" {
 		m.ID, m.JobID = j.JobID, j.JobID

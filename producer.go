@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
 	"time"
 
 	"github.com/streamq/streamq/internal/core"
@@ -45,6 +46,11 @@ type ProducerConfig struct {
 	// than the client's ReadTimeout (the WAIT is read like any reply).
 	// Defaults to DefaultReplicaTimeout.
 	ReplicaTimeout time.Duration
+
+	// Codec encodes the args of typed jobs ([EnqueueArgs]). The workers'
+	// [Mux] must decode with the same codec ([MuxCodec]). Defaults to
+	// [JSONCodec].
+	Codec Codec
 }
 
 // Producer enqueues jobs into a [Queue]. It is safe for concurrent use.
@@ -52,6 +58,7 @@ type Producer struct {
 	producerHandle // shared with streamq's other packages (internal/core)
 	q              *Queue
 	cfg            ProducerConfig
+	codec          Codec
 }
 
 type producerHandle = core.ProducerHandle
@@ -69,6 +76,10 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 	if p.cfg.ReplicaTimeout == 0 {
 		p.cfg.ReplicaTimeout = DefaultReplicaTimeout
 	}
+	p.codec = p.cfg.Codec
+	if p.codec == nil {
+		p.codec = JSONCodec{}
+	}
 	if err := checkReplicas("ProducerConfig", q.client, p.cfg.MinReplicas, p.cfg.ReplicaTimeout); err != nil {
 		return nil, err
 	}
@@ -85,83 +96,6 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 
 // Queue returns the producer's queue.
 func (p *Producer) Queue() *Queue { return p.q }
-
-// EnqueueOption changes how one job is enqueued.
-type EnqueueOption func(*enqueueOptions)
-
-type enqueueOptions struct {
-	headers map[string]string
-	// at is when the job is due, or in (when positive) how long after the
-	// enqueue, by the queue's clock.
-	at        time.Time
-	in        time.Duration
-	uniqueKey string
-	uniqueTTL time.Duration
-	err       error
-}
-
-// MaxUniqueKeyLen is the longest accepted unique key, in bytes.
-const MaxUniqueKeyLen = 1024
-
-// Unique makes the job unique by key: while a job enqueued with the same key
-// is waiting, scheduled, retrying or running, Enqueue returns the existing
-// job's ID and [ErrDuplicate]. The lock is released when the job succeeds or
-// is dead-lettered, and expires after ttl in any case (so a lost lock cannot
-// block the key forever; choose ttl longer than the job's expected life).
-// Taking the lock and enqueueing are one atomic step. Not allowed with
-// EnqueueBatch.
-func Unique(key string, ttl time.Duration) EnqueueOption {
-	return func(o *enqueueOptions) {
-		switch {
-		case key == "":
-			o.err = configErr("Unique key", "is empty: use a key that identifies the work, e.g. \"invoice:42\"")
-		case len(key) > MaxUniqueKeyLen:
-			o.err = configErr("Unique key", "is %d bytes long: use at most %d", len(key), MaxUniqueKeyLen)
-		case ttl < time.Millisecond:
-			o.err = configErr("Unique ttl", "%s: use at least 1ms, longer than the job is expected to wait and run", ttl)
-		default:
-			o.uniqueKey, o.uniqueTTL = key, ttl
-		}
-	}
-}
-
-// WithHeaders adds headers to the job. Later options win on equal keys.
-func WithHeaders(h map[string]string) EnqueueOption {
-	return func(o *enqueueOptions) {
-		if o.headers == nil {
-			o.headers = make(map[string]string, len(h))
-		}
-		maps.Copy(o.headers, h)
-	}
-}
-
-// WithHeader adds one header to the job.
-func WithHeader(key, value string) EnqueueOption {
-	return func(o *enqueueOptions) {
-		if o.headers == nil {
-			o.headers = make(map[string]string, 1)
-		}
-		o.headers[key] = value
-	}
-}
-
-// ProcessAt delays the job until t. It is kept in the queue's delayed set and
-// moved into the stream by a consumer's scheduler when due. A time in the
-// past enqueues the job at once.
-func ProcessAt(t time.Time) EnqueueOption {
-	return func(o *enqueueOptions) { o.at, o.in = t, 0 }
-}
-
-// ProcessIn delays the job by d; see [ProcessAt].
-func ProcessIn(d time.Duration) EnqueueOption {
-	return func(o *enqueueOptions) {
-		if d < 0 {
-			o.err = configErr("ProcessIn", "negative delay %s: use 0 to enqueue at once", d)
-			return
-		}
-		o.at, o.in = time.Time{}, d
-	}
-}
 
 // Job is one job of a batch for [Producer.EnqueueBatch].
 type Job struct {
@@ -206,12 +140,17 @@ func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...Enqueue
 }
 
 func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption) ([]string, error) {
-	var o enqueueOptions
-	for _, opt := range opts {
-		opt(&o)
+	var o EnqueueOptions
+	if err := buildOptions(&o, opts); err != nil {
+		return nil, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 	}
-	if o.err != nil {
-		return nil, o.err
+	return p.enqueueWith(ctx, jobs, &o)
+}
+
+// enqueueWith enqueues jobs with the options o.
+func (p *Producer) enqueueWith(ctx context.Context, jobs []Job, o *EnqueueOptions) ([]string, error) {
+	if err := p.checkOptions(o); err != nil {
+		return nil, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 	}
 	ids := make([]string, len(jobs))
 	if len(jobs) == 0 {
@@ -219,25 +158,33 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 	}
 	now := p.q.db.Now()
 	enq := now.UnixMilli()
-	at := o.at
-	if o.in > 0 {
-		at = now.Add(o.in)
+	at := o.At
+	if o.In > 0 {
+		at = now.Add(o.In)
 	}
 	if !at.After(now) {
 		at = time.Time{} // due now: into the stream
 	}
-	if o.uniqueKey != "" {
-		if len(jobs) != 1 {
-			return ids, configErr("Unique", "cannot be used with EnqueueBatch: enqueue unique jobs one by one")
+	if !o.Deadline.IsZero() {
+		if err := checkDeadline(o.Deadline, now, at); err != nil {
+			return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 		}
-		return p.enqueueUnique(ctx, jobs[0], &o, enq, at)
+	}
+	lock, err := o.lock(jobs[0].Payload)
+	if err != nil {
+		return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+	}
+	if lock.Mode != "" || o.JobID != "" {
+		if len(jobs) != 1 {
+			return ids, configErr(o.oneByOne(), "cannot be used with EnqueueBatch: enqueue such jobs one by one")
+		}
+		return p.enqueueOne(ctx, jobs[0], o, enq, at, lock)
 	}
 
-	var err error
 	if !at.IsZero() {
-		err = p.schedule(ctx, jobs, &o, enq, at, ids)
+		err = p.schedule(ctx, jobs, o, enq, at, ids)
 	} else {
-		err = p.add(ctx, jobs, &o, enq, ids)
+		err = p.add(ctx, jobs, o, enq, ids)
 	}
 	if err != nil {
 		return ids, err
@@ -246,16 +193,51 @@ func (p *Producer) enqueue(ctx context.Context, jobs []Job, opts []EnqueueOption
 	return ids, nil
 }
 
+// checkOptions refuses options this producer cannot honour, and turns a
+// priority into the header the priority set's forwarder reads.
+func (p *Producer) checkOptions(o *EnqueueOptions) error {
+	if o.JobID != "" {
+		if problem := rdb.JobIDProblem(o.JobID); problem != "" {
+			return configErr("EnqueueOptions.JobID", "%s", problem)
+		}
+	}
+	switch {
+	case o.FlowKey != "":
+		return configErr("EnqueueOptions.FlowKey", "is set, but this version of streamq has no flow control: leave it empty")
+	case o.Priority == nil:
+		return nil
+	case !core.Of(p.q).HasPrioritySet.Load():
+		return configErr("priority.WithPriority", "queue %q has no priority set in this process, so nothing would order its jobs by priority: create the set with priority.NewQueue on this Queue (and run priority.Forward on its consumer), or drop the option", p.q.Name())
+	}
+	if o.Headers == nil {
+		o.Headers = make(map[string]string, 1)
+	}
+	o.Headers[wire.HeaderPriority] = strconv.Itoa(*o.Priority)
+	return nil
+}
+
+// checkDeadline refuses a deadline that has passed at now, or that comes
+// before the job is due at at (zero: now).
+func checkDeadline(deadline, now, at time.Time) error {
+	if !deadline.After(now) {
+		return configErr("Deadline", "%s has passed (the queue's clock reads %s): pass a time in the future", deadline.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano))
+	}
+	if !at.IsZero() && !deadline.After(at) {
+		return configErr("Deadline", "%s is not after the time the job is due, %s: the job could never run; move the deadline or the due time", deadline.Format(time.RFC3339Nano), at.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
 // add adds jobs to the stream, in chunks of at most MaxBatchChunk (one
 // script call each), and sets their IDs in ids. A chunk whose jobs differ
 // only by payload carries their common fields once.
-func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, ids []string) error {
+func (p *Producer) add(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, ids []string) error {
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
 		ep := rdb.EnqueueParams{IDs: ids[start:], Replicas: p.replicas()}
 		var firstHeaders map[string]string
 		for i, j := range chunk {
-			h := p.headers(ctx, o.headers, j.Headers)
+			h := p.headers(ctx, o.Headers, j.Headers)
 			if err := core.Of(p.q).CheckJob(j.Payload, h); err != nil {
 				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
 			}
@@ -266,7 +248,9 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq i
 			if i == 0 {
 				firstHeaders = h
 			}
-			ep.AddJob(&wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq})
+			wj := wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq}
+			o.setJobOptions(&wj)
+			ep.AddJob(&wj)
 		}
 		if err := p.q.db.Enqueue(ctx, &ep); err != nil {
 			if !errors.Is(err, ErrNotReplicated) {
@@ -283,12 +267,13 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *enqueueOptions, enq i
 
 // schedule stores jobs due at at in the delayed set, in chunks of at most
 // MaxBatchChunk, and sets their IDs in ids.
-func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, enq int64, at time.Time, ids []string) error {
+func (p *Producer) schedule(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, at time.Time, ids []string) error {
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
 		sp := rdb.ScheduleParams{Due: at, Replicas: p.replicas()}
 		for i, j := range chunk {
-			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.headers, j.Headers), EnqMillis: enq}
+			jf := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.Headers, j.Headers), EnqMillis: enq}
+			o.setJobOptions(&jf)
 			if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
 				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
 			}
@@ -309,33 +294,37 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *enqueueOptions, 
 	return nil
 }
 
-// enqueueUnique enqueues one job under its unique key: into the stream, or
-// into the delayed set when at is not zero.
-func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *enqueueOptions, enq int64, at time.Time) ([]string, error) {
-	jf := wire.Job{Payload: job.Payload, Headers: p.headers(ctx, o.headers, job.Headers), EnqMillis: enq}
+// enqueueOne enqueues one job with a chosen ID or under a dedup lock (see
+// jobid.go): into the stream, or into the delayed set when at is not zero
+// (or the lock debounces).
+func (p *Producer) enqueueOne(ctx context.Context, job Job, o *EnqueueOptions, enq int64, at time.Time, lock rdb.Lock) ([]string, error) {
+	jf := wire.Job{Payload: job.Payload, Headers: p.headers(ctx, o.Headers, job.Headers), EnqMillis: enq}
+	o.setJobOptions(&jf)
 	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
-		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
+		return []string{""}, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 	}
-	lock := rdb.Lock{Mode: rdb.LockUnique, Key: o.uniqueKey, TTL: o.uniqueTTL}
-	outcome, id, err := p.q.db.EnqueueOne(ctx, &rdb.EnqueueOneParams{Job: &jf, Due: at, Lock: lock, Replicas: p.replicas()})
+	outcome, id, err := p.q.db.EnqueueOne(ctx, &rdb.EnqueueOneParams{Job: &jf, ID: o.JobID, Due: at, Lock: lock, Replicas: p.replicas()})
 	ok := outcome != rdb.Duplicate
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrQueueFull):
 			return []string{""}, err
 		case errors.Is(err, ErrNotReplicated) && ok:
-			return []string{id}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
+			return []string{id}, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 		case errors.Is(err, ErrNotReplicated):
-			// The holder's lock was read, not written: nothing to wait for.
+			// The holder was read, not written: nothing to wait for.
 		default:
-			return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
+			return []string{""}, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 		}
 	}
-	if !ok {
-		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.uniqueKey, id)
+	switch {
+	case ok:
+		core.OfProducer(p).Register(ctx)
+		return []string{id}, nil
+	case o.JobID != "" && id == o.JobID:
+		return []string{id}, fmt.Errorf("%w: job ID %q names a job that lives or finished within QueueConfig.DoneRetention", ErrDuplicate, id)
 	}
-	core.OfProducer(p).Register(ctx)
-	return []string{id}, nil
+	return []string{id}, fmt.Errorf("%w: %s key %q is held by job %s", ErrDuplicate, lock.Mode, lock.Key, id)
 }
 
 // replicas returns what the producer's writes wait for.

@@ -3,7 +3,6 @@ package streamq
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 )
@@ -21,47 +20,6 @@ func TestNewProducer_Validation(t *testing.T) {
 	var ce *ConfigError
 	if !errors.As(err, &ce) || ce.Field != "ProducerConfig.Hooks[0]" {
 		t.Errorf("nil hook: err = %v", err)
-	}
-}
-
-func TestEnqueueOptions(t *testing.T) {
-	t.Parallel()
-	at := time.Now().Add(time.Hour)
-	var o enqueueOptions
-	for _, opt := range []EnqueueOption{
-		WithHeaders(map[string]string{"a": "1", "b": "1"}),
-		WithHeader("b", "2"),
-		ProcessAt(at),
-		Unique("k", time.Minute),
-	} {
-		opt(&o)
-	}
-	if o.err != nil {
-		t.Fatal(o.err)
-	}
-	if o.headers["a"] != "1" || o.headers["b"] != "2" {
-		t.Errorf("headers = %v, later options must win", o.headers)
-	}
-	if !o.at.Equal(at) || o.uniqueKey != "k" || o.uniqueTTL != time.Minute {
-		t.Errorf("options = %+v", o)
-	}
-
-	for _, tc := range []struct {
-		name string
-		opt  EnqueueOption
-		want string
-	}{
-		{"negative delay", ProcessIn(-time.Second), "ProcessIn"},
-		{"empty unique key", Unique("", time.Second), "Unique key"},
-		{"long unique key", Unique(strings.Repeat("k", MaxUniqueKeyLen+1), time.Second), "Unique key"},
-		{"zero ttl", Unique("k", 0), "Unique ttl"},
-	} {
-		var o enqueueOptions
-		tc.opt(&o)
-		var ce *ConfigError
-		if !errors.As(o.err, &ce) || ce.Field != tc.want {
-			t.Errorf("%s: err = %v, want ConfigError for %s", tc.name, o.err, tc.want)
-		}
 	}
 }
 

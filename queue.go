@@ -179,6 +179,7 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 		MaxHeaderBytes:   c.MaxHeaderBytes,
 		DeadLetterMaxLen: c.DeadLetterMaxLen,
 		NewEngine:        newEngine,
+		MessageOpts:      messageOpts,
 		Defaults:         runDefaults(),
 	})
 	return q, nil
@@ -205,11 +206,19 @@ func (q *Queue) Group() string { return q.group }
 // Setup only reads (XINFO GROUPS), so it works while Redis is at maxmemory,
 // where XGROUP CREATE is refused even for a group that exists.
 func (q *Queue) Setup(ctx context.Context) error {
+	if err := q.setupGroup(ctx); err != nil {
+		return err
+	}
+	return q.register(ctx)
+}
+
+// setupGroup is Setup without the registry.
+func (q *Queue) setupGroup(ctx context.Context) error {
 	groups, err := q.client.XInfoGroups(ctx, q.keys.Stream).Result()
 	if err == nil {
 		for _, g := range groups {
 			if g.Name == q.group {
-				return q.register(ctx)
+				return nil
 			}
 		}
 	}
@@ -217,7 +226,7 @@ func (q *Queue) Setup(ctx context.Context) error {
 	if err != nil && !rdb.IsBusyGroup(err) {
 		return fmt.Errorf("streamq: create group %s on %s: %w", q.group, q.keys.Stream, err)
 	}
-	return q.register(ctx)
+	return nil
 }
 
 // register records the queue in the registry of its key prefix, which

@@ -73,14 +73,21 @@ func newStreamBackend(c *Consumer) *streamBackend {
 // stand: every entry pending for this consumer with a higher ID was read
 // by this run.
 func (b *streamBackend) Start(ctx context.Context) error {
-	if !b.started {
-		b.started = true
+	setup := b.q.Setup // also registers the queue
+	if b.started {
+		// The stream was deleted while the consumer ran (an operator's
+		// forced delete): make the stream and the group again, but leave
+		// the queue out of the registry until the consumer restarts (see
+		// inspect.DeleteQueueOptions.Force).
+		setup = b.q.setupGroup
+	} else {
 		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.run.Mon.Log)
 	}
-	if err := b.q.Setup(ctx); err != nil { // also registers the queue
+	if err := setup(ctx); err != nil {
 		rdb.Heal(ctx, b.q.client, err)
 		return err
 	}
+	b.started = true
 	groups, err := b.q.client.XInfoGroups(ctx, b.q.keys.Stream).Result()
 	if err != nil {
 		return fmt.Errorf("streamq: xinfo groups %s: %w", b.q.keys.Stream, err)

@@ -84,6 +84,7 @@ func (s *server) action(prefix string, do actionFunc) http.HandlerFunc {
 			return
 		}
 		res, err := do(ctx, w, r, q)
+		s.ovs.forget(q.Name())
 		if res == nil && err == nil {
 			return // the action wrote its own page (a confirmation)
 		}

@@ -162,6 +162,8 @@ type server struct {
 
 	rollMu sync.Mutex
 	rolled map[string]time.Time // queue -> last roll-up of its history counters
+
+	ovs overviews // overviews shared between requests
 }
 
 // New returns the dashboard as an http.Handler reading the queues of client.
@@ -203,7 +205,7 @@ func newServer(client redis.UniversalClient, o Options) (*server, error) {
 		return nil, fmt.Errorf("dashboard: csrf key: %w", err)
 	}
 	s := &server{opts: o, in: in, pages: pages, csrfKey: key, log: o.Logger, audit: o.AuditLogger, mux: http.NewServeMux(),
-		now: time.Now, sessions: newSessions(), throttle: newThrottle(), hosts: newHostPolicy(o.AllowedHosts, o.Auth != nil)}
+		now: time.Now, ovs: overviews{now: time.Now}, sessions: newSessions(), throttle: newThrottle(), hosts: newHostPolicy(o.AllowedHosts, o.Auth != nil)}
 	for _, origin := range o.TrustedOrigins {
 		s.trusted = append(s.trusted, normalOrigin(origin))
 	}

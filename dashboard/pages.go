@@ -113,7 +113,7 @@ func (s *server) openQueue(ctx context.Context, r *http.Request) (*inspect.Queue
 	if err != nil {
 		return nil, nil, err
 	}
-	ov, err := q.Overview(ctx)
+	ov, err := s.ovs.get(ctx, q)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -158,7 +158,7 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 			q, err := s.in.Queue(gctx, info.Name)
 			if err == nil {
 				s.rollUp(gctx, q)
-				row.Overview, err = q.Overview(gctx)
+				row.Overview, err = s.ovs.get(gctx, q)
 			}
 			if err == nil {
 				row.Points, err = q.Throughput(gctx, chartMinutes)

@@ -59,6 +59,7 @@ func (pq *Queue) forward(ctx context.Context, msg *streamq.Message) error {
 		Attempt:   max(msg.Attempt-1, 0),
 		FirstFail: wire.Millis(msg.FirstFailedAt),
 		LastError: msg.LastError,
+		Opts:      pq.core.MessageOpts(msg),
 	}
 	entry := msg.EntryID
 	if entry == "" { // a Message made by hand: one ID for both

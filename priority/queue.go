@@ -32,7 +32,7 @@ const (
 	// place in the priority set), so a handler reads its job's priority with
 	// [Of], and dead letters keep it, so a job requeued from the dead-letter
 	// stream and forwarded again gets its priority back.
-	HeaderPriority = "streamq-priority"
+	HeaderPriority = wire.HeaderPriority
 )
 
 // QueueConfig configures a [Queue]. The zero value is valid.
@@ -93,6 +93,7 @@ func NewQueue(q *streamq.Queue, cfg *QueueConfig) (*Queue, error) {
 		hooks[i] = h
 	}
 	cq := core.Of(q)
+	cq.HasPrioritySet.Store(true)
 	db := cq.DB.Priority()
 	return &Queue{q: q, core: cq, db: db, cfg: c, keys: db.Keys(),
 		p: &core.Producer{Queue: cq, Hooks: hooks, Kind: rdb.KindPriority}}, nil
@@ -212,12 +213,21 @@ func (pq *Queue) score(p int) string {
 	return strconv.FormatInt(-int64(p), 10)
 }
 
-// WithPriority sets the priority of a stream job (the [HeaderPriority]
+// WithPriority sets the priority of a stream job
+// (streamq.EnqueueOptions.Priority, written as the [HeaderPriority]
 // header), which [Forward] reads when it moves the job into the priority
-// set. p must lie in [MinPriority, MaxPriority]; a job with a priority out of
-// range is dead-lettered by Forward with [ErrInvalidPriority].
+// set. p must lie in [MinPriority, MaxPriority]: the option fails with
+// [ErrInvalidPriority] otherwise. A [streamq.Producer] refuses it unless a
+// priority set of its queue was created in the process ([NewQueue]), since
+// without one nothing orders the jobs by priority.
 func WithPriority(p int) streamq.EnqueueOption {
-	return streamq.WithHeader(HeaderPriority, strconv.Itoa(p))
+	return func(o *streamq.EnqueueOptions) error {
+		if err := checkPriority(p); err != nil {
+			return fmt.Errorf("%w: WithPriority(%d): %w", ErrInvalidPriority, p, err)
+		}
+		o.Priority = &p
+		return nil
+	}
 }
 
 // Of returns the priority of msg from its [HeaderPriority] header. ok is

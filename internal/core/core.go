@@ -46,9 +46,18 @@ type Queue struct {
 	// nil). group is the consumer group the handler sees in Message.Group
 	// ("" for none). It sets cfg's OnEvent and causes.
 	NewEngine func(h any, onEvent any, group string, cfg engine.Config) engine.Runner
+	// MessageOpts returns the wire fields of version 2 (kind, per-job
+	// options) of a *streamq.Message, for a forwarder that writes the job
+	// again (priority.Forward).
+	MessageOpts func(msg any) wire.Opts
 	// Defaults are the root package's defaults of consumers and workers
 	// (see [Queue.NewRun]).
 	Defaults RunDefaults
+
+	// HasPrioritySet is set once a priority set of the queue was created in
+	// this process (priority.NewQueue): the stream producer then accepts
+	// the priority option, which the set's forwarder reads.
+	HasPrioritySet atomic.Bool
 }
 
 // CheckJob checks a job about to be written to the queue (see wire.Check):

@@ -37,6 +37,8 @@ const (
 	ReasonPermanent     = "permanent"
 	ReasonMalformed     = "malformed"
 	ReasonCancelled     = "cancelled"
+	ReasonDeadline      = "deadline"
+	ReasonUnknownKind   = "unknown_kind"
 )
 
 const (
@@ -84,6 +86,11 @@ const (
 	Permanent                     // dead-letter at once
 	RetryAfter                    // retry after Outcome.Delay, until MaxDeliveries
 	Postpone                      // run again after Outcome.Delay without charging the attempt
+	Malformed                     // dead-letter at once with ReasonMalformed (args that do not decode)
+	// UnknownKind hands the job back with backoff without charging the
+	// attempt, counting the hand-back in its uk field; after the job's
+	// attempt budget of them it is dead-lettered with ReasonUnknownKind.
+	UnknownKind
 )
 
 // Outcome is a classified handler error.
@@ -273,6 +280,9 @@ type run[F any] struct {
 type slot[F any] struct {
 	d Delivery
 	f F
+	// retention is the job's own result retention (0: the queue's), set
+	// before its handler runs.
+	retention time.Duration
 }
 
 // finished is a job waiting for its success to be settled. It stays
@@ -403,7 +413,25 @@ func (r *run[F]) mustWait(d *Delivery) bool {
 	if err != nil {
 		return false // malformed: dead-lettered without running
 	}
-	return a+d.Prior+1 == r.cfg.MaxDeliveries
+	return a+d.Prior+1 == r.maxAttempts(fields)
+}
+
+// maxAttempts returns the attempt budget of a job from its fields: its own
+// (the ma field) or the queue's.
+func (r *run[F]) maxAttempts(fields map[string]any) int {
+	if n := wire.MaxAttemptsField(fields); n > 0 {
+		return n
+	}
+	return r.cfg.MaxDeliveries
+}
+
+// budget returns the attempt budget of a decoded job: its own or the
+// queue's.
+func (r *run[F]) budget(j *wire.Job) int {
+	if j.MaxAttempts > 0 {
+		return j.MaxAttempts
+	}
+	return r.cfg.MaxDeliveries
 }
 
 // fields returns d's wire fields, decoding packed ones once.
@@ -518,7 +546,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 		return false
 	}
 	rn := r.runOf(j, &wj)
-	if made := rn.Attempt - 1; made >= r.cfg.MaxDeliveries {
+	if made := rn.Attempt - 1; made >= r.budget(&wj) {
 		// Its earlier starts all ended without a verdict: the workers
 		// running it crashed, hung or were cut off.
 		r.pool.Settle(j)
@@ -529,8 +557,16 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 		r.deadLetter(j, rn, ReasonMaxDeliveries, cause, made, false)
 		return false
 	}
+	if wj.Deadline > 0 && time.Now().UnixMilli() >= wj.Deadline {
+		r.pool.Settle(j)
+		r.deadLetter(j, rn, ReasonDeadline, deadlineErr(wj.Deadline), rn.Attempt-1, false)
+		return false
+	}
 	if !d.Charged && !r.charge(j) {
 		return false
+	}
+	if wj.Timeout > 0 || wj.Deadline > 0 || wj.Retention > 0 {
+		r.jobLimits(j, &wj)
 	}
 	var ctx context.Context = j // cancelled on timeout, lost claim or shutdown
 	err := r.exec.Call(ctx, rn, &j.Val.f)
@@ -566,6 +602,30 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	return false
 }
 
+// jobLimits applies a job's own timeout, deadline and result retention to
+// its run: the handler's context ends at the earliest of the job's timeout
+// (else the queue's) and its deadline.
+func (r *run[F]) jobLimits(j *pool.Job[slot[F]], wj *wire.Job) {
+	j.Val.retention = time.Duration(wj.Retention) * time.Millisecond
+	if wj.Timeout == 0 && wj.Deadline == 0 {
+		return
+	}
+	now := time.Now()
+	end, hasEnd := j.Deadline() // the queue's JobTimeout
+	if wj.Timeout > 0 {
+		end, hasEnd = now.Add(time.Duration(wj.Timeout)*time.Millisecond), true
+	}
+	if dl := time.UnixMilli(wj.Deadline); wj.Deadline > 0 && (!hasEnd || dl.Before(end)) {
+		end = dl
+	}
+	r.pool.SetDeadline(j, end, end.Sub(now))
+}
+
+// deadlineErr is the error of a job whose deadline passed.
+func deadlineErr(deadline int64) error {
+	return fmt.Errorf("the job's deadline %s has passed", time.UnixMilli(deadline).UTC().Format(time.RFC3339Nano))
+}
+
 // charge counts the start of a job the fetch did not count, right before it
 // runs. A job that cannot be charged does not run: it stays held until
 // another worker takes it over (nothing is lost, and nothing runs
@@ -589,22 +649,46 @@ func (r *run[F]) charge(j *pool.Job[slot[F]]) bool {
 // fail retries, postpones or dead-letters a failed attempt.
 func (r *run[F]) fail(j *pool.Job[slot[F]], rn Run, err error) {
 	o := r.exec.Classify(err)
-	if o.Kind == Postpone {
+	switch o.Kind {
+	case Postpone:
 		r.move(j, rn, err, false, max(o.Delay, 0), EventPostponed)
+		return
+	case UnknownKind:
+		r.unknownKind(j, rn, err)
 		return
 	}
 	r.mon.failed.Add(1)
 	n := rn.Attempt
 	switch {
+	case rn.Job.Deadline > 0 && time.Now().UnixMilli() >= rn.Job.Deadline:
+		r.deadLetter(j, rn, ReasonDeadline, fmt.Errorf("%w; last error: %w", deadlineErr(rn.Job.Deadline), err), n, false)
 	case o.Kind == Permanent:
 		r.deadLetter(j, rn, ReasonPermanent, err, n, false)
-	case n >= r.cfg.MaxDeliveries:
+	case o.Kind == Malformed:
+		r.deadLetter(j, rn, ReasonMalformed, err, n, false)
+	case n >= r.budget(&rn.Job):
 		r.deadLetter(j, rn, ReasonMaxDeliveries, err, n, false)
 	case o.Kind == RetryAfter:
 		r.move(j, rn, err, true, max(o.Delay, 0), EventRetried)
 	default:
 		r.move(j, rn, err, true, r.cfg.Backoff(n), EventRetried)
 	}
+}
+
+// unknownKind hands back a job whose kind no handler of this worker knows,
+// without charging the attempt, after the backoff of its count of such
+// hand-backs; once that count reaches the job's attempt budget it is
+// dead-lettered with ReasonUnknownKind. So in a rolling deploy a job of a
+// new kind waits for a worker that knows it.
+func (r *run[F]) unknownKind(j *pool.Job[slot[F]], rn Run, err error) {
+	n := rn.Job.UnknownKind + 1
+	if n >= r.budget(&rn.Job) {
+		r.mon.failed.Add(1)
+		r.deadLetter(j, rn, ReasonUnknownKind, fmt.Errorf("%w (no handler for it in %d deliveries)", err, n), rn.Attempt-1, false)
+		return
+	}
+	rn.Job.UnknownKind = n
+	r.move(j, rn, err, false, r.cfg.Backoff(n), EventPostponed)
 }
 
 // move writes the job again as a new copy due after delay. A charged move

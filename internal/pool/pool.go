@@ -53,7 +53,7 @@ type Job[T any] struct {
 	Val T
 
 	shared   *jobShared   // the pool's, the same for every job
-	deadline atomic.Int64 // Unix ns, set when the job is launched if JobTimeout > 0
+	deadline atomic.Int64 // Unix ns, set when the job is launched if JobTimeout > 0, or by SetDeadline
 
 	inner  atomic.Pointer[context.Context] // the cancelable context, once made
 	cancel context.CancelCauseFunc
@@ -110,8 +110,8 @@ func (j *Job[T]) cancelWith(cause error) {
 	}
 }
 
-// Deadline reports when JobTimeout ends the job's run, if it has started and
-// JobTimeout is set.
+// Deadline reports when JobTimeout (or the job's own deadline, see
+// [Pool.SetDeadline]) ends the job's run, if it has started and one is set.
 func (j *Job[T]) Deadline() (time.Time, bool) {
 	ns := j.deadline.Load()
 	if ns == 0 {
@@ -189,6 +189,10 @@ type Pool[T any] struct {
 	workers sync.WaitGroup // handler goroutines
 	nwork   int            // handler goroutines started; guarded by mu
 	sweep   sync.Once
+	// tick is the shortest sweep interval a job's own deadline asked for
+	// (ns; 0: none, see SetDeadline); retick wakes the sweeper to apply it.
+	tick   atomic.Int64
+	retick chan struct{}
 
 	mu       sync.Mutex
 	jobs     map[string]*Job[T]
@@ -213,6 +217,7 @@ func New[T any](ctx context.Context, cfg Config, work func(*Job[T]) (keep bool))
 		shared: jobShared{base: detach(ctx), timeout: cfg.TimeoutCause},
 		tasks:  make(chan task[T]),
 		closed: make(chan struct{}),
+		retick: make(chan struct{}, 1),
 		jobs:   make(map[string]*Job[T]),
 	}
 }
@@ -354,10 +359,55 @@ func (p *Pool[T]) Launch(j *Job[T], weight int64, start time.Time) {
 		return
 	}
 	if p.cfg.JobTimeout > 0 {
-		p.sweep.Do(func() { p.workers.Add(1); go p.sweeper() })
+		p.startSweeper()
 	}
 	p.workers.Add(1)
 	go p.worker(t)
+}
+
+// startSweeper starts the sweeper once.
+func (p *Pool[T]) startSweeper() { p.sweep.Do(func() { p.workers.Add(1); go p.sweeper() }) }
+
+// SetDeadline sets when the run of the launched job j ends, in place of
+// JobTimeout's deadline (a job's own timeout or deadline): its context
+// reports it and is cancelled with TimeoutCause once it passed, within
+// max(d/64, 10ms) and at most 1s, d being how long the run may take. Call
+// it from the job's work before the handler runs.
+func (p *Pool[T]) SetDeadline(j *Job[T], deadline time.Time, d time.Duration) {
+	j.deadline.Store(deadline.UnixNano())
+	tick := int64(sweepTick(d))
+	for {
+		cur := p.tick.Load()
+		if cur != 0 && cur <= tick {
+			break
+		}
+		if p.tick.CompareAndSwap(cur, tick) {
+			select {
+			case p.retick <- struct{}{}:
+			default:
+			}
+			break
+		}
+	}
+	p.startSweeper()
+}
+
+// sweepTick is the sweep interval for runs that may take d.
+func sweepTick(d time.Duration) time.Duration {
+	return min(max(d/64, 10*time.Millisecond), time.Second)
+}
+
+// sweepEvery returns the sweeper's interval: that of JobTimeout, or the
+// shortest one a job's own deadline asked for.
+func (p *Pool[T]) sweepEvery() time.Duration {
+	every := time.Second
+	if p.cfg.JobTimeout > 0 {
+		every = sweepTick(p.cfg.JobTimeout)
+	}
+	if t := time.Duration(p.tick.Load()); t > 0 {
+		every = min(every, t)
+	}
+	return every
 }
 
 // worker runs tasks until the pool is closed. It waits on the task channel
@@ -383,13 +433,18 @@ func (p *Pool[T]) run(t task[T]) {
 // closed.
 func (p *Pool[T]) sweeper() {
 	defer p.workers.Done()
-	tick := min(max(p.cfg.JobTimeout/64, 10*time.Millisecond), time.Second)
-	t := time.NewTicker(tick)
+	every := p.sweepEvery()
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
 		case <-p.closed:
 			return
+		case <-p.retick:
+			if e := p.sweepEvery(); e != every {
+				every = e
+				t.Reset(e)
+			}
 		case now := <-t.C:
 			p.mu.Lock()
 			for _, j := range p.jobs {

@@ -1,4 +1,5 @@
-// Package wire is the stream entry format of streamq jobs (version 1): the
+// Package wire is the stream entry format of streamq jobs (versions 1 and
+// 2; version 2 adds the fields of typed jobs and per-job options): the
 // flat field/value list that any Redis client can write with XADD and read
 // with XRANGE, its decoding, the fields a job carries from one attempt to
 // the next, and the fields of a dead letter. The engine, the producer, the
@@ -24,12 +25,22 @@ import (
 	"unsafe"
 )
 
-// Version is the format version written in the "v" field.
+// Version is the format version written in the "v" field of an entry that
+// uses no field of version 2. Entries written by streamq 0.1.0 have it.
 const Version = 1
+
+// Version2 is the format version written in the "v" field of an entry that
+// carries any of the fields of typed jobs and per-job options (kind, ma,
+// to, dl, rr, tags, fk, uk). Readers accept both versions.
+const Version2 = 2
+
+// HeaderPriority is the job header that carries a stream job's priority,
+// for a priority set's forwarder (priority.HeaderPriority).
+const HeaderPriority = "streamq-priority"
 
 // Field names of a job entry.
 const (
-	FieldVersion   = "v"       // format version, "1"; required
+	FieldVersion   = "v"       // format version, "1" or "2"; required
 	FieldPayload   = "payload" // job payload, raw bytes; required
 	FieldHeaders   = "headers" // JSON object of string values; optional
 	FieldEnqueued  = "enq"     // enqueue time, Unix milliseconds; optional
@@ -46,6 +57,19 @@ const (
 	// FieldErrors is the job's error history: a JSON array of its last
 	// [MaxErrors] failures, newest last (see [Failure]).
 	FieldErrors = "errs"
+)
+
+// Field names of version 2: each is written only when used, and an entry
+// that has any of them is written with version 2.
+const (
+	FieldKind        = "kind" // the job's kind (typed jobs); absent: ""
+	FieldMaxAttempts = "ma"   // max attempts of this job, overriding the queue's
+	FieldTimeout     = "to"   // handler timeout of this job, milliseconds
+	FieldDeadline    = "dl"   // deadline of this job, Unix milliseconds
+	FieldRetention   = "rr"   // result retention of this job, milliseconds
+	FieldTags        = "tags" // JSON array of strings
+	FieldFlowKey     = "fk"   // flow-control key
+	FieldUnknownKind = "uk"   // hand-backs because no handler knew the kind
 )
 
 // Error history bounds: the failures kept with a job and the bytes of the
@@ -196,6 +220,40 @@ type Job struct {
 	// ("" on a first copy). The errs field is not decoded (it is only needed
 	// when the job fails: see [ErrorsField]).
 	JobID string
+
+	// Opts are the fields of version 2.
+	Opts
+}
+
+// Opts are the fields of version 2 of a job (zero: absent): its kind and
+// per-job options, and its count of hand-backs for an unknown kind.
+type Opts struct {
+	// Kind names the job's type of work ("" for untyped jobs).
+	Kind string
+	// MaxAttempts overrides the queue's attempt budget (0: the queue's).
+	MaxAttempts int
+	// Timeout is the handler timeout in milliseconds (0: the queue's).
+	Timeout int64
+	// Deadline is when the job must have run by, Unix milliseconds (0: none).
+	Deadline int64
+	// Retention is how long progress and results are kept, milliseconds
+	// (0: the queue's).
+	Retention int64
+	// Tags are the job's labels for inspection (nil: none).
+	Tags []string
+	// FlowKey is the job's flow-control key ("" for none).
+	FlowKey string
+	// UnknownKind counts the hand-backs of the job because no handler of the
+	// worker that took it knew its kind.
+	UnknownKind int
+}
+
+// V2 reports whether o holds a field of version 2: a job with one is written
+// with [Version2].
+func (o *Opts) V2() bool {
+	j := o
+	return j.Kind != "" || j.MaxAttempts > 0 || j.Timeout > 0 || j.Deadline > 0 || j.Retention > 0 ||
+		len(j.Tags) > 0 || j.FlowKey != "" || j.UnknownKind > 0
 }
 
 // ErrorsField returns the errs field of an entry ("" when absent).
@@ -214,7 +272,44 @@ func (j *Job) Args() []any { return j.AppendArgs(make([]any, 0, 16)) }
 
 // AppendArgs appends [Job.Args] to a.
 func (j *Job) AppendArgs(a []any) []any {
-	a = append(a, FieldVersion, "1", FieldPayload, j.Payload)
+	if j.V2() {
+		return j.appendV2(append(a, FieldVersion, "2", FieldPayload, j.Payload))
+	}
+	return j.appendV1(append(a, FieldVersion, "1", FieldPayload, j.Payload))
+}
+
+// appendV2 appends the fields of version 2 then those of version 1.
+func (j *Job) appendV2(a []any) []any {
+	if j.Kind != "" {
+		a = append(a, FieldKind, j.Kind)
+	}
+	if j.MaxAttempts > 0 {
+		a = append(a, FieldMaxAttempts, strconv.Itoa(j.MaxAttempts))
+	}
+	if j.Timeout > 0 {
+		a = append(a, FieldTimeout, strconv.FormatInt(j.Timeout, 10))
+	}
+	if j.Deadline > 0 {
+		a = append(a, FieldDeadline, strconv.FormatInt(j.Deadline, 10))
+	}
+	if j.Retention > 0 {
+		a = append(a, FieldRetention, strconv.FormatInt(j.Retention, 10))
+	}
+	if len(j.Tags) > 0 {
+		t, _ := json.Marshal(j.Tags) // []string always marshals
+		a = append(a, FieldTags, string(t))
+	}
+	if j.FlowKey != "" {
+		a = append(a, FieldFlowKey, j.FlowKey)
+	}
+	if j.UnknownKind > 0 {
+		a = append(a, FieldUnknownKind, strconv.Itoa(j.UnknownKind))
+	}
+	return j.appendV1(a)
+}
+
+// appendV1 appends the optional fields of version 1.
+func (j *Job) appendV1(a []any) []any {
 	if len(j.Headers) > 0 {
 		h, _ := json.Marshal(j.Headers) // map[string]string always marshals
 		a = append(a, FieldHeaders, h)
@@ -267,6 +362,7 @@ func decode(j *Job, values map[string]any, view bool) error {
 		return fmt.Errorf("%w: the entry has no fields (deleted?)", ErrMalformed)
 	}
 	var version, headers, enq, ff, attempt string
+	var v2 v2Fields
 	var payload []byte
 	var hasVersion, hasPayload, hasAttempt bool
 	// Most entries hold only the version, the payload and the enqueue
@@ -310,14 +406,16 @@ func decode(j *Job, values map[string]any, view bool) error {
 				j.Crashed = v == "1"
 			case FieldJobID:
 				j.JobID = v
+			default:
+				v2.set(j, k, v)
 			}
 		}
 	}
 	if !hasVersion {
 		return fmt.Errorf("%w: missing field %q", ErrMalformed, FieldVersion)
 	}
-	if version != "1" {
-		return fmt.Errorf("%w: unsupported format version %q (this consumer reads version %d)", ErrMalformed, version, Version)
+	if version != "1" && version != "2" {
+		return fmt.Errorf("%w: unsupported format version %q (this consumer reads versions %d and %d)", ErrMalformed, version, Version, Version2)
 	}
 	if !hasPayload {
 		return fmt.Errorf("%w: missing field %q", ErrMalformed, FieldPayload)
@@ -350,7 +448,68 @@ func decode(j *Job, values map[string]any, view bool) error {
 			return err
 		}
 	}
+	return v2.finish(j)
+}
+
+// v2Fields are what decoding found of the fields of version 2 beyond
+// those it sets at once: the raw tags and the first error.
+type v2Fields struct {
+	tags string
+	err  error
+}
+
+// set sets field k of value v on j if it is one of version 2.
+func (f *v2Fields) set(j *Job, k, v string) {
+	var err error
+	switch k {
+	case FieldKind:
+		j.Kind = v
+	case FieldFlowKey:
+		j.FlowKey = v
+	case FieldMaxAttempts:
+		j.MaxAttempts, err = parseCount(k, v)
+	case FieldUnknownKind:
+		j.UnknownKind, err = parseCount(k, v)
+	case FieldTimeout:
+		j.Timeout, err = parseMillisField(k, v)
+	case FieldDeadline:
+		j.Deadline, err = parseMillisField(k, v)
+	case FieldRetention:
+		j.Retention, err = parseMillisField(k, v)
+	case FieldTags:
+		f.tags = v
+	}
+	if f.err == nil {
+		f.err = err
+	}
+}
+
+// finish reports the first error of set, then decodes the tags.
+func (f *v2Fields) finish(j *Job) error {
+	if f.err != nil || f.tags == "" {
+		return f.err
+	}
+	if !utf8.ValidString(f.tags) {
+		return fmt.Errorf("%w: field %q is not valid UTF-8", ErrMalformed, FieldTags)
+	}
+	var tags []string
+	if err := json.Unmarshal([]byte(f.tags), &tags); err != nil {
+		return fmt.Errorf("%w: field %q is not a JSON array of strings: %v", ErrMalformed, FieldTags, err)
+	}
+	if len(tags) > 0 {
+		j.Tags = tags
+	}
 	return nil
+}
+
+// parseCount parses the value of a count field (attempt, ma, uk): an
+// integer from 0 to MaxAttempt.
+func parseCount(name, s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > MaxAttempt {
+		return 0, fmt.Errorf("%w: field %q must be an integer from 0 to %d, got %q", ErrMalformed, name, MaxAttempt, s)
+	}
+	return n, nil
 }
 
 // payloadBytes returns a payload value as bytes: a copy, or with view the
@@ -390,14 +549,22 @@ func AttemptField(values map[string]any) (int, error) {
 	return parseAttempt(a)
 }
 
-// parseAttempt parses the value of the attempt field.
-func parseAttempt(a string) (int, error) {
-	n, err := strconv.Atoi(a)
-	if err != nil || n < 0 || n > MaxAttempt {
-		return 0, fmt.Errorf("%w: field %q must be an integer from 0 to %d, got %q", ErrMalformed, FieldAttempt, MaxAttempt, a)
+// MaxAttemptsField returns the ma field of an entry (0 when absent or
+// malformed: a malformed one fails the entry's decoding).
+func MaxAttemptsField(values map[string]any) int {
+	s, ok := Str(values[FieldMaxAttempts])
+	if !ok {
+		return 0
 	}
-	return n, nil
+	n, err := parseCount(FieldMaxAttempts, s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
+
+// parseAttempt parses the value of the attempt field.
+func parseAttempt(a string) (int, error) { return parseCount(FieldAttempt, a) }
 
 // parseMillisField parses the value of field name in Unix milliseconds ("":
 // absent, 0).
@@ -461,6 +628,8 @@ var jobFields = map[string]bool{
 	FieldVersion: true, FieldPayload: true, FieldHeaders: true, FieldEnqueued: true, FieldAttempt: true,
 	FieldKey: true, FieldKeyToken: true, FieldFirstFail: true, FieldLastError: true, FieldCrashed: true,
 	FieldJobID: true, FieldErrors: true,
+	FieldKind: true, FieldMaxAttempts: true, FieldTimeout: true, FieldDeadline: true, FieldRetention: true,
+	FieldTags: true, FieldFlowKey: true, FieldUnknownKind: true,
 }
 
 // DeadLetterArgs returns the fields of a dead letter as a flat field/value
