@@ -244,26 +244,13 @@ func redisCPU(ctx context.Context, admin *redis.Client) float64 {
 
 // cmdStats reads INFO commandstats: calls per command.
 func cmdStats(ctx context.Context, admin *redis.Client) (map[string]int64, error) {
-	info, err := admin.Info(ctx, "commandstats").Result()
+	costs, err := cmdCosts(ctx, admin)
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[string]int64)
-	for line := range strings.SplitSeq(info, "\n") {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
-		if !ok {
-			continue
-		}
-		name, fields, ok := strings.Cut(rest, ":")
-		if !ok {
-			continue
-		}
-		for f := range strings.SplitSeq(fields, ",") {
-			if v, ok := strings.CutPrefix(f, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				m[name] = n
-			}
-		}
+	m := make(map[string]int64, len(costs))
+	for k, c := range costs {
+		m[k] = c.calls
 	}
 	return m, nil
 }

@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/priority"
+)
+
+// costJobs is the number of jobs of one variant of the costs scenario.
+const costJobs = 2000
+
+// costConcurrency is the consumer's concurrency in the costs scenario.
+const costConcurrency = 16
+
+// costVariant is one way of using streamq whose Redis cost per job the
+// costs scenario measures: enqueue sends job i, handler runs it (nil: the
+// no-op handler), priority runs a priority worker instead of a consumer.
+type costVariant struct {
+	name     string
+	enqueue  func(ctx context.Context, p *streamq.Producer, pq *priority.Queue, i int) error
+	handler  streamq.Handler
+	priority bool
+}
+
+// costArgs are the typed variant's args, about 100 bytes of JSON.
+type costArgs struct {
+	Customer string `json:"customer"`
+	Invoice  int    `json:"invoice"`
+	Note     string `json:"note"`
+}
+
+func (costArgs) Kind() string { return "bench.cost" }
+
+// costVariants returns the variants, plain first (the others' reference).
+func costVariants(payload []byte) []costVariant {
+	plain := func(ctx context.Context, p *streamq.Producer, _ *priority.Queue, _ int) error {
+		_, err := p.Enqueue(ctx, payload)
+		return err
+	}
+	typed := streamq.NewMux()
+	streamq.Register(typed, func(context.Context, *streamq.TypedJob[costArgs]) error { return nil })
+	return []costVariant{
+		{name: "plain", enqueue: plain},
+		{name: "delayed", enqueue: func(ctx context.Context, p *streamq.Producer, _ *priority.Queue, _ int) error {
+			_, err := p.Enqueue(ctx, payload, streamq.ProcessIn(time.Millisecond))
+			return err
+		}},
+		{name: "retried once", enqueue: plain, handler: failFirst()},
+		{name: "unique", enqueue: func(ctx context.Context, p *streamq.Producer, _ *priority.Queue, i int) error {
+			_, err := p.Enqueue(ctx, payload, streamq.Unique("k"+strconv.Itoa(i), time.Hour))
+			return err
+		}},
+		{name: "typed (JSON args)", handler: typed, enqueue: func(ctx context.Context, p *streamq.Producer, _ *priority.Queue, i int) error {
+			_, err := streamq.EnqueueArgs(ctx, p, costArgs{Customer: "customer-42", Invoice: i, Note: "a typed job of about one hundred bytes"})
+			return err
+		}},
+		{name: "priority (Push)", priority: true, enqueue: func(ctx context.Context, _ *streamq.Producer, pq *priority.Queue, i int) error {
+			_, err := pq.Push(ctx, priority.Job{Priority: i % 10, Payload: payload})
+			return err
+		}},
+	}
+}
+
+// failFirst returns a handler that fails each job's first attempt.
+func failFirst() streamq.Handler {
+	return streamq.HandlerFunc(func(_ context.Context, m *streamq.Message) error {
+		if m.Attempt == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	})
+}
+
+// scenarioCosts measures, for each variant, the Redis commands executed and
+// the Redis server's CPU time per job of enqueueing costJobs jobs
+// one by one and running them with a no-op handler at concurrency
+// costConcurrency, against the plain variant measured in the same run. The
+// server must be the benchmark's alone: commandstats count every client.
+func (b *bench) scenarioCosts(ctx context.Context) error {
+	vs := costVariants(makePayload(b.o.payload))
+	var base costRun
+	for i, v := range vs {
+		var runs []costRun
+		for r := range b.o.runs {
+			cr, err := b.costRun(ctx, v, r)
+			if err != nil {
+				return fmt.Errorf("%s: %w", v.name, err)
+			}
+			runs = append(runs, cr)
+		}
+		cr := medianCost(runs)
+		if i == 0 {
+			base = cr
+		}
+		r := Result{Scenario: "costs", Variant: v.name, Unit: "redis cpu µs/job"}
+		r.Streamq.Median, r.Baseline.Median = cr.cpu, base.cpu
+		if base.cpu > 0 {
+			r.Ratio = cr.cpu / base.cpu
+		}
+		r.Notes = fmt.Sprintf("commands executed/job %.2f vs plain %.2f; most time (commandstats µs/job): %s", cr.cmds, base.cmds, cr.top)
+		b.emit(r)
+	}
+	return nil
+}
+
+// costRun is one measurement of a variant, per job: commands executed
+// (those scripts call count too), the time commandstats gives them (a
+// script's time includes that of the commands it calls, which count again
+// on their own lines: use it to rank commands, not as a total), the Redis
+// server's CPU time (INFO cpu, all of its threads), and the commands that
+// took the most time.
+type costRun struct {
+	cmds, usec, cpu float64
+	top             string
+}
+
+// medianCost returns the run with the median Redis CPU time.
+func medianCost(rs []costRun) costRun {
+	slices.SortFunc(rs, func(a, b costRun) int { return cmp.Compare(a.cpu, b.cpu) })
+	return rs[(len(rs)-1)/2]
+}
+
+// costRun enqueues and runs costJobs jobs of v and returns what Redis did
+// per job.
+func (b *bench) costRun(ctx context.Context, v costVariant, run int) (costRun, error) {
+	name := b.name("cost", strings.NewReplacer(" ", "", "(", "", ")", "").Replace(v.name), strconv.Itoa(run))
+	rdb := redis.NewClient(&redis.Options{Addr: b.o.addr, PoolSize: costConcurrency + 10})
+	defer rdb.Close()
+	q, err := streamq.NewQueue(rdb, name, nil)
+	if err != nil {
+		return costRun{}, err
+	}
+	if err := q.Setup(ctx); err != nil {
+		return costRun{}, err
+	}
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		return costRun{}, err
+	}
+	var pq *priority.Queue
+	if v.priority {
+		if pq, err = priority.NewQueue(q, nil); err != nil {
+			return costRun{}, err
+		}
+	}
+	var done atomic.Int64
+	finished := make(chan struct{})
+	h := v.handler
+	if h == nil {
+		h = streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
+	}
+	counted := streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
+		err := h.Handle(ctx, m)
+		if err == nil && done.Add(1) == costJobs {
+			close(finished)
+		}
+		return err
+	})
+	before, err := cmdCosts(ctx, b.admin)
+	if err != nil {
+		return costRun{}, err
+	}
+	cpu0 := redisCPU(ctx, b.admin)
+	for i := range costJobs {
+		if err := v.enqueue(ctx, p, pq, i); err != nil {
+			return costRun{}, err
+		}
+	}
+	var runFn func(context.Context) error
+	if v.priority {
+		w, err := priority.NewWorker(pq, counted, &priority.WorkerConfig{Concurrency: costConcurrency})
+		if err != nil {
+			return costRun{}, err
+		}
+		runFn = w.Run
+	} else {
+		c, err := streamq.NewConsumer(q, counted, &streamq.ConsumerConfig{Concurrency: costConcurrency, Backoff: func(int) time.Duration { return time.Millisecond }})
+		if err != nil {
+			return costRun{}, err
+		}
+		runFn = c.Run
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- runFn(rctx) }()
+	timedOut, runErr := waitDone(ctx, finished, errc, b.o.runTimeout)
+	cancel()
+	if runErr == nil {
+		runErr = waitStopped(errc)
+	}
+	if runErr != nil {
+		return costRun{}, runErr
+	}
+	if timedOut {
+		return costRun{}, fmt.Errorf("%d of %d jobs finished in %s", done.Load(), costJobs, b.o.runTimeout)
+	}
+	after, err := cmdCosts(ctx, b.admin)
+	if err != nil {
+		return costRun{}, err
+	}
+	r := costDelta(before, after, costJobs)
+	r.cpu = (redisCPU(ctx, b.admin) - cpu0) * 1e6 / costJobs
+	return r, nil
+}
+
+// cmdCost is one command's calls and time (INFO commandstats).
+type cmdCost struct {
+	calls int64
+	usec  int64
+}
+
+// cmdCosts reads INFO commandstats: calls and microseconds per command.
+func cmdCosts(ctx context.Context, admin *redis.Client) (map[string]cmdCost, error) {
+	info, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]cmdCost)
+	for line := range strings.SplitSeq(info, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, fields, ok := strings.Cut(rest, ":")
+		if !ok {
+			continue
+		}
+		var c cmdCost
+		for f := range strings.SplitSeq(fields, ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				c.calls, _ = strconv.ParseInt(v, 10, 64)
+			}
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				c.usec, _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		m[name] = c
+	}
+	return m, nil
+}
+
+// costDelta returns what happened between before and after per job,
+// leaving out INFO (the benchmark's own probe), with the three commands
+// that took the most time.
+func costDelta(before, after map[string]cmdCost, jobs int) costRun {
+	var r costRun
+	type top struct {
+		name string
+		usec int64
+	}
+	var tops []top
+	for k, a := range after {
+		if k == "info" {
+			continue
+		}
+		calls, usec := a.calls-before[k].calls, a.usec-before[k].usec
+		if calls <= 0 {
+			continue
+		}
+		r.cmds += float64(calls)
+		r.usec += float64(usec)
+		tops = append(tops, top{k, usec})
+	}
+	r.cmds /= float64(jobs)
+	r.usec /= float64(jobs)
+	for range 3 {
+		best := -1
+		for i, t := range tops {
+			if best < 0 || t.usec > tops[best].usec {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		if r.top != "" {
+			r.top += ", "
+		}
+		r.top += fmt.Sprintf("%s %.2f", tops[best].name, float64(tops[best].usec)/float64(jobs))
+		tops = append(tops[:best], tops[best+1:]...)
+	}
+	return r
+}
