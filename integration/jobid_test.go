@@ -445,3 +445,59 @@ func TestDedup_Misuse(t *testing.T) {
 		t.Errorf("%d jobs written by refused calls", n)
 	}
 }
+
+// TestJobID_DeadAndRequeued: a dead job keeps its chosen ID taken and is
+// found by it; requeued, it runs under the same ID, and the ID stays taken
+// after it succeeded.
+func TestJobID_DeadAndRequeued(t *testing.T) {
+	t.Parallel()
+	rdb, q, p := cqSetup(t, nil)
+	ctx := context.Background()
+	var fail atomic.Bool
+	fail.Store(true)
+	ran := make(chan string, 4)
+	c, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(_ context.Context, m *streamq.Message) error {
+		ran <- m.ID
+		if fail.Load() {
+			return streamq.Permanent(errors.New("no"))
+		}
+		return nil
+	}), fastConsumer(streamq.ConsumerConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := cqRun(t, c)
+	defer stop()
+	if _, err := p.Enqueue(ctx, []byte("a"), streamq.WithJobID("dead-1")); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, relWait, "the dead letter", func() bool { return c.Stats().DeadLettered == 1 })
+	if _, err := p.Enqueue(ctx, []byte("b"), streamq.WithJobID("dead-1")); !errors.Is(err, streamq.ErrDuplicate) {
+		t.Fatalf("the ID of a dead job: %v, want ErrDuplicate", err)
+	}
+	in, err := inspect.New(rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iq, err := in.Queue(ctx, q.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := iq.Job(ctx, "dead-1")
+	if err != nil || j.State != inspect.StateDead || j.ID != "dead-1" {
+		t.Fatalf("inspect of the dead job: %+v, %v", j, err)
+	}
+	fail.Store(false)
+	if _, err := q.DeadLetters().Requeue(ctx, j.EntryID); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, relWait, "the requeued job handled", func() bool { return c.Stats().Processed == 1 })
+	for range 2 {
+		if id := <-ran; id != "dead-1" {
+			t.Errorf("a run saw ID %q, want dead-1", id)
+		}
+	}
+	if _, err := p.Enqueue(ctx, []byte("c"), streamq.WithJobID("dead-1")); !errors.Is(err, streamq.ErrDuplicate) {
+		t.Fatalf("the ID after the requeued job succeeded: %v, want ErrDuplicate", err)
+	}
+}

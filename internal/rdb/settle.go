@@ -77,7 +77,7 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 	var due int64
 	var id string
 	if p.Delay > 0 {
-		due, id = q.dueIn(p.Delay), NewDelayedID()
+		due, id = q.dueIn(p.Delay), q.NewDelayedID()
 	}
 	k := &q.keys
 	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)
