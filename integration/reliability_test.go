@@ -399,9 +399,9 @@ func TestReliability_PoisonJobDeadLetteredThenRequeued(t *testing.T) {
 	case <-time.After(relWait):
 		t.Fatal("the requeued job did not run")
 	}
-	if string(m.Payload) != "poison" || m.Headers["tenant"] != "acme" || m.Attempt != 1 || m.ID != newIDs[0] {
-		t.Errorf("requeued job: payload=%q headers=%v attempts=%d id=%s; want the same job, attempt 1, id %s",
-			m.Payload, m.Headers, m.Attempt, m.ID, newIDs[0])
+	if string(m.Payload) != "poison" || m.Headers["tenant"] != "acme" || m.Attempt != 1 || m.EntryID != newIDs[0] || m.ID != dl.JobID {
+		t.Errorf("requeued job: payload=%q headers=%v attempts=%d entry %s id %s; want the same job, attempt 1, entry %s, id %s",
+			m.Payload, m.Headers, m.Attempt, m.EntryID, m.ID, newIDs[0], dl.JobID)
 	}
 	redistest.WaitFor(t, relWait, "the requeued job acknowledged", func() bool { return c.Stats().Processed == 1 })
 	relSettled(t, q, 0, relWait)
