@@ -343,7 +343,8 @@ local function state(id)
   return '-'
 end
 local fields = {unpack(ARGV, 10)}
-if mode ~= '' and redis.call('EXISTS', lock) == 1 then
+local held_by_other = mode ~= '' and redis.call('EXISTS', lock) == 1
+if held_by_other then
   local held = redis.call('HGET', lock, 'id') or ''
   if mode == 'debounce' then
     local m = redis.call('HGET', lock, 'member')
@@ -381,7 +382,7 @@ if jid ~= '' then
   id = jid
 end
 if mode ~= '' then
-  redis.call('DEL', lock)
+  if held_by_other then redis.call('DEL', lock) end -- taken over from a job past its states
   redis.call('HSET', lock, 'token', ARGV[7], 'id', id)
   if mode == 'debounce' then
     redis.call('HSET', lock, 'member', member)
