@@ -120,10 +120,10 @@ func TestSchedule_DelayedJobsExactlyOnceNeverEarly(t *testing.T) {
 		if err != nil {
 			return streamq.Permanent(err)
 		}
-		ms, _, _ := strings.Cut(m.ID, "-")
+		ms, _, _ := strings.Cut(m.EntryID, "-")
 		added, err := strconv.ParseInt(ms, 10, 64)
 		if err != nil {
-			return streamq.Permanent(fmt.Errorf("entry ID %q: %v", m.ID, err))
+			return streamq.Permanent(fmt.Errorf("entry ID %q: %v", m.EntryID, err))
 		}
 		mu.Lock()
 		count[idx]++
