@@ -2,6 +2,7 @@ package streamq_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -182,63 +183,19 @@ func BenchmarkProducer_EnqueueBatch(b *testing.B) {
 // client hook on XACK replies). One op is one job.
 func BenchmarkConsumer_EndToEnd(b *testing.B) {
 	for _, c := range []int{1, 16, 64} {
-		b.Run("concurrency="+strconv.Itoa(c), func(b *testing.B) {
-			acks := &ackHook{target: int64(b.N), done: make(chan struct{})}
-			q, cleanup := benchQueue(b, c+10, acks)
-			defer cleanup()
-			acks.stream = core.Of(q).Keys.Stream
-			ctx := context.Background()
-			p, err := streamq.NewProducer(q, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			jobs := make([]streamq.Job, streamq.MaxBatchChunk)
-			for i := range jobs {
-				jobs[i].Payload = benchPayload
-			}
-			for i := 0; i < b.N; i += len(jobs) {
-				if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), b.N-i)]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
-			cons, err := streamq.NewConsumer(q, noop, &streamq.ConsumerConfig{Name: "bench", Concurrency: c})
-			if err != nil {
-				b.Fatal(err)
-			}
-			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			errc := make(chan error, 1)
-			b.ReportAllocs()
-			b.ResetTimer()
-			go func() { errc <- cons.Run(rctx) }()
-			timeout := time.NewTimer(5 * time.Minute)
-			defer timeout.Stop()
-			select {
-			case <-acks.done:
-			case err := <-errc:
-				b.Fatalf("consumer returned early: %v", err)
-			case <-timeout.C:
-				b.Fatalf("only %d of %d jobs acknowledged after 5 minutes", acks.acked.Load(), b.N)
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-			cancel()
-			if err := <-errc; err != nil {
-				b.Fatal(err)
-			}
-		})
+		b.Run("concurrency="+strconv.Itoa(c), func(b *testing.B) { benchQueues(b, c, 1) })
 	}
 }
 
-// ackHook counts the entries acknowledged by XACK replies on one stream and
+// ackHook counts the entries acknowledged by XACK replies on streams and
 // closes done when target is reached.
 type ackHook struct {
-	stream string
-	target int64
-	acked  atomic.Int64
-	once   sync.Once
-	done   chan struct{}
+	streams map[string]bool
+	target  int64
+	acked   atomic.Int64
+	cmds    atomic.Int64 // every command sent, pipelined ones one by one
+	once    sync.Once
+	done    chan struct{}
 }
 
 func (h *ackHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -262,14 +219,123 @@ func (h *ackHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 func (h *ackHook) observe(cmd redis.Cmder) {
+	h.cmds.Add(1)
 	ic, ok := cmd.(*redis.IntCmd)
 	if !ok || ic.Err() != nil || cmd.Name() != "xack" {
 		return
 	}
-	if args := cmd.Args(); len(args) < 2 || args[1] != h.stream {
+	if args := cmd.Args(); len(args) < 2 || !h.streams[fmt.Sprint(args[1])] {
 		return
 	}
 	if h.acked.Add(ic.Val()) >= h.target {
 		h.once.Do(func() { close(h.done) })
+	}
+}
+
+// BenchmarkWorker_ThreeQueues compares a Worker over three queues with one
+// Consumer on one queue at the same concurrency: b.N jobs pre-enqueued
+// (split evenly over the worker's queues), no-op handlers, timed until Redis
+// has acknowledged all of them. One op is one job. Run the two in one go
+// and compare their jobs/s:
+//
+//	go test -run '^$' -bench 'Worker_ThreeQueues' -benchtime 30000x -count 3
+func BenchmarkWorker_ThreeQueues(b *testing.B) {
+	for _, c := range []int{16, 64} {
+		for _, queues := range []int{1, 3} {
+			name := fmt.Sprintf("concurrency=%d/consumer", c)
+			if queues > 1 {
+				name = fmt.Sprintf("concurrency=%d/worker-queues=%d", c, queues)
+			}
+			b.Run(name, func(b *testing.B) { benchQueues(b, c, queues) })
+		}
+	}
+}
+
+// benchQueues times the run of b.N jobs over queues queues: one Consumer
+// when queues is 1, else one Worker of equal weights.
+func benchQueues(b *testing.B, c, queues int) {
+	acks := &ackHook{target: int64(b.N), done: make(chan struct{}), streams: map[string]bool{}}
+	q0, cleanup := benchQueue(b, c+10, acks)
+	defer cleanup()
+	ctx := context.Background()
+	rdb := core.Of(q0).RDB
+	noop := streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil })
+	var cons []*streamq.Consumer
+	jobs := make([]streamq.Job, streamq.MaxBatchChunk)
+	for i := range jobs {
+		jobs[i].Payload = benchPayload
+	}
+	for k := range queues {
+		q := q0
+		if k > 0 {
+			var err error
+			if q, err = streamq.NewQueue(rdb, q0.Name()+"-"+strconv.Itoa(k), nil); err != nil {
+				b.Fatal(err)
+			}
+			if err := q.Setup(ctx); err != nil {
+				b.Fatal(err)
+			}
+			kq := core.Of(q)
+			defer rdb.Unlink(context.Background(), kq.Keys.Stream, kq.Keys.Dead, kq.Keys.Delayed, kq.Keys.Part("delayed:jobs"))
+			defer rdb.HDel(context.Background(), keys.Registry(kq.Prefix), q.Name())
+		}
+		acks.streams[core.Of(q).Keys.Stream] = true
+		p, err := streamq.NewProducer(q, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		share := b.N / queues
+		if k == 0 {
+			share += b.N % queues
+		}
+		for i := 0; i < share; i += len(jobs) {
+			if _, err := p.EnqueueBatch(ctx, jobs[:min(len(jobs), share-i)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		cfg := &streamq.ConsumerConfig{Name: "bench"}
+		if queues == 1 {
+			cfg.Concurrency = c
+		}
+		cn, err := streamq.NewConsumer(q, noop, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cons = append(cons, cn)
+	}
+	run := cons[0].Run
+	if queues > 1 {
+		wc := streamq.WorkerConfig{Concurrency: c}
+		for _, cn := range cons {
+			wc.Queues = append(wc.Queues, streamq.WorkerQueue{Source: cn})
+		}
+		w, err := streamq.NewWorker(wc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		run = w.Run
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	acks.cmds.Store(0)
+	go func() { errc <- run(rctx) }()
+	timeout := time.NewTimer(5 * time.Minute)
+	defer timeout.Stop()
+	select {
+	case <-acks.done:
+	case err := <-errc:
+		b.Fatalf("run returned early: %v", err)
+	case <-timeout.C:
+		b.Fatalf("only %d of %d jobs acknowledged after 5 minutes", acks.acked.Load(), b.N)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(float64(acks.cmds.Load())/float64(b.N), "cmds/job")
+	cancel()
+	if err := <-errc; err != nil {
+		b.Fatal(err)
 	}
 }

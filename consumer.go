@@ -285,7 +285,11 @@ func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{consumerHandle: core.NewConsumerHandle(&core.Consumer{Engine: run.Engine}), q: q, cfg: c, run: run}, nil
+	cc := &core.Consumer{Engine: run.Engine, Run: run, Concurrency: c.Concurrency, SetConcurrency: cfg != nil && cfg.Concurrency != 0,
+		Reads: "stream " + q.keys.Stream}
+	cons := &Consumer{consumerHandle: core.NewConsumerHandle(cc), q: q, cfg: c, run: run}
+	cc.Backend = func() engine.Backend { return newStreamBackend(cons) }
+	return cons, nil
 }
 
 // check applies the defaults of the consumer's own fields and validates

@@ -60,6 +60,12 @@ func depRules() map[string][]string {
 		"writebehind":          coreModules,
 		"writebehind/sqlite":   with("modernc.org/sqlite"),
 		"writebehind/postgres": with("github.com/jackc/pgx/v5"),
+		// outbox links no SQL driver; outbox/sqlite neither (the caller
+		// opens the database); outbox/postgres needs pgx for pgx
+		// transactions and LISTEN.
+		"outbox":          coreModules,
+		"outbox/sqlite":   coreModules,
+		"outbox/postgres": with("github.com/jackc/pgx/v5"),
 		// streamqtype is a leaf: the standard library only.
 		"streamqtype": nil,
 		// streamqtest is imported by tests only: it finds a Redis as the

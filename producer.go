@@ -90,7 +90,7 @@ func NewProducer(q *Queue, cfg *ProducerConfig) (*Producer, error) {
 		}
 		hooks[i] = h
 	}
-	p.producerHandle = core.NewProducerHandle(&core.Producer{Queue: core.Of(q), Hooks: hooks, Kind: rdb.KindStream})
+	p.producerHandle = core.NewProducerHandle(&core.Producer{Queue: core.Of(q), Hooks: hooks, Kind: rdb.KindStream, Replicas: p.replicas()})
 	return p, nil
 }
 

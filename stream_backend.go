@@ -149,17 +149,16 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 			return ds, nil
 		}
 	}
-	now = b.q.db.Now() // after the calls above
-	block := min(wait, b.scanAt.Sub(now))
-	if b.c.cfg.ReclaimInterval > 0 {
-		block = min(block, b.reclaimAt.Sub(now))
+	block := time.Duration(-1) // wait 0: do not block (a worker's engine waits with WaitForWork)
+	if wait > 0 {
+		block = max(b.blockFor(wait), time.Millisecond) // 0 would block forever
 	}
 	streams, err := b.q.client.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group:    b.q.group,
 		Consumer: b.c.cfg.Name,
 		Streams:  []string{b.q.keys.Stream, ">"},
 		Count:    int64(n),
-		Block:    max(block, time.Millisecond), // 0 would block forever
+		Block:    block,
 	}).Result()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
@@ -180,6 +179,53 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 	}
 	b.reads = ds
 	return ds, nil
+}
+
+// blockFor returns how long a read may wait for new entries: at most wait,
+// and no longer than until the reaper or the look for entries of lost
+// read replies is due.
+func (b *streamBackend) blockFor(wait time.Duration) time.Duration {
+	now := b.q.db.Now()
+	block := min(wait, b.scanAt.Sub(now))
+	if b.c.cfg.ReclaimInterval > 0 {
+		block = min(block, b.reclaimAt.Sub(now))
+	}
+	return block
+}
+
+// WaitForWork waits, without reading anything for the group, until the
+// stream holds an entry after the group's last delivered one (one the
+// group has not read), for at most wait and no longer than until the
+// reaper or the look for entries of lost read replies is due (see
+// engine.Waiter). The group's position only moves forward, and only past
+// entries that were delivered, so an entry added since the last read is
+// never missed.
+func (b *streamBackend) WaitForWork(ctx context.Context, wait time.Duration) error {
+	block := b.blockFor(wait)
+	if block < time.Millisecond {
+		return nil
+	}
+	groups, err := b.q.client.XInfoGroups(ctx, b.q.keys.Stream).Result()
+	if err != nil {
+		if ctx.Err() != nil || rdb.IsNoSuchKey(err) {
+			return nil // the next read recreates the stream and its group
+		}
+		return fmt.Errorf("streamq: xinfo groups %s: %w", b.q.keys.Stream, err)
+	}
+	from := ""
+	for _, g := range groups {
+		if g.Name == b.q.group {
+			from = g.LastDeliveredID
+		}
+	}
+	if from == "" {
+		return nil // the group is gone: the next read recreates it
+	}
+	err = b.q.client.XRead(ctx, &redis.XReadArgs{Streams: []string{b.q.keys.Stream, from}, Count: 1, Block: block}).Err()
+	if err == nil || errors.Is(err, redis.Nil) || ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("streamq: wait for entries of %s: %w", b.q.keys.Stream, err)
 }
 
 // reclaim runs one step of the reaper's pass over the pending list: it

@@ -289,7 +289,9 @@ func TestMux_RollingDeploy(t *testing.T) {
 	t.Parallel()
 	_, q, p := typedSetup(t)
 	ctx := context.Background()
-	id, err := streamq.EnqueueArgs(ctx, p, resizeImage{URL: "new"})
+	// A budget the old worker's hand-backs cannot use up before it stops,
+	// however slow the machine (resizeImage's own is 4).
+	id, err := streamq.EnqueueArgs(ctx, p, resizeImage{URL: "new"}, streamq.MaxAttempts(1000))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,7 @@ type backend struct {
 	credits []int64
 	bands   []rdb.PopBand // the weighted pop's bands, reused
 	budget  *engine.FetchBudget
+	notify  string // the wake-up stream's position at the latest empty pop
 }
 
 // Start warns when Redis may evict keys (see core.Queue.WarnEvictionPolicy).
@@ -78,6 +79,10 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 	}
 	if len(res.Jobs) == 0 {
 		if res.Missing == 0 {
+			if wait <= 0 { // a streamq.Worker's engine waits with WaitForWork
+				b.notify = res.Notify
+				return nil, nil
+			}
 			return nil, b.waitForWork(ctx, res.Notify, wait)
 		}
 		return nil, nil
@@ -123,6 +128,17 @@ func parseLease(lm string) (id string, score int64) {
 	}
 	score, _ = strconv.ParseInt(parts[1], 10, 64)
 	return parts[2], score
+}
+
+// WaitForWork waits, holding no job, for a wake-up newer than the latest
+// empty pop (see engine.Waiter), for at most wait.
+func (b *backend) WaitForWork(ctx context.Context, wait time.Duration) error {
+	if b.notify == "" {
+		return nil
+	}
+	from := b.notify
+	b.notify = ""
+	return b.waitForWork(ctx, from, wait)
 }
 
 // waitForWork blocks until a wake-up entry newer than from arrives, wait

@@ -171,12 +171,14 @@ type WorkerStats struct {
 // Worker runs a [streamq.Handler] for the jobs of a priority [Queue], most
 // urgent first, with the stream consumer's rules for retries, dead letters,
 // panics, timeouts and shutdown. Create it with [NewWorker] and start it with
-// [Worker.Run].
+// [Worker.Run], or run it beside other queues with one budget as a source of
+// a [streamq.Worker] (see [streamq.WorkerQueue]).
 type Worker struct {
-	pq    *Queue
-	cfg   WorkerConfig
-	bands []band
-	run   *core.Run
+	consumerHandle // what a streamq.Worker runs (internal/core)
+	pq             *Queue
+	cfg            WorkerConfig
+	bands          []band
+	run            *core.Run
 }
 
 // NewWorker returns a worker that runs h for the jobs of pq. cfg may be nil.
@@ -209,8 +211,13 @@ func NewWorker(pq *Queue, h streamq.Handler, cfg *WorkerConfig) (*Worker, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{pq: pq, cfg: c, bands: bands, run: run}, nil
+	w := &Worker{pq: pq, cfg: c, bands: bands, run: run}
+	w.consumerHandle = core.NewConsumerHandle(&core.Consumer{Engine: run.Engine, Run: run, Backend: w.backend,
+		Concurrency: c.Concurrency, SetConcurrency: cfg != nil && cfg.Concurrency != 0, Reads: "priority set " + pq.keys.Ready})
+	return w, nil
 }
+
+type consumerHandle = core.ConsumerHandle
 
 func configErr(field, format string, args ...any) error {
 	return &streamq.ConfigError{Field: "priority.WorkerConfig." + field, Reason: fmt.Sprintf(format, args...)}
@@ -267,7 +274,12 @@ func (w *Worker) Health() streamq.Health { return streamq.Health(w.run.Mon.Healt
 // Run composes with errgroup. A Worker runs at most once at a time; a second
 // Run returns [streamq.ErrRunning].
 func (w *Worker) Run(ctx context.Context) error {
-	return w.run.Run(ctx, &backend{w: w, pq: w.pq, run: randHex(3), credits: make([]int64, len(w.bands)), budget: engine.NewFetchBudget(w.cfg.MaxFetchBytes)})
+	return w.run.Run(ctx, w.backend())
+}
+
+// backend returns the backend of one run.
+func (w *Worker) backend() engine.Backend {
+	return &backend{w: w, pq: w.pq, run: randHex(3), credits: make([]int64, len(w.bands)), budget: engine.NewFetchBudget(w.cfg.MaxFetchBytes)}
 }
 
 func randHex(n int) string {

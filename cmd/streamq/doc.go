@@ -26,6 +26,7 @@
 //	consumers <queue>                consumers/workers; consumers prune <queue> --idle D
 //	schedules [queue]                periodic schedules with their last and next tick
 //	enqueue <queue> [payload|-]      one job (--header --in --at --unique --ttl --priority), or many (--jsonl FILE|-)
+//	outbox status|relay|migrate      the SQL outbox (--postgres DSN | --sqlite FILE): backlog, a stand-alone relay (--queue), the table
 //	redis                            the Redis server: version, memory, eviction policy, ops/s, clients, persistence
 //	dash                             interactive terminal view: queues, jobs by state, one job; pause, retry, delete
 //	dashboard                        the web dashboard (--listen --tls-cert --tls-key --allowed-host --hide-payloads ...)

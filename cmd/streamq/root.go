@@ -37,6 +37,7 @@ var commands = []func(*app) *cobra.Command{
 	newSchedulesCmd,
 	newRedisCmd,
 	newEnqueueCmd,
+	newOutboxCmd,
 	newBenchCmd,
 	newVersionCmd,
 	newDashboardCmd,

@@ -107,6 +107,8 @@ type Producer struct {
 	Kind string
 	// WriteBehind records the queue as fed by a write-behind Writer too.
 	WriteBehind bool
+	// Replicas is what the producer's writes wait for (MinReplicas).
+	Replicas rdb.Replicas
 
 	registered atomic.Bool
 }
@@ -159,17 +161,29 @@ type producerHolder interface{ coreProducer() *Producer }
 // OfProducer returns the state of a *streamq.Producer.
 func OfProducer(p producerHolder) *Producer { return p.coreProducer() }
 
-// Consumer is the shared state of a *streamq.Consumer.
+// Consumer is the shared state of a *streamq.Consumer or a
+// *priority.Worker: what a streamq.Worker needs to run it beside others.
 type Consumer struct {
 	// Engine is the consumer's engine, built from its ConsumerConfig after
 	// defaults: the handler with its middleware, the outcome rules, the
 	// backoff. streamqtest runs it on an in-memory backend, so that its
 	// verdicts are the ones a consumer reaches.
 	Engine engine.Runner
+	// Run is its run: the guard that lets one Run at a time, the monitor.
+	Run *Run
+	// Backend returns the backend of one run.
+	Backend func() engine.Backend
+	// Concurrency is its Concurrency after defaults; SetConcurrency is
+	// true when the caller's config set it (not left to its default).
+	Concurrency    int
+	SetConcurrency bool
+	// Reads names what it reads, such as "stream streamq:{orders}:stream",
+	// for errors that must tell two sources apart.
+	Reads string
 }
 
-// ConsumerHandle carries a *Consumer inside a *streamq.Consumer, as Handle
-// does for queues.
+// ConsumerHandle carries a *Consumer inside a *streamq.Consumer or a
+// *priority.Worker, as Handle does for queues.
 type ConsumerHandle struct{ c *Consumer }
 
 // NewConsumerHandle returns a handle of c.
@@ -177,7 +191,10 @@ func NewConsumerHandle(c *Consumer) ConsumerHandle { return ConsumerHandle{c: c}
 
 func (h ConsumerHandle) coreConsumer() *Consumer { return h.c }
 
-type consumerHolder interface{ coreConsumer() *Consumer }
+// ConsumerHolder is a *streamq.Consumer or a *priority.Worker: only types
+// that embed a [ConsumerHandle] have its method.
+type ConsumerHolder interface{ coreConsumer() *Consumer }
 
-// OfConsumer returns the state of a *streamq.Consumer.
-func OfConsumer(c consumerHolder) *Consumer { return c.coreConsumer() }
+// OfConsumer returns the state of a *streamq.Consumer or a
+// *priority.Worker.
+func OfConsumer(c ConsumerHolder) *Consumer { return c.coreConsumer() }

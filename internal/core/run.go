@@ -272,9 +272,16 @@ func (q *Queue) NewRun(c *RunConfig, errf ErrFunc) (*Run, error) {
 // engine.Engine.Run), or returns [ErrRunning] at once while another call
 // runs.
 func (r *Run) Run(ctx context.Context, b engine.Backend) error {
-	if !r.running.CompareAndSwap(false, true) {
+	if !r.Claim() {
 		return ErrRunning
 	}
-	defer r.running.Store(false)
+	defer r.Unclaim()
 	return r.Engine.Run(ctx, b)
 }
+
+// Claim takes the guard that lets one run at a time; it reports false
+// while another run holds it. Unclaim gives it back.
+func (r *Run) Claim() bool { return r.running.CompareAndSwap(false, true) }
+
+// Unclaim gives back the guard taken by [Run.Claim].
+func (r *Run) Unclaim() { r.running.Store(false) }

@@ -158,6 +158,9 @@ func (r *run[F]) waitResumed(ctx context.Context) bool {
 	if ch == nil {
 		return true
 	}
+	if g := r.cfg.Gate; g != nil {
+		g.Idle() // lower queues of a strict worker need not wait for it
+	}
 	r.sig.Paused.Fire(struct{}{})
 	select {
 	case <-ctx.Done():

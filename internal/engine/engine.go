@@ -138,6 +138,21 @@ type Config struct {
 
 	Logger  *slog.Logger
 	OnEvent func(ctx context.Context, e Event) // may be nil
+
+	// Gate, if set, is the engine's part of a budget of slots shared with
+	// the engines of other queues (see [Share]); Concurrency is then the
+	// queue's limit within it. nil: the engine has its own budget.
+	Gate *Member
+}
+
+// A Waiter is a backend that can wait for work without holding anything.
+// A gated engine (Config.Gate) fetches from such a backend with wait 0, so
+// that the fetch does not block while it holds slots of the share, and
+// when a fetch came back empty it waits with WaitForWork, holding none.
+type Waiter interface {
+	// WaitForWork returns when the backend may have jobs to fetch, after
+	// at most wait, or when ctx ends (Wake ends it then).
+	WaitForWork(ctx context.Context, wait time.Duration) error
 }
 
 // Runner is an [Engine] whatever its front's type.
@@ -149,6 +164,9 @@ type Runner interface {
 	// Offline returns a runner of the same handler and rules that never
 	// talks to Redis itself (see [Engine.Offline]).
 	Offline() Runner
+	// Gated returns a runner of the same handler and rules that takes its
+	// slots from m too (see [Engine.Gated]).
+	Gated(m *Member, limit int) Runner
 }
 
 // Engine runs jobs of one backend at a time; see [Engine.Run].
@@ -178,6 +196,15 @@ func (e *Engine[F]) Offline() Runner {
 	return &Engine[F]{cfg: cfg, exec: e.exec, mon: e.mon}
 }
 
+// Gated returns an engine with the same handler, rules and monitor that
+// runs at most limit jobs at once and takes a slot of m's share for every
+// job besides (see [Config.Gate]).
+func (e *Engine[F]) Gated(m *Member, limit int) Runner {
+	cfg := e.cfg
+	cfg.Gate, cfg.Concurrency = m, limit
+	return &Engine[F]{cfg: cfg, exec: e.exec, mon: e.mon}
+}
+
 // Run fetches and runs jobs from b until ctx is cancelled, then drains:
 // it stops fetching at once, lets running handlers finish for up to
 // ShutdownTimeout (their contexts are detached from ctx), then cancels them
@@ -200,7 +227,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 		LostCause:       e.cfg.LostCause,
 		JobTimeout:      e.cfg.JobTimeout,
 		TimeoutCause:    e.cfg.TimeoutCause,
-	}, r.process)
+	}, r.work)
 	e.mon.running.Store(true)
 	e.mon.stopping.Store(false)
 	e.mon.paused.Store(false)
@@ -280,6 +307,9 @@ type run[F any] struct {
 type slot[F any] struct {
 	d Delivery
 	f F
+	// share is the number of slots of Config.Gate the job holds while it
+	// runs.
+	share int64
 	// retention is the job's own result retention (0: the queue's), set
 	// before its handler runs.
 	retention time.Duration
@@ -299,6 +329,11 @@ type finished[F any] struct {
 func (r *run[F]) fetchLoop(ctx context.Context) error {
 	r.mon.fetching.Store(true)
 	defer r.mon.fetching.Store(false)
+	gate := r.cfg.Gate
+	if gate != nil {
+		gate.Join()
+		defer gate.Leave()
+	}
 	if err := r.start(ctx); err != nil {
 		return err
 	}
@@ -307,6 +342,12 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 	wait := r.cfg.Block
 	if r.cfg.ControlInterval > 0 {
 		wait = min(wait, r.cfg.ControlInterval) // a pause stops reads within two intervals
+	}
+	// A gated engine waits for work holding no slot of the share.
+	waiter, _ := r.b.(Waiter)
+	fetchWait := wait
+	if gate != nil && waiter != nil {
+		fetchWait = 0
 	}
 	conc := int64(r.cfg.Concurrency)
 	var jobs []*pool.Job[slot[F]] // of one fetch, reused
@@ -325,24 +366,28 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		if !r.waitResumed(ctx) {
 			return nil
 		}
-		n, err := r.pool.Slots(ctx, conc, full, conc, fetchGather)
+		// A gated engine gathers slots of the share instead.
+		n, err := r.pool.Slots(ctx, conc, full && gate == nil, conc, fetchGather)
 		if err != nil {
 			return nil // ctx cancelled
 		}
-		ds, err := r.b.Fetch(ctx, int(n), wait, r.pool.Owns)
+		if gate != nil {
+			k, err := gate.Acquire(ctx, n, full, fetchGather)
+			r.pool.Release(n - k)
+			if err != nil {
+				return nil
+			}
+			n = k
+		}
+		ds, err := r.b.Fetch(ctx, int(n), fetchWait, r.pool.Owns)
 		if err != nil {
 			r.pool.Release(n)
+			if gate != nil {
+				gate.Fetched(n, 0, 0)
+			}
 			full = false
-			if ctx.Err() != nil {
-				return nil
-			}
-			r.mon.fetchFailed(err)
-			if rdb.Fatal(err) {
+			if stop, err := r.fetchFailed(ctx, err, "fetching jobs", &bo); stop {
 				return err
-			}
-			r.mon.Log.WarnContext(ctx, "streamq: fetching jobs failed, retrying", "error", err, "retry_in", bo.Peek())
-			if !bo.Wait(ctx) {
-				return nil
 			}
 			continue
 		}
@@ -361,16 +406,60 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 				r.wait(ctx, j)
 				continue
 			}
+			if gate != nil {
+				j.Val.share = 1
+			}
 			r.pool.Launch(j, 1, now) // owns one of the n slots
 			started++
 		}
 		clear(jobs)
 		r.pool.Release(n - started)
+		if gate != nil {
+			gate.Fetched(n, int64(len(ds)), started)
+			if len(ds) == 0 && waiter != nil {
+				if err := waiter.WaitForWork(ctx, wait); err != nil {
+					if stop, err := r.fetchFailed(ctx, err, "waiting for jobs", &bo); stop {
+						return err
+					}
+				}
+			}
+		}
 		// A backlog is likely when a large fetch came back full; a small
 		// one that did (most slots were busy) says nothing, and waiting for
 		// every slot then would only delay the jobs that arrive meanwhile.
-		full = len(ds) == int(n) && 2*n >= conc
+		// A gated engine gathers only its part of the share, so any full
+		// fetch tells.
+		full = len(ds) == int(n) && (2*n >= conc || gate != nil)
 	}
+}
+
+// fetchFailed handles an error of the fetch loop's call what: it records
+// it, then waits with bo before the next try. It reports stop when the
+// loop must end, with the error to return (nil when ctx ended).
+func (r *run[F]) fetchFailed(ctx context.Context, err error, what string, bo *pool.Backoff) (stop bool, _ error) {
+	if ctx.Err() != nil {
+		return true, nil
+	}
+	if g := r.cfg.Gate; g != nil {
+		g.Idle()
+	}
+	r.mon.fetchFailed(err)
+	if rdb.Fatal(err) {
+		return true, err
+	}
+	r.mon.Log.WarnContext(ctx, "streamq: "+what+" failed, retrying", "error", err, "retry_in", bo.Peek())
+	return !bo.Wait(ctx), nil
+}
+
+// work runs one launched job (see process) and gives back the slots of
+// the shared budget it held.
+func (r *run[F]) work(j *pool.Job[slot[F]]) bool {
+	n := j.Val.share
+	keep := r.process(j)
+	if n > 0 {
+		r.cfg.Gate.Release(n)
+	}
+	return keep
 }
 
 // start runs the backend's Start, retrying transient errors until ctx ends.
@@ -381,16 +470,8 @@ func (r *run[F]) start(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
-			return nil
-		}
-		r.mon.fetchFailed(err)
-		if rdb.Fatal(err) {
+		if stop, err := r.fetchFailed(ctx, err, "starting", &bo); stop {
 			return err
-		}
-		r.mon.Log.WarnContext(ctx, "streamq: cannot start, retrying", "error", err, "retry_in", bo.Peek())
-		if !bo.Wait(ctx) {
-			return nil
 		}
 	}
 }
@@ -402,7 +483,7 @@ func (r *run[F]) start(ctx context.Context) error {
 // they are taken over together), and a job is only dead-lettered for
 // crashes if it crashed a worker on its own.
 func (r *run[F]) mustWait(d *Delivery) bool {
-	if !d.Suspect || r.cfg.Concurrency == 1 {
+	if !d.Suspect || r.cfg.Concurrency == 1 && (r.cfg.Gate == nil || r.cfg.Gate.s.size == 1) {
 		return false
 	}
 	fields := r.fields(d)
@@ -486,12 +567,26 @@ func (r *run[F]) runAlone(ctx context.Context) bool {
 	if r.pool.AcquireAll(ctx) != nil {
 		return false
 	}
+	var share int64
+	if g := r.cfg.Gate; g != nil {
+		// Alone means alone in the process: no job of another queue
+		// runs beside it either.
+		if g.AcquireAll(ctx) != nil {
+			r.pool.Release(int64(r.cfg.Concurrency))
+			return false
+		}
+		share = g.s.size
+	}
 	if r.pool.WaitHeld(ctx, len(r.alone)) != nil {
 		r.pool.Release(int64(r.cfg.Concurrency))
+		if share > 0 {
+			r.cfg.Gate.Release(share)
+		}
 		return false
 	}
 	r.alone = r.alone[1:]
 	r.mon.waiting.Store(int64(len(r.alone)))
+	j.Val.share = share
 	r.pool.Launch(j, int64(r.cfg.Concurrency), time.Now())
 	return true
 }

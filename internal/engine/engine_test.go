@@ -263,6 +263,7 @@ func startWith(t *testing.T, ctx context.Context, b Backend, cfg Config, handle 
 		def.MaxDeliveries = cfg.MaxDeliveries
 	}
 	def.OnEvent = cfg.OnEvent
+	def.Gate = cfg.Gate
 	e := New[noState](def, testExec{handle})
 	ctx, cancel := context.WithCancel(ctx)
 	r := &runner{eng: e, cancel: cancel, done: make(chan error, 1)}

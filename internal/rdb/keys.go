@@ -88,6 +88,11 @@ func (k Keys) Pattern() string { return k.base + "*" }
 // Unique returns the lock key of unique key u.
 func (k Keys) Unique(u string) string { return k.base + "unique:" + u }
 
+// OutboxMark returns the key of the mark that a relayed outbox row with ID
+// id left: the ID of the job it became, until the row is deleted (or the
+// mark's TTL ends).
+func (k Keys) OutboxMark(id string) string { return k.base + "outbox:" + id }
+
 // Claims returns the key that remembers the last reclaim of a consumer, so
 // that a reclaim re-sent after a lost reply returns the same jobs.
 func (k Keys) Claims(consumer string) string { return k.base + "claims:" + consumer }

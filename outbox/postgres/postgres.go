@@ -1,0 +1,356 @@
+// Package postgres is the PostgreSQL driver of package outbox: enqueue
+// streamq jobs in a database/sql (*sql.Tx) or pgx (pgx.Tx) transaction,
+// and let an [outbox.Relay] move them to Redis, claiming rows with FOR
+// UPDATE SKIP LOCKED and waking on LISTEN/NOTIFY.
+//
+// It is a package of its own so that only programs that use PostgreSQL
+// link pgx: package outbox links no SQL driver.
+//
+//	db, err := sql.Open("pgx", dsn) // or writebehind/postgres.Open(dsn)
+//	ob, err := postgres.New(db, nil)
+//	err = ob.Migrate(ctx)
+//	...
+//	id, err := ob.Enqueue(ctx, tx, queue, payload)
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/outbox"
+	"github.com/streamq/streamq/outbox/internal/sqlutil"
+)
+
+// DefaultChannel is the LISTEN/NOTIFY channel when Config.Channel is empty.
+const DefaultChannel = "streamq_outbox"
+
+// Config configures an [Outbox]. The zero value is valid.
+type Config struct {
+	// Table is the outbox table, "table" or "schema.table", plain
+	// identifiers. Defaults to outbox.DefaultTable.
+	Table string
+	// Channel is the channel that Enqueue notifies (pg_notify, delivered
+	// when the transaction commits) and that relays listen on. Defaults to
+	// DefaultChannel.
+	Channel string
+	// NoNotify turns the notifications off: Enqueue does not notify, and
+	// relays poll (RelayConfig.PollInterval). A NOTIFY takes a lock at
+	// commit that serialises committing transactions that notified, which
+	// may matter at thousands of commits per second. Defaults to false.
+	NoNotify bool
+}
+
+// Outbox is an outbox table in PostgreSQL: it enqueues jobs in the
+// caller's transactions, and is the [outbox.Store] of the relays over the
+// table. It is safe for concurrent use.
+type Outbox struct {
+	db        *sql.DB
+	cfg       Config
+	table     string // quoted
+	insertSQL string
+	claim     string
+	backlog   string
+
+	mu     sync.Mutex // guards listen
+	listen *sql.Conn  // the LISTEN connection, once a relay waited
+}
+
+// New returns the outbox table of cfg (nil means the zero config) in db.
+// db is a pool of any database/sql driver for PostgreSQL for enqueueing
+// and claiming; relays wait for notifications only on the pgx stdlib
+// driver (github.com/jackc/pgx/v5/stdlib) and poll on others. It validates
+// cfg without talking to the database, and never modifies *cfg.
+func New(db *sql.DB, cfg *Config) (*Outbox, error) {
+	if db == nil {
+		return nil, &streamq.ConfigError{Field: "db", Reason: "is nil: open one with sql.Open(\"pgx\", dsn) or writebehind/postgres.Open"}
+	}
+	o := &Outbox{db: db}
+	if cfg != nil {
+		o.cfg = *cfg
+	}
+	if o.cfg.Table == "" {
+		o.cfg.Table = outbox.DefaultTable
+	}
+	if o.cfg.Channel == "" {
+		o.cfg.Channel = DefaultChannel
+	}
+	if _, _, err := sqlutil.Table("Config.Channel", o.cfg.Channel, false); err != nil {
+		return nil, err
+	}
+	t, _, err := sqlutil.Table("Config.Table", o.cfg.Table, true)
+	if err != nil {
+		return nil, err
+	}
+	o.table = t
+	o.insertSQL = `INSERT INTO ` + t + ` (id, queue, payload, options) VALUES ($1, $2, $3, $4)`
+	if !o.cfg.NoNotify {
+		o.insertSQL = `WITH ins AS (` + o.insertSQL + `) SELECT pg_notify($5, '')`
+	}
+	o.claim = `SELECT id, queue, payload, options, (EXTRACT(EPOCH FROM now() - created_at) * 1000)::bigint, attempts
+FROM ` + t + ` WHERE available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED`
+	o.backlog = `SELECT queue, count(*), (EXTRACT(EPOCH FROM now() - min(created_at)) * 1000)::bigint,
+count(*) FILTER (WHERE attempts > 0), COALESCE(max(last_error) FILTER (WHERE attempts > 0), '')
+FROM ` + t + ` GROUP BY queue ORDER BY queue`
+	return o, nil
+}
+
+// Table returns the outbox table's name.
+func (o *Outbox) Table() string { return o.cfg.Table }
+
+// Migrate creates the outbox table and its index if they do not exist. It
+// is idempotent: run it at every start. The schema is in docs/outbox.md.
+func (o *Outbox) Migrate(ctx context.Context) error {
+	_, bare, _ := sqlutil.Table("Config.Table", o.cfg.Table, true)
+	stmts := []string{
+		`CREATE TABLE IF NOT EXISTS ` + o.table + ` (
+  id           text        PRIMARY KEY,
+  queue        text        NOT NULL,
+  payload      bytea       NOT NULL,
+  options      text        NOT NULL DEFAULT '',
+  created_at   timestamptz NOT NULL DEFAULT now(),
+  available_at timestamptz NOT NULL DEFAULT now(),
+  attempts     integer     NOT NULL DEFAULT 0,
+  last_error   text        NOT NULL DEFAULT ''
+)`,
+		`CREATE INDEX IF NOT EXISTS "` + bare + `_available_idx" ON ` + o.table + ` (available_at)`,
+	}
+	return sqlutil.Migrate(ctx, o.db, o.cfg.Table, stmts...)
+}
+
+// Execer is a database/sql transaction: *sql.Tx (also *sql.Conn or
+// *sql.DB, outside a transaction).
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// PgxExecer is a pgx transaction: pgx.Tx (also *pgx.Conn or a pgxpool
+// pool or transaction).
+type PgxExecer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Enqueue writes a job for queue q into the outbox table through tx, the
+// caller's transaction, and returns the row's ID. The job is enqueued once
+// tx commits, and never if it rolls back. The options are
+// [streamq.Producer.Enqueue]'s (see [outbox.Prepare] for the ones the
+// outbox refuses); a job they or q's limits refuse fails here, before
+// anything is written. A database error fails it as any write in tx
+// would.
+func (o *Outbox) Enqueue(ctx context.Context, tx Execer, q *streamq.Queue, payload []byte, opts ...streamq.EnqueueOption) (string, error) {
+	return o.insert(ctx, tx, nil)(outbox.Prepare(q, payload, opts))
+}
+
+// EnqueueArgs is [Outbox.Enqueue] for typed args (see [outbox.PrepareArgs]:
+// JSON-encoded, the kind from args, the args' own options first).
+func (o *Outbox) EnqueueArgs(ctx context.Context, tx Execer, q *streamq.Queue, args streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error) {
+	return o.insert(ctx, tx, nil)(outbox.PrepareArgs(q, args, nil, opts))
+}
+
+// EnqueuePgx is [Outbox.Enqueue] through a pgx transaction.
+func (o *Outbox) EnqueuePgx(ctx context.Context, tx PgxExecer, q *streamq.Queue, payload []byte, opts ...streamq.EnqueueOption) (string, error) {
+	return o.insert(ctx, nil, tx)(outbox.Prepare(q, payload, opts))
+}
+
+// EnqueueArgsPgx is [Outbox.EnqueueArgs] through a pgx transaction.
+func (o *Outbox) EnqueueArgsPgx(ctx context.Context, tx PgxExecer, q *streamq.Queue, args streamq.JobArgs, opts ...streamq.EnqueueOption) (string, error) {
+	return o.insert(ctx, nil, tx)(outbox.PrepareArgs(q, args, nil, opts))
+}
+
+// insert returns a function that inserts a prepared row through tx or
+// ptx, and returns its ID.
+func (o *Outbox) insert(ctx context.Context, tx Execer, ptx PgxExecer) func(*outbox.Row, error) (string, error) {
+	return func(row *outbox.Row, err error) (string, error) {
+		if err != nil {
+			return "", err
+		}
+		if tx != nil {
+			_, err = tx.ExecContext(ctx, o.insertSQL, o.args(row)...)
+		} else {
+			_, err = ptx.Exec(ctx, o.insertSQL, o.args(row)...)
+		}
+		if err != nil {
+			return "", fmt.Errorf("streamq: outbox enqueue into %s: %w", o.cfg.Table, err)
+		}
+		return row.ID, nil
+	}
+}
+
+// args returns the insert's arguments for row.
+func (o *Outbox) args(row *outbox.Row) []any {
+	args := []any{row.ID, row.Queue, row.Payload, row.Options}
+	if !o.cfg.NoNotify {
+		args = append(args, o.cfg.Channel)
+	}
+	return args
+}
+
+// Claim implements [outbox.Store]: it locks up to n due rows with FOR
+// UPDATE SKIP LOCKED in a transaction that Finish commits and Release
+// rolls back. A relay that dies holding it loses it with its connection.
+func (o *Outbox) Claim(ctx context.Context, n int) (outbox.Claim, error) {
+	tx, err := o.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.QueryContext(ctx, o.claim, n)
+	if err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	c := &claim{o: o, tx: tx}
+	if c.rows, err = sqlutil.Rows(rows); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	return c, nil
+}
+
+// claim is rows locked by a transaction.
+type claim struct {
+	o    *Outbox
+	tx   *sql.Tx
+	rows []outbox.Row
+}
+
+func (c *claim) Rows() []outbox.Row { return c.rows }
+
+func (c *claim) Release(context.Context) error { return c.tx.Rollback() }
+
+func (c *claim) Finish(ctx context.Context, done []string, failed []outbox.Failure) ([]string, error) {
+	removed, err := c.finish(ctx, done, failed)
+	if err != nil {
+		_ = c.tx.Rollback()
+		return nil, err
+	}
+	if err := c.tx.Commit(); err != nil {
+		return nil, err
+	}
+	return removed, nil
+}
+
+func (c *claim) finish(ctx context.Context, done []string, failed []outbox.Failure) ([]string, error) {
+	var removed []string
+	if len(done) > 0 {
+		rows, err := c.tx.QueryContext(ctx, `DELETE FROM `+c.o.table+` WHERE id = ANY($1) RETURNING id`, done)
+		if err != nil {
+			return nil, err
+		}
+		if removed, err = sqlutil.IDs(rows); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range failed {
+		if _, err := c.tx.ExecContext(ctx, `UPDATE `+c.o.table+` SET attempts = attempts + 1, last_error = $2,
+available_at = now() + $3 * interval '1 millisecond' WHERE id = $1`, f.ID, f.Error, f.Retry.Milliseconds()); err != nil {
+			return nil, err
+		}
+	}
+	return removed, nil
+}
+
+// Backlog implements [outbox.Store].
+func (o *Outbox) Backlog(ctx context.Context) (*outbox.Backlog, error) {
+	rows, err := o.db.QueryContext(ctx, o.backlog)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: outbox backlog of %s: %w", o.cfg.Table, err)
+	}
+	return sqlutil.Backlog(rows, o.cfg.Table)
+}
+
+// Wait implements [outbox.Waker]: it returns when a transaction that
+// enqueued committed (a notification on the channel), after d, or when
+// ctx ends. It listens on a connection of its own, taken from the pool at
+// the first call and kept; an error drops it (the next call takes a new
+// one). With Config.NoNotify, or a driver other than pgx's, it waits d.
+func (o *Outbox) Wait(ctx context.Context, d time.Duration) error {
+	if o.cfg.NoNotify {
+		return sleep(ctx, d)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.listen == nil {
+		conn, err := o.db.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.ExecContext(ctx, `LISTEN "`+o.cfg.Channel+`"`); err != nil {
+			_ = conn.Close()
+			return err
+		}
+		o.listen = conn
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := o.listen.Raw(func(dc any) error {
+		c, ok := dc.(*stdlib.Conn)
+		if !ok {
+			return errNotPgx
+		}
+		pc := c.Conn()
+		if _, err := pc.WaitForNotification(wctx); err != nil {
+			return err
+		}
+		// Take the notifications that are already here: one wake-up
+		// covers them.
+		for {
+			nctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+			_, err := pc.WaitForNotification(nctx)
+			cancel()
+			if err != nil {
+				return nil
+			}
+		}
+	})
+	switch {
+	case err == nil, wctx.Err() != nil:
+		// Notified, or d passed or ctx ended: a timeout leaves pgx's
+		// connection usable.
+		return nil
+	case errors.Is(err, errNotPgx):
+		return sleep(ctx, d)
+	}
+	_ = o.listen.Close()
+	o.listen = nil
+	return err
+}
+
+// Close releases the LISTEN connection, if a relay waited. It does not
+// close the *sql.DB.
+func (o *Outbox) Close() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.listen == nil {
+		return nil
+	}
+	err := o.listen.Close()
+	o.listen = nil
+	return err
+}
+
+// errNotPgx reports a pool whose driver is not pgx's stdlib.
+var errNotPgx = errors.New("streamq: outbox notifications need the pgx stdlib driver")
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return nil
+}
+
+var (
+	_ outbox.Store = (*Outbox)(nil)
+	_ outbox.Waker = (*Outbox)(nil)
+	_ PgxExecer    = (pgx.Tx)(nil)
+)
