@@ -116,21 +116,23 @@ func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := strconv.Atoi(most[""]); got != flowCrashGlobal {
-		t.Errorf("at most %s jobs ran at once, want exactly the global cap %d (reached, never exceeded)", most[""], flowCrashGlobal)
+	// A job taken over from a worker that still ran it (its keep-alive
+	// stalled for MinIdle under load: at-least-once, see docs/guarantees.md)
+	// runs twice in its one slot; the gauge reports such runs as "dup", and
+	// each may add one run at once to the counts.
+	dup, _ := strconv.Atoi(most["dup"])
+	if got, _ := strconv.Atoi(most[""]); got < flowCrashGlobal || got > flowCrashGlobal+dup {
+		t.Errorf("at most %s jobs ran at once, want the global cap %d (reached, never exceeded but by the %d duplicate runs)", most[""], flowCrashGlobal, dup)
 	}
 	for k := range flowCrashKeys {
 		key := testworker.FlowKeyOf(k, flowCrashKeys)
-		if got, _ := strconv.Atoi(most[key]); got > flowCrashPerKey || got < 1 {
-			t.Errorf("key %s ran at most %s jobs at once, cap %d", key, most[key], flowCrashPerKey)
+		if got, _ := strconv.Atoi(most[key]); got > flowCrashPerKey+dup || got < 1 {
+			t.Errorf("key %s ran at most %s jobs at once, cap %d (and %d duplicate runs)", key, most[key], flowCrashPerKey, dup)
 		}
 	}
 	if kills < 3 {
 		t.Errorf("only %d kills before all jobs were handled: make the work slower so the test kills mid-run", kills)
 	}
-	// A job taken over from a worker that still ran it (its keep-alive
-	// stalled for MinIdle under load: at-least-once) runs twice in one slot:
-	// the gauge counts jobs, and reports such runs as "dup".
 	t.Logf("%d jobs of %d keys, global cap %d, per-key cap %d, %d workers x %d: %d kills (%d jobs handled by then), all handled after %s; most at once (and duplicate runs): %v",
 		flowCrashJobs, flowCrashKeys, flowCrashGlobal, flowCrashPerKey, flowCrashWorkers, crashConcurrency, kills, atKills, took.Round(time.Millisecond), most)
 }
