@@ -191,6 +191,11 @@ func TestRelay_LostReply(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			q, p := newQueue(t, c)
 			want := tb.enqueueN(t, q, "job", 5, nil)
+			// The script must be in Redis's cache, or the EVALSHA the proxy
+			// waits for gets NOSCRIPT and the client's EVAL runs it instead.
+			if err := rdb.Scripts()["outbox"].Load(t.Context(), c).Err(); err != nil {
+				t.Fatal(err)
+			}
 			dropped := proxy.DropReply(faultproxy.Command("EVALSHA", rdb.Scripts()["outbox"].Hash()))
 			r := newRelay(t, tb.store, outbox.RelayConfig{}, p)
 			n, err := r.RunOnce(t.Context())
