@@ -352,16 +352,18 @@ func (o *Outbox) Wait(ctx context.Context, d time.Duration) error {
 		if _, err := pc.WaitForNotification(wctx); err != nil {
 			return err
 		}
-		// Take the notifications that are already here: one wake-up
-		// covers them.
-		for {
-			nctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-			_, err := pc.WaitForNotification(nctx)
-			cancel()
-			if err != nil {
+		// Take the notifications that are already here, so that one
+		// wake-up covers them: for drainTime in all, and at most
+		// drainMax, so that a steady stream of commits cannot hold the
+		// relay here.
+		dctx, cancel := context.WithTimeout(ctx, drainTime)
+		defer cancel()
+		for range drainMax {
+			if _, err := pc.WaitForNotification(dctx); err != nil {
 				return nil
 			}
 		}
+		return nil
 	})
 	switch {
 	case err == nil, wctx.Err() != nil:
@@ -388,6 +390,13 @@ func (o *Outbox) Close() error {
 	o.listen = nil
 	return err
 }
+
+// drainTime and drainMax bound the notifications that Wait takes after the
+// one that woke it.
+const (
+	drainTime = time.Millisecond
+	drainMax  = 1000
+)
 
 // errNotPgx reports a pool whose driver is not pgx's stdlib.
 var errNotPgx = errors.New("streamq: outbox notifications need the pgx stdlib driver")
