@@ -45,6 +45,9 @@ func TestClaim_Finish(t *testing.T) {
 			if b.Rows != 2 || b.Failing != 1 || b.Queues[0].LastError != "boom" {
 				t.Errorf("backlog %+v, want 2 rows, 1 failing with boom", b)
 			}
+			if b.Lag > b.Oldest {
+				t.Errorf("backlog lag %s, want at most the oldest age %s", b.Lag, b.Oldest)
+			}
 			again, err := tb.store.Claim(t.Context(), 10)
 			if err != nil {
 				t.Fatal(err)

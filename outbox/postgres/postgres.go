@@ -109,7 +109,8 @@ SELECT id, queue, payload, options, (EXTRACT(EPOCH FROM now() - created_at) * 10
 	o.putBack = `INSERT INTO ` + t + ` (id, queue, payload, options, created_at, available_at, attempts, last_error)
 VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, now() + $7 * interval '1 millisecond'), $8, $9)`
 	o.backlog = `SELECT queue, count(*), (EXTRACT(EPOCH FROM now() - min(created_at)) * 1000)::bigint,
-count(*) FILTER (WHERE attempts > 0), COALESCE(max(last_error) FILTER (WHERE attempts > 0), '')
+count(*) FILTER (WHERE attempts > 0), COALESCE(max(last_error) FILTER (WHERE attempts > 0), ''),
+COALESCE((EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE attempts = 0 AND available_at <= now())) * 1000)::bigint, 0)
 FROM ` + t + ` GROUP BY queue ORDER BY queue`
 	return o, nil
 }

@@ -259,7 +259,8 @@ func (c *claim) ids() string {
 // Backlog implements [outbox.Store].
 func (o *Outbox) Backlog(ctx context.Context) (*outbox.Backlog, error) {
 	rows, err := o.db.QueryContext(ctx, `SELECT queue, count(*), `+nowMS+` - min(created_ms), sum(attempts > 0),
-COALESCE(max(CASE WHEN attempts > 0 THEN last_error END), '') FROM `+o.table+` GROUP BY queue ORDER BY queue`)
+COALESCE(max(CASE WHEN attempts > 0 THEN last_error END), ''),
+COALESCE(`+nowMS+` - min(CASE WHEN attempts = 0 AND available_ms <= `+nowMS+` THEN available_ms END), 0) FROM `+o.table+` GROUP BY queue ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("streamq: outbox backlog of %s: %w", o.cfg.Table, err)
 	}
