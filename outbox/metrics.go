@@ -20,6 +20,9 @@ const (
 	// MetricOldest is a gauge, seconds: the age of the oldest row waiting
 	// (by the database's clock); 0 when none waits.
 	MetricOldest = "streamq.outbox.oldest_waiting"
+	// MetricLag is a gauge, seconds: how long the oldest row that is due
+	// and has not failed has been due (see [Backlog.Lag]); 0 when none.
+	MetricLag = "streamq.outbox.lag"
 	// MetricFailing is a gauge, rows: the rows the relay failed to enqueue
 	// at least once (see [QueueBacklog.LastError]).
 	MetricFailing = "streamq.outbox.failing"
@@ -42,7 +45,8 @@ type MetricsConfig struct {
 
 // RegisterMetrics reports the backlog of store (see [Store.Backlog]) as
 // observable gauges, read from the database at every collection: rows
-// waiting, the oldest row's age and the failing rows, per queue. Register
+// waiting, the oldest row's age, the relays' lag and the failing rows, per
+// queue. Register
 // them in one process per table (or tell the series apart by resource
 // attributes). It returns a function that unregisters them.
 func RegisterMetrics(store Store, cfg *MetricsConfig) (unregister func() error, err error) {
@@ -66,7 +70,9 @@ func RegisterMetrics(store Store, cfg *MetricsConfig) (unregister func() error, 
 		metric.WithDescription("Age of the oldest row waiting in the outbox table; 0 when none waits."))
 	failing, err3 := meter.Int64ObservableGauge(MetricFailing, metric.WithUnit("{row}"),
 		metric.WithDescription("Rows the relay failed to enqueue at least once."))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	lag, err4 := meter.Float64ObservableGauge(MetricLag, metric.WithUnit("s"),
+		metric.WithDescription("How long the oldest due row that has not failed has waited for a relay; 0 when none."))
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return nil, fmt.Errorf("streamq: create outbox metric instruments: %w", err)
 	}
 	table := attribute.String("streamq.outbox.table", c.Table)
@@ -81,10 +87,11 @@ func RegisterMetrics(store Store, cfg *MetricsConfig) (unregister func() error, 
 			opt := metric.WithAttributes(table, attribute.String("messaging.destination.name", q.Queue))
 			o.ObserveInt64(rows, q.Rows, opt)
 			o.ObserveFloat64(oldest, q.Oldest.Seconds(), opt)
+			o.ObserveFloat64(lag, q.Lag.Seconds(), opt)
 			o.ObserveInt64(failing, q.Failing, opt)
 		}
 		return nil
-	}, rows, oldest, failing)
+	}, rows, oldest, lag, failing)
 	if err != nil {
 		return nil, fmt.Errorf("streamq: register outbox metrics: %w", err)
 	}

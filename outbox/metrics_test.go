@@ -47,7 +47,7 @@ func TestRegisterMetrics(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{outbox.MetricRows, outbox.MetricOldest, outbox.MetricFailing} {
+	for _, name := range []string{outbox.MetricRows, outbox.MetricOldest, outbox.MetricLag, outbox.MetricFailing} {
 		if !got[name] {
 			t.Errorf("metric %s not reported (got %v)", name, got)
 		}

@@ -90,6 +90,11 @@ type Backlog struct {
 	// Oldest is the age of the oldest row (by the database's clock); 0
 	// when there is none.
 	Oldest time.Duration
+	// Lag is how long the oldest row that is due and has not failed has
+	// been due (by the database's clock): how far the relays are behind;
+	// 0 when there is none. Rows that wait for a delay or a retry after a
+	// failure do not count.
+	Lag time.Duration
 	// Failing counts the rows that the relay failed to enqueue at least
 	// once (see [QueueBacklog.LastError]).
 	Failing int64
@@ -102,6 +107,7 @@ type QueueBacklog struct {
 	Queue   string
 	Rows    int64
 	Oldest  time.Duration
+	Lag     time.Duration
 	Failing int64
 	// LastError is the error of a failing row of the queue, if any.
 	LastError string
@@ -109,11 +115,12 @@ type QueueBacklog struct {
 
 // Total sums the queues' backlogs into b's totals.
 func (b *Backlog) Total() {
-	b.Rows, b.Oldest, b.Failing = 0, 0, 0
+	b.Rows, b.Oldest, b.Lag, b.Failing = 0, 0, 0, 0
 	for _, q := range b.Queues {
 		b.Rows += q.Rows
 		b.Failing += q.Failing
 		b.Oldest = max(b.Oldest, q.Oldest)
+		b.Lag = max(b.Lag, q.Lag)
 	}
 }
 

@@ -271,6 +271,9 @@ func TestRelay_RowErrors(t *testing.T) {
 				!strings.Contains(b.Queues[0].LastError, "RelayConfig.Producers") {
 				t.Errorf("backlog %+v, want the stray row failing with an error that names RelayConfig.Producers", b)
 			}
+			if b.Lag != 0 {
+				t.Errorf("backlog lag %s, want 0: the only row waits for its retry after a failure", b.Lag)
+			}
 		})
 	}
 }

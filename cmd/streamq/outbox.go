@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/outbox"
 	"github.com/streamq/streamq/outbox/postgres"
 	"github.com/streamq/streamq/outbox/sqlite"
@@ -79,6 +80,7 @@ type outboxQueueJSON struct {
 	Queue     string `json:"queue"`
 	Rows      int64  `json:"rows"`
 	OldestMS  int64  `json:"oldest_ms"`
+	LagMS     int64  `json:"lag_ms"`
 	Failing   int64  `json:"failing"`
 	LastError string `json:"last_error,omitempty"`
 }
@@ -88,6 +90,7 @@ type outboxStatusJSON struct {
 	Table    string            `json:"table"`
 	Rows     int64             `json:"rows"`
 	OldestMS int64             `json:"oldest_ms"`
+	LagMS    int64             `json:"lag_ms"`
 	Failing  int64             `json:"failing"`
 	Queues   []outboxQueueJSON `json:"queues"`
 }
@@ -96,12 +99,13 @@ func newOutboxStatusCmd(a *app) *cobra.Command {
 	var f outboxFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the outbox's backlog: rows waiting per queue, the oldest's age, failing rows",
+		Short: "Show the outbox's backlog: rows waiting per queue, the oldest's age, the relays' lag, failing rows",
 		Long: `Show what waits in the outbox table: per queue the rows, the age of the
-oldest (by the database's clock), and the rows the relay failed to enqueue,
+oldest (by the database's clock), the relays' lag (how long the oldest due row
+that has not failed has waited), and the rows the relay failed to enqueue,
 with the last error (a queue no relay has a producer for, a job over the
 queue's limits, a full queue). It reads the database only.
-JSON: {"table","rows","oldest_ms","failing","queues":[{"queue","rows","oldest_ms","failing","last_error"}]}`,
+JSON: {"table","rows","oldest_ms","lag_ms","failing","queues":[{"queue","rows","oldest_ms","lag_ms","failing","last_error"}]}`,
 		Example: `  streamq outbox status --postgres postgres://app@db:5432/app
   streamq outbox status --sqlite app.db --json`,
 		Args: rangeArgs(0, 0, ""),
@@ -113,22 +117,22 @@ JSON: {"table","rows","oldest_ms","failing","queues":[{"queue","rows","oldest_ms
 			defer db.Close()
 			ctx, cancel := a.ctx(cmd)
 			defer cancel()
-			b, err := ob.Backlog(ctx)
+			b, err := inspect.OutboxBacklog(ctx, ob)
 			if err != nil {
 				return err
 			}
-			out := outboxStatusJSON{Table: f.table, Rows: b.Rows, OldestMS: b.Oldest.Milliseconds(), Failing: b.Failing, Queues: []outboxQueueJSON{}}
+			out := outboxStatusJSON{Table: f.table, Rows: b.Rows, OldestMS: b.Oldest.Milliseconds(), LagMS: b.Lag.Milliseconds(), Failing: b.Failing, Queues: []outboxQueueJSON{}}
 			for _, q := range b.Queues {
-				out.Queues = append(out.Queues, outboxQueueJSON{Queue: q.Queue, Rows: q.Rows, OldestMS: q.Oldest.Milliseconds(), Failing: q.Failing, LastError: q.LastError})
+				out.Queues = append(out.Queues, outboxQueueJSON{Queue: q.Queue, Rows: q.Rows, OldestMS: q.Oldest.Milliseconds(), LagMS: q.Lag.Milliseconds(), Failing: q.Failing, LastError: q.LastError})
 			}
 			if a.json {
 				return printJSON(a.stdout, out)
 			}
-			t := newTable(a.stdout, "QUEUE", "ROWS", "OLDEST", "FAILING", "LAST ERROR")
+			t := newTable(a.stdout, "QUEUE", "ROWS", "OLDEST", "LAG", "FAILING", "LAST ERROR")
 			for _, q := range b.Queues {
-				t.row(q.Queue, q.Rows, age(q.Oldest), q.Failing, q.LastError)
+				t.row(q.Queue, q.Rows, age(q.Oldest), age(q.Lag), q.Failing, q.LastError)
 			}
-			t.row("(all)", b.Rows, age(b.Oldest), b.Failing, "")
+			t.row("(all)", b.Rows, age(b.Oldest), age(b.Lag), b.Failing, "")
 			return t.flush()
 		},
 	}

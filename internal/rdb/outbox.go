@@ -20,7 +20,8 @@ import (
 // new ones do not fit), the others into the delayed set. Every mark, new or
 // found, gets its TTL again: a write, so that a WAIT after a call that
 // found every mark also waits for the calls that wrote them (WAIT waits for
-// a connection's last write).
+// a connection's last write). A mark is a string, the job's ID: a new job
+// costs three commands (GET, XADD, SET ... PX).
 //
 // KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
 // KEYS[3+j] the mark of job j
@@ -33,14 +34,12 @@ import (
 // starting with "QUEUEFULL" when the new due jobs do not fit under the cap.
 var scriptOutbox = redis.NewScript(streamLib + `
 local cap, ttl, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local pos, fresh, due_now = {}, {}, 0
+local pos, found, due_now = {}, {}, 0
 local i = 4
 for j = 1, n do
   pos[j] = i
-  if redis.call('EXISTS', KEYS[3 + j]) == 0 then
-    fresh[j] = true
-    if ARGV[i] == '0' then due_now = due_now + 1 end
-  end
+  found[j] = redis.call('GET', KEYS[3 + j])
+  if not found[j] and ARGV[i] == '0' then due_now = due_now + 1 end
   i = i + 3 + tonumber(ARGV[i + 2])
 end
 if due_now > 0 then
@@ -50,8 +49,10 @@ end
 local out = {0}
 for j = 1, n do
   local mark, p = KEYS[3 + j], pos[j]
-  local id
-  if fresh[j] then
+  local id = found[j]
+  if id then
+    redis.call('PEXPIRE', mark, ttl)
+  else
     local c = tonumber(ARGV[p + 2])
     if ARGV[p] == '0' then
       id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, p + 3, p + 2 + c))
@@ -60,12 +61,9 @@ for j = 1, n do
       redis.call('HSET', KEYS[3], id, cmsgpack.pack({unpack(ARGV, p + 3, p + 2 + c)}))
       redis.call('ZADD', KEYS[2], ARGV[p], id)
     end
-    redis.call('HSET', mark, 'id', id)
+    redis.call('SET', mark, id, 'PX', ttl)
     out[1] = out[1] + 1
-  else
-    id = redis.call('HGET', mark, 'id') or ''
   end
-  redis.call('PEXPIRE', mark, ttl)
   out[j + 1] = id
 end
 return out

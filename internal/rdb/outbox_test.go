@@ -40,7 +40,7 @@ func TestQueue_Outbox(t *testing.T) {
 		t.Fatalf("added %d; stream %d, delayed %d; want 2, 1 and 1", p.Added, e.card(e.k.Stream), e.card(e.k.Delayed))
 	}
 	for i, r := range []string{"a", "b"} {
-		if id, _ := e.c.HGet(e.ctx, e.k.OutboxMark(r), "id").Result(); id == "" || id != p.IDs[i] {
+		if id, _ := e.c.Get(e.ctx, e.k.OutboxMark(r)).Result(); id == "" || id != p.IDs[i] {
 			t.Errorf("mark of %s holds %q, want the job ID %q", r, id, p.IDs[i])
 		}
 		if ttl := e.c.PTTL(e.ctx, e.k.OutboxMark(r)).Val(); ttl <= 0 || ttl > time.Minute {

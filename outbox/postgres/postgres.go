@@ -58,6 +58,7 @@ type Outbox struct {
 	table     string // quoted
 	insertSQL string
 	claim     string
+	putBack   string
 	backlog   string
 
 	mu     sync.Mutex // guards listen
@@ -95,10 +96,21 @@ func New(db *sql.DB, cfg *Config) (*Outbox, error) {
 	if !o.cfg.NoNotify {
 		o.insertSQL = `WITH ins AS (` + o.insertSQL + `) SELECT pg_notify($5, '')`
 	}
-	o.claim = `SELECT id, queue, payload, options, (EXTRACT(EPOCH FROM now() - created_at) * 1000)::bigint, attempts
-FROM ` + t + ` WHERE available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED`
+	// The claim deletes the rows it takes, in a transaction that commits
+	// only after Redis accepted their jobs: one statement per batch both
+	// claims and removes, and a relay that dies holding it loses the
+	// deletion with its connection. WITH ... ORDER BY keeps the rows in
+	// the order they were committed.
+	o.claim = `WITH d AS (DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t + `
+  WHERE available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+  RETURNING ctid, id, queue, payload, options, created_at, available_at, attempts, last_error)
+SELECT id, queue, payload, options, (EXTRACT(EPOCH FROM now() - created_at) * 1000)::bigint, attempts,
+  created_at, available_at, last_error FROM d ORDER BY available_at, ctid`
+	o.putBack = `INSERT INTO ` + t + ` (id, queue, payload, options, created_at, available_at, attempts, last_error)
+VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, now() + $7 * interval '1 millisecond'), $8, $9)`
 	o.backlog = `SELECT queue, count(*), (EXTRACT(EPOCH FROM now() - min(created_at)) * 1000)::bigint,
-count(*) FILTER (WHERE attempts > 0), COALESCE(max(last_error) FILTER (WHERE attempts > 0), '')
+count(*) FILTER (WHERE attempts > 0), COALESCE(max(last_error) FILTER (WHERE attempts > 0), ''),
+COALESCE((EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE attempts = 0 AND available_at <= now())) * 1000)::bigint, 0)
 FROM ` + t + ` GROUP BY queue ORDER BY queue`
 	return o, nil
 }
@@ -193,68 +205,110 @@ func (o *Outbox) args(row *outbox.Row) []any {
 	return args
 }
 
-// Claim implements [outbox.Store]: it locks up to n due rows with FOR
-// UPDATE SKIP LOCKED in a transaction that Finish commits and Release
-// rolls back. A relay that dies holding it loses it with its connection.
+// Claim implements [outbox.Store]: in a transaction, one statement
+// deletes up to n due rows that no other relay holds (FOR UPDATE SKIP
+// LOCKED) and returns them. Finish puts back the rows it did not relay and
+// commits; Release rolls back. A relay that dies holding a claim loses it
+// with its connection, and the rows are back.
 func (o *Outbox) Claim(ctx context.Context, n int) (outbox.Claim, error) {
 	tx, err := o.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.QueryContext(ctx, o.claim, n)
-	if err != nil {
-		_ = tx.Rollback()
-		return nil, err
-	}
 	c := &claim{o: o, tx: tx}
-	if c.rows, err = sqlutil.Rows(rows); err != nil {
+	if err := c.read(ctx, n); err != nil {
 		_ = tx.Rollback()
 		return nil, err
 	}
 	return c, nil
 }
 
-// claim is rows locked by a transaction.
+// claim is rows deleted by a transaction that is still open.
 type claim struct {
 	o    *Outbox
 	tx   *sql.Tx
 	rows []outbox.Row
+	kept []kept // the columns a put-back row keeps, by index of rows
+}
+
+// kept are the columns of a claimed row that a row put back keeps.
+type kept struct {
+	created, available time.Time
+	lastError          string
+}
+
+// read runs the claim's statement.
+func (c *claim) read(ctx context.Context, n int) error {
+	rows, err := c.tx.QueryContext(ctx, c.o.claim, n)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r outbox.Row
+		var k kept
+		var ageMS int64
+		if err := rows.Scan(&r.ID, &r.Queue, &r.Payload, &r.Options, &ageMS, &r.Attempts, &k.created, &k.available, &k.lastError); err != nil {
+			return err
+		}
+		r.Age = time.Duration(ageMS) * time.Millisecond
+		c.rows = append(c.rows, r)
+		c.kept = append(c.kept, k)
+	}
+	return rows.Err()
 }
 
 func (c *claim) Rows() []outbox.Row { return c.rows }
 
 func (c *claim) Release(context.Context) error { return c.tx.Rollback() }
 
+// Finish implements [outbox.Claim]: the rows of done stay deleted, the
+// others are put back (those of failed with their error, due after their
+// backoff), and the transaction commits. With no row done or failed it
+// rolls back.
 func (c *claim) Finish(ctx context.Context, done []string, failed []outbox.Failure) ([]string, error) {
-	removed, err := c.finish(ctx, done, failed)
-	if err != nil {
+	if len(done) == 0 && len(failed) == 0 {
+		return nil, c.tx.Rollback()
+	}
+	if err := c.putBack(ctx, done, failed); err != nil {
 		_ = c.tx.Rollback()
 		return nil, err
 	}
 	if err := c.tx.Commit(); err != nil {
 		return nil, err
 	}
-	return removed, nil
+	return done, nil
 }
 
-func (c *claim) finish(ctx context.Context, done []string, failed []outbox.Failure) ([]string, error) {
-	var removed []string
-	if len(done) > 0 {
-		rows, err := c.tx.QueryContext(ctx, `DELETE FROM `+c.o.table+` WHERE id = ANY($1) RETURNING id`, done)
-		if err != nil {
-			return nil, err
-		}
-		if removed, err = sqlutil.IDs(rows); err != nil {
-			return nil, err
-		}
+// putBack inserts again the claimed rows that are not in done: those of
+// failed with one more attempt, their error and their backoff, the others
+// as they were.
+func (c *claim) putBack(ctx context.Context, done []string, failed []outbox.Failure) error {
+	if len(done) == len(c.rows) {
+		return nil
 	}
+	isDone := make(map[string]bool, len(done))
+	for _, id := range done {
+		isDone[id] = true
+	}
+	fails := make(map[string]outbox.Failure, len(failed))
 	for _, f := range failed {
-		if _, err := c.tx.ExecContext(ctx, `UPDATE `+c.o.table+` SET attempts = attempts + 1, last_error = $2,
-available_at = now() + $3 * interval '1 millisecond' WHERE id = $1`, f.ID, f.Error, f.Retry.Milliseconds()); err != nil {
-			return nil, err
+		fails[f.ID] = f
+	}
+	for i, r := range c.rows {
+		if isDone[r.ID] {
+			continue
+		}
+		k := c.kept[i]
+		available, retryMS, attempts, lastError := any(k.available), int64(0), r.Attempts, k.lastError
+		if f, ok := fails[r.ID]; ok {
+			available, retryMS, attempts, lastError = nil, f.Retry.Milliseconds(), attempts+1, f.Error
+		}
+		if _, err := c.tx.ExecContext(ctx, c.o.putBack, r.ID, r.Queue, r.Payload, r.Options, k.created, available, retryMS, attempts, lastError); err != nil {
+			return err
 		}
 	}
-	return removed, nil
+	return nil
 }
 
 // Backlog implements [outbox.Store].
@@ -299,16 +353,18 @@ func (o *Outbox) Wait(ctx context.Context, d time.Duration) error {
 		if _, err := pc.WaitForNotification(wctx); err != nil {
 			return err
 		}
-		// Take the notifications that are already here: one wake-up
-		// covers them.
-		for {
-			nctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-			_, err := pc.WaitForNotification(nctx)
-			cancel()
-			if err != nil {
+		// Take the notifications that are already here, so that one
+		// wake-up covers them: for drainTime in all, and at most
+		// drainMax, so that a steady stream of commits cannot hold the
+		// relay here.
+		dctx, cancel := context.WithTimeout(ctx, drainTime)
+		defer cancel()
+		for range drainMax {
+			if _, err := pc.WaitForNotification(dctx); err != nil {
 				return nil
 			}
 		}
+		return nil
 	})
 	switch {
 	case err == nil, wctx.Err() != nil:
@@ -335,6 +391,13 @@ func (o *Outbox) Close() error {
 	o.listen = nil
 	return err
 }
+
+// drainTime and drainMax bound the notifications that Wait takes after the
+// one that woke it.
+const (
+	drainTime = time.Millisecond
+	drainMax  = 1000
+)
 
 // errNotPgx reports a pool whose driver is not pgx's stdlib.
 var errNotPgx = errors.New("streamq: outbox notifications need the pgx stdlib driver")

@@ -179,11 +179,18 @@ func (c *claim) Release(ctx context.Context) error {
 	if len(c.rows) == 0 {
 		return nil
 	}
-	_, err := c.o.db.ExecContext(ctx, `UPDATE `+c.o.table+` SET claim = NULL, claim_until_ms = 0 WHERE claim = ?`, c.token)
+	_, err := c.o.db.ExecContext(ctx, `UPDATE `+c.o.table+` SET claim = NULL, claim_until_ms = 0
+WHERE id IN (SELECT value FROM json_each(?)) AND claim = ?`, c.ids(), c.token)
 	return err
 }
 
+// Finish implements [outbox.Claim]. When every claimed row is done, as
+// in a batch that Redis accepted, it is one DELETE; else one transaction
+// also puts back the failed rows and releases the others.
 func (c *claim) Finish(ctx context.Context, done []string, failed []outbox.Failure) ([]string, error) {
+	if len(done) == len(c.rows) {
+		return c.remove(ctx, c.o.db, done)
+	}
 	tx, err := c.o.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -203,16 +210,9 @@ func (c *claim) Finish(ctx context.Context, done []string, failed []outbox.Failu
 // only while it carries the claim's token, and releases the rest.
 func (c *claim) finish(ctx context.Context, tx *sql.Tx, done []string, failed []outbox.Failure) ([]string, error) {
 	t := c.o.table
-	var removed []string
-	if len(done) > 0 {
-		ids, _ := json.Marshal(done) // strings: never fails
-		rows, err := tx.QueryContext(ctx, `DELETE FROM `+t+` WHERE claim = ? AND id IN (SELECT value FROM json_each(?)) RETURNING id`, c.token, string(ids))
-		if err != nil {
-			return nil, err
-		}
-		if removed, err = sqlutil.IDs(rows); err != nil {
-			return nil, err
-		}
+	removed, err := c.remove(ctx, tx, done)
+	if err != nil {
+		return nil, err
 	}
 	for _, f := range failed {
 		if _, err := tx.ExecContext(ctx, `UPDATE `+t+` SET claim = NULL, claim_until_ms = 0, attempts = attempts + 1,
@@ -220,16 +220,47 @@ last_error = ?, available_ms = `+nowMS+` + ? WHERE id = ? AND claim = ?`, f.Erro
 			return nil, err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE `+t+` SET claim = NULL, claim_until_ms = 0 WHERE claim = ?`, c.token); err != nil {
+	if _, err := tx.ExecContext(ctx, `UPDATE `+t+` SET claim = NULL, claim_until_ms = 0
+WHERE id IN (SELECT value FROM json_each(?)) AND claim = ?`, c.ids(), c.token); err != nil {
 		return nil, err
 	}
 	return removed, nil
 }
 
+// querier is a *sql.DB or a *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// remove deletes the rows of done that still carry the claim's token, and
+// returns their IDs.
+func (c *claim) remove(ctx context.Context, db querier, done []string) ([]string, error) {
+	if len(done) == 0 {
+		return nil, nil
+	}
+	ids, _ := json.Marshal(done) // strings: never fails
+	rows, err := db.QueryContext(ctx, `DELETE FROM `+c.o.table+` WHERE id IN (SELECT value FROM json_each(?)) AND claim = ? RETURNING id`, string(ids), c.token)
+	if err != nil {
+		return nil, err
+	}
+	return sqlutil.IDs(rows)
+}
+
+// ids returns the IDs of the claimed rows as a JSON array.
+func (c *claim) ids() string {
+	ids := make([]string, len(c.rows))
+	for i, r := range c.rows {
+		ids[i] = r.ID
+	}
+	b, _ := json.Marshal(ids) // strings: never fails
+	return string(b)
+}
+
 // Backlog implements [outbox.Store].
 func (o *Outbox) Backlog(ctx context.Context) (*outbox.Backlog, error) {
 	rows, err := o.db.QueryContext(ctx, `SELECT queue, count(*), `+nowMS+` - min(created_ms), sum(attempts > 0),
-COALESCE(max(CASE WHEN attempts > 0 THEN last_error END), '') FROM `+o.table+` GROUP BY queue ORDER BY queue`)
+COALESCE(max(CASE WHEN attempts > 0 THEN last_error END), ''),
+COALESCE(`+nowMS+` - min(CASE WHEN attempts = 0 AND available_ms <= `+nowMS+` THEN available_ms END), 0) FROM `+o.table+` GROUP BY queue ORDER BY queue`)
 	if err != nil {
 		return nil, fmt.Errorf("streamq: outbox backlog of %s: %w", o.cfg.Table, err)
 	}

@@ -65,17 +65,18 @@ func IDs(rows *sql.Rows) ([]string, error) {
 }
 
 // Backlog reads a backlog per queue: queue, rows, oldest age (ms), rows
-// failing, a last error; and sums it up.
+// failing, a last error, the lag (ms); and sums it up.
 func Backlog(rows *sql.Rows, table string) (*outbox.Backlog, error) {
 	defer rows.Close()
 	b := &outbox.Backlog{}
 	for rows.Next() {
 		var q outbox.QueueBacklog
-		var ageMS int64
-		if err := rows.Scan(&q.Queue, &q.Rows, &ageMS, &q.Failing, &q.LastError); err != nil {
+		var ageMS, lagMS int64
+		if err := rows.Scan(&q.Queue, &q.Rows, &ageMS, &q.Failing, &q.LastError, &lagMS); err != nil {
 			return nil, fmt.Errorf("streamq: outbox backlog of %s: %w", table, err)
 		}
 		q.Oldest = time.Duration(ageMS) * time.Millisecond
+		q.Lag = time.Duration(max(lagMS, 0)) * time.Millisecond
 		b.Queues = append(b.Queues, q)
 	}
 	if err := rows.Err(); err != nil {
