@@ -273,7 +273,7 @@ func NewConsumer(q *Queue, h Handler, cfg *ConsumerConfig) (*Consumer, error) {
 		c = *cfg
 		c.Middleware = append([]Middleware(nil), cfg.Middleware...)
 	}
-	run, err := core.Of(q).NewRun(&core.RunConfig{Role: "consumer", Group: q.group, FinishBatch: ackBatch, Claim: &c.MinIdle, Heartbeat: true,
+	run, err := core.Of(q).NewRun(&core.RunConfig{Role: "consumer", Group: q.group, FinishBatch: ackBatch, Claim: &c.MinIdle, Heartbeat: true, StartLease: true,
 		Own:  []core.Duration{{Field: "MinIdle", V: &c.MinIdle, Def: DefaultMinIdle}, {Field: "SchedulerInterval", V: &c.SchedulerInterval, Def: DefaultSchedulerInterval, Off: true}},
 		Name: &c.Name, Concurrency: &c.Concurrency, MaxDeliveries: &c.MaxDeliveries, Block: &c.Block, JobTimeout: &c.JobTimeout, ShutdownTimeout: &c.ShutdownTimeout,
 		ControlInterval: &c.ControlInterval, ResultRetention: &c.ResultRetention, MaxFetchBytes: &c.MaxFetchBytes, MaxResultBytes: &c.MaxResultBytes,

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
@@ -639,6 +640,71 @@ func TestConsumer_QueueDeletedUnderIt(t *testing.T) {
 		t.Error("a running consumer put its deleted queue back in the registry")
 	}
 	stop()
+}
+
+// TestConsumer_PauseEndsStartLease: a running consumer holds a start lease
+// (its reads do not look at the pause flag); inspect's Pause returns only
+// once the consumer gave the lease back, and from then on no job starts,
+// not even one its read returns after the pause; after the resume every
+// job runs on its first attempt (a job read during the pause is not
+// charged).
+func TestConsumer_PauseEndsStartLease(t *testing.T) {
+	t.Parallel()
+	c, q, p, k := ctlSetup(t)
+	ctx := context.Background()
+	const later = 5
+	var started atomic.Int64
+	attempts := make(chan int, later+1)
+	cons, _ := ctlConsumer(t, q, func(_ context.Context, m *streamq.Message) error {
+		started.Add(1)
+		attempts <- m.Attempt
+		return nil
+	}, streamq.ConsumerConfig{})
+	redistest.WaitFor(t, 5*time.Second, "the consumer to take a start lease", func() bool {
+		return c.ZCard(ctx, k.StartLeases).Val() == 1
+	})
+	if _, err := p.Enqueue(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 5*time.Second, "the first job to run", func() bool { return started.Load() == 1 })
+
+	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iq, err := in.Queue(ctx, q.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := iq.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.ZCard(ctx, k.StartLeases).Val(); n != 0 {
+		t.Fatalf("Pause returned while %d start leases were open", n)
+	}
+	for i := range later {
+		if _, err := p.Enqueue(ctx, []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	redistest.WaitFor(t, 5*time.Second, "the consumer to report the pause", func() bool { return cons.Health().Paused })
+	// Asserting that nothing happens takes a window: five control ticks.
+	time.Sleep(5 * ctlInterval)
+	if got := started.Load(); got != 1 {
+		t.Fatalf("%d jobs started after Pause returned", got-1)
+	}
+	if n := c.ZCard(ctx, k.StartLeases).Val(); n != 0 {
+		t.Fatalf("a consumer took a start lease during the pause (%d open)", n)
+	}
+	if err := iq.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the jobs to run after the resume", func() bool { return started.Load() == later+1 })
+	for range later + 1 {
+		if a := <-attempts; a != 1 {
+			t.Errorf("a job ran as attempt %d, want 1", a)
+		}
+	}
 }
 
 // TestConsumer_StoppedRightAfterABlockedRead stops a consumer at the worst

@@ -174,21 +174,44 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 	return b.read(ctx, n, block)
 }
 
-// read reads up to n new entries: first without blocking, pipelined with a
-// look at the pause flag (EXISTS), which Redis runs right after the read; if
-// there was nothing to read, with BLOCK up to block, then the flag. Entries
-// read while the queue is paused do not start (rdb.ErrPaused): their
-// deliveries are taken back and they stay pending for this consumer, which
-// takes them back after the resume (see adopt). So a consumer started,
-// restarted or blocked in a read during a pause starts nothing.
+// read reads up to n new entries. While the consumer holds a start lease
+// (see rdb.StartLease: a pause waits until every consumer gave its lease
+// back or the lease ran out), that is one XREADGROUP, with BLOCK up to block
+// (block < 0: without), whose jobs start if the lease still lasts once it
+// returned (engine.Monitor.HoldLease). Without a lease, see readChecked.
 func (b *streamBackend) read(ctx context.Context, n int, block time.Duration) ([]engine.Delivery, error) {
-	args := &redis.XReadGroupArgs{
-		Group:    b.q.group,
-		Consumer: b.c.cfg.Name,
-		Streams:  []string{b.q.keys.Stream, ">"},
-		Count:    int64(n),
-		Block:    -1, // no BLOCK
+	mon := b.c.run.Mon
+	if !mon.Leased() {
+		return b.readChecked(ctx, n, block)
 	}
+	args := b.readArgs(n)
+	args.Block = block
+	streams, err := b.q.client.XReadGroup(ctx, args).Result()
+	if err != nil {
+		return nil, b.readFailed(ctx, err)
+	}
+	ds := b.deliveries(streams)
+	if len(ds) == 0 || mon.HoldLease() {
+		return ds, nil
+	}
+	// The lease ran out during the read: look at the flag (also if the run
+	// ended meanwhile, see handBackContext).
+	fctx, cancel := handBackContext(ctx)
+	paused, err := b.q.client.Exists(fctx, b.q.keys.Paused).Result()
+	cancel()
+	return b.startable(ctx, ds, paused, err)
+}
+
+// readChecked reads up to n new entries without a start lease: first
+// without blocking, pipelined with a look at the pause flag (EXISTS), which
+// Redis runs right after the read; if there was nothing to read, with BLOCK
+// up to block, then the flag. Entries read while the queue is paused do not
+// start (rdb.ErrPaused): their deliveries are taken back and they stay
+// pending for this consumer, which takes them back after the resume (see
+// adopt). So a consumer started, restarted or blocked in a read during a
+// pause starts nothing.
+func (b *streamBackend) readChecked(ctx context.Context, n int, block time.Duration) ([]engine.Delivery, error) {
+	args := b.readArgs(n)
 	pipe := b.q.client.Pipeline()
 	rd := pipe.XReadGroup(ctx, args)
 	paused := pipe.Exists(ctx, b.q.keys.Paused)
@@ -212,31 +235,62 @@ func (b *streamBackend) read(ctx context.Context, n int, block time.Duration) ([
 		}
 	}
 	if err != nil {
-		if errors.Is(err, redis.Nil) {
-			return nil, nil
-		}
-		if rdb.IsNoGroup(err) { // the stream was deleted: start over
-			return nil, b.Start(ctx)
-		}
-		// The reply may have been lost after Redis delivered entries.
-		b.scanNow = true
-		return nil, fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
+		return nil, b.readFailed(ctx, err)
 	}
-	ds := b.reads[:0] // the engine copies the deliveries before the next fetch
+	return b.startable(ctx, b.deliveries(streams), paused.Val(), paused.Err())
+}
+
+// readArgs returns the arguments of a read of up to n new entries, without
+// BLOCK.
+func (b *streamBackend) readArgs(n int) *redis.XReadGroupArgs {
+	return &redis.XReadGroupArgs{
+		Group:    b.q.group,
+		Consumer: b.c.cfg.Name,
+		Streams:  []string{b.q.keys.Stream, ">"},
+		Count:    int64(n),
+		Block:    -1, // no BLOCK
+	}
+}
+
+// readFailed returns what a read that failed with err returns: nothing for
+// no entries; after the stream was deleted, the error of starting over.
+func (b *streamBackend) readFailed(ctx context.Context, err error) error {
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	if rdb.IsNoGroup(err) { // the stream was deleted: start over
+		return b.Start(ctx)
+	}
+	// The reply may have been lost after Redis delivered entries.
+	b.scanNow = true
+	return fmt.Errorf("streamq: xreadgroup %s: %w", b.q.keys.Stream, err)
+}
+
+// deliveries returns the entries of a read's reply, in b.reads (the engine
+// copies the deliveries before the next fetch).
+func (b *streamBackend) deliveries(streams []redis.XStream) []engine.Delivery {
+	ds := b.reads[:0]
 	for _, s := range streams {
 		for _, m := range s.Messages {
 			ds = append(ds, engine.Delivery{Key: m.ID, ID: m.ID, Fields: m.Values, Charged: true, Suspect: wire.Crashed(m.Values)})
 		}
 	}
 	b.reads = ds
-	if err := paused.Err(); err != nil || paused.Val() > 0 {
-		b.putBack(ctx, ds)
-		if err != nil {
-			return nil, fmt.Errorf("streamq: read the pause flag of %s: %w", b.q.keys.Stream, err)
-		}
-		return nil, rdb.ErrPaused
+	return ds
+}
+
+// startable returns ds, read before a look at the pause flag that gave
+// paused (EXISTS) or err; if the queue is paused or the look failed, their
+// jobs do not start (see putBack).
+func (b *streamBackend) startable(ctx context.Context, ds []engine.Delivery, paused int64, err error) ([]engine.Delivery, error) {
+	if err == nil && paused == 0 {
+		return ds, nil
 	}
-	return ds, nil
+	b.putBack(ctx, ds)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: read the pause flag of %s: %w", b.q.keys.Stream, err)
+	}
+	return nil, rdb.ErrPaused
 }
 
 // putBack leaves entries just read, which must not start, pending for this

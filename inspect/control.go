@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -15,13 +16,42 @@ import (
 // Pause pauses the queue: once it returns, no consumer or priority worker
 // starts a job (the scripts that hand jobs out refuse while the flag is
 // set, also to workers started or restarted during the pause); running jobs
-// finish, and enqueueing keeps working. One SET.
+// finish, and enqueueing keeps working.
+//
+// A consumer that holds a start lease starts the jobs of its reads without
+// looking at the flag (it saves a command per read), so after setting the
+// flag Pause waits until every consumer gave its lease back, which each
+// does at its next control tick (ConsumerConfig.ControlInterval), or the
+// lease ran out (rdb.StartLease, 3 s: a consumer that crashed or hangs).
+// If ctx ends first, Pause returns its error: the queue is paused, but a
+// consumer may still start a job read before the pause.
 func (q *Queue) Pause(ctx context.Context) error {
 	if err := q.rdb().Set(ctx, q.keys.Paused, "1", 0).Err(); err != nil {
 		return fmt.Errorf("inspect: pause %s: %w", q.name, err)
 	}
+	// Every lease was granted before the flag was set, so it ended by the
+	// process's clock at most rdb.StartLease from now: waiting that long
+	// is enough even if Redis cannot be asked.
+	end := time.Now().Add(rdb.StartLease)
+	t := time.NewTicker(pausePoll)
+	defer t.Stop()
+	for time.Now().Before(end) {
+		n, err := q.db.StartLeases(ctx)
+		if err == nil && n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("inspect: pause %s: waiting for consumers to stop starting jobs: %w", q.name, context.Cause(ctx))
+		case <-t.C:
+		}
+	}
 	return nil
 }
+
+// pausePoll is how often Pause looks whether consumers gave their start
+// leases back.
+const pausePoll = 20 * time.Millisecond
 
 // Resume undoes [Queue.Pause]. One DEL.
 func (q *Queue) Resume(ctx context.Context) error {

@@ -91,6 +91,9 @@ type RunConfig struct {
 	// workers set, with its host, PID, concurrency, version and start time
 	// (see rdb.Heartbeat), at every control tick.
 	Heartbeat bool
+	// StartLease, with Heartbeat, lets the run's reads skip the look at
+	// the pause flag while it holds a start lease (see engine.Config).
+	StartLease bool
 	// Check, if set, applies the defaults of the config's own fields and
 	// validates them, after the shared ones.
 	Check func() error
@@ -264,6 +267,7 @@ func (q *Queue) NewRun(c *RunConfig, errf ErrFunc) (*Run, error) {
 		MaxResultBytes:  *c.MaxResultBytes,
 		Heartbeat:       heartbeat,
 		HeartbeatInfo:   info,
+		StartLease:      c.StartLease,
 	})
 	return &Run{Engine: eng, Mon: eng.Monitor()}, nil
 }

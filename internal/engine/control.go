@@ -31,6 +31,7 @@ func (r *run[F]) control(ctx context.Context) {
 func (r *run[F]) controlOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, min(opTimeout, 2*r.cfg.ControlInterval))
 	defer cancel()
+	r.renewLease(cctx)
 	counts := r.takeCounts()
 	paused, ids, err := r.cfg.DB.Control(cctx, rdb.ControlParams{Processed: counts, Worker: r.cfg.Heartbeat, Info: r.cfg.HeartbeatInfo})
 	if err != nil {

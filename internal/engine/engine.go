@@ -134,6 +134,10 @@ type Config struct {
 	// HeartbeatInfo (JSON of rdb.Heartbeat); the run leaves the set when it
 	// ends.
 	Heartbeat, HeartbeatInfo string
+	// StartLease, with Heartbeat, makes each control tick take or renew
+	// the run's start lease (see rdb.StartLease), which lets the backend's
+	// reads skip the look at the pause flag (see Monitor.HoldLease).
+	StartLease bool
 	// ResultRetention is how long progress and results are kept;
 	// MaxResultBytes bounds a result.
 	ResultRetention time.Duration
@@ -235,6 +239,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	e.mon.running.Store(true)
 	e.mon.stopping.Store(false)
 	e.mon.paused.Store(false)
+	e.mon.lease.revoke() // an earlier run's lease was given back when it ended
 	held := r.pool.Len
 	e.mon.held.Store(&held)
 	defer e.mon.running.Store(false)
@@ -390,6 +395,7 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 		}
 		ds, err := r.b.Fetch(ctx, int(n), fetchWait, r.pool.Owns)
 		if err != nil {
+			r.mon.lease.release()
 			r.pool.Release(n)
 			if gate != nil {
 				gate.Fetched(n, 0, 0)
@@ -427,6 +433,7 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 			r.pool.Launch(j, 1, now) // owns one of the n slots
 			started++
 		}
+		r.mon.lease.release() // the starts a held lease allowed are launched
 		clear(jobs)
 		r.pool.Release(n - started)
 		if gate != nil {

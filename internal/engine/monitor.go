@@ -71,12 +71,15 @@ type Monitor struct {
 	waiting                             atomic.Int64
 	concurrency                         int
 	deadLog                             deadLog
+	lease                               startLease
 }
 
 // NewMonitor returns a monitor of queue that logs to log and calls onEvent
 // (may be nil) for every event.
 func NewMonitor(queue string, log *slog.Logger, onEvent func(ctx context.Context, e Event)) *Monitor {
-	return &Monitor{Log: log, queue: queue, onEvent: onEvent}
+	m := &Monitor{Log: log, queue: queue, onEvent: onEvent}
+	m.lease.base = time.Now()
+	return m
 }
 
 // Event reports e.

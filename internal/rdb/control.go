@@ -147,10 +147,12 @@ func (q *Queue) Control(ctx context.Context, p ControlParams) (paused bool, canc
 }
 
 // Leave removes the heartbeat of the consumer or worker name (its entry in
-// the workers set and its record): it stopped and runs nothing any more.
+// the workers set and its record) and its start lease: it stopped and runs
+// nothing any more.
 func (q *Queue) Leave(ctx context.Context, name string) error {
 	pipe := q.client.TxPipeline()
 	pipe.ZRem(ctx, q.keys.Workers, name)
+	pipe.ZRem(ctx, q.keys.StartLeases, name)
 	pipe.Del(ctx, q.keys.Heartbeat(name))
 	_, err := pipe.Exec(ctx)
 	return err

@@ -13,10 +13,11 @@ type Keys struct {
 
 	// Inspection and control (see docs/operations.md, "Progress, results and
 	// cancellation").
-	Paused  string // STRING "1" while the queue is paused
-	Cancel  string // HASH stable job ID -> cancel request time (Unix ms)
-	Trail   string // HASH stable job ID -> where a moved job lives now (see Trail*)
-	Workers string // ZSET consumer or worker name -> last heartbeat (Unix ms)
+	Paused      string // STRING "1" while the queue is paused
+	Cancel      string // HASH stable job ID -> cancel request time (Unix ms)
+	Trail       string // HASH stable job ID -> where a moved job lives now (see Trail*)
+	Workers     string // ZSET consumer or worker name -> last heartbeat (Unix ms)
+	StartLeases string // ZSET consumer name -> end of its start lease (Unix ms, server's clock)
 }
 
 // Prefixes of the locations in the trail hash: a stream entry, a delayed
@@ -70,6 +71,7 @@ func NewKeys(prefix, name string) Keys {
 	k.Cancel = k.Part("cancel")
 	k.Trail = k.Part("trail")
 	k.Workers = k.Part("workers")
+	k.StartLeases = k.Part("start-leases")
 	return k
 }
 

@@ -56,5 +56,7 @@ func Scripts() map[string]*redis.Script {
 		"flow_dead_letter":      scriptFlowDeadLetter,
 		"flow_kick":             scriptFlowKick,
 		"flow_delete":           scriptFlowDelete,
+		"start_lease":           scriptStartLease,
+		"start_leases":          scriptLeases,
 	}
 }
