@@ -77,6 +77,12 @@ type FlowLimits struct {
 	// their own (per kind and key), so a kind at its cap holds up no other
 	// kind; enqueue order is kept among the jobs of one kind and key.
 	KindPerKey map[string]int
+	// Weights give single flow keys more starts in the round robin between
+	// waiting keys: a key of weight 3 starts up to 3 of its waiting jobs per
+	// turn where a key of weight 1 (every key not listed) starts 1, so
+	// while both wait it gets 3 times the starts. The round robin runs when
+	// slots free under a global cap or caps per kind. Nil: all keys weigh 1.
+	Weights map[string]int
 }
 
 func (l FlowLimits) validate() error {
@@ -100,6 +106,14 @@ func (l FlowLimits) validate() error {
 			return configErr("FlowLimits.Keys", "has a key of %d bytes: use 1 to %d", len(k), MaxFlowKeyLen)
 		case n < 1:
 			return configErr("FlowLimits.Keys", "caps %q at %d: use at least 1 (remove the key to fall back to PerKey)", k, n)
+		}
+	}
+	for k, n := range l.Weights {
+		switch {
+		case k == "" || len(k) > MaxFlowKeyLen:
+			return configErr("FlowLimits.Weights", "has a key of %d bytes: use 1 to %d", len(k), MaxFlowKeyLen)
+		case n < 1:
+			return configErr("FlowLimits.Weights", "weighs %q at %d: use at least 1 (remove the key for the default weight 1)", k, n)
 		}
 	}
 	for _, m := range []struct {

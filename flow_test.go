@@ -208,7 +208,8 @@ func TestQueue_SetFlowLimits_Invalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, l := range []streamq.FlowLimits{{Global: -1}, {PerKey: -1}, {Keys: map[string]int{"a": 0}}, {Keys: map[string]int{"": 1}},
-		{Kinds: map[string]int{"k": 0}}, {Kinds: map[string]int{"": 1}}, {KindPerKey: map[string]int{"a b": 1}}, {KindPerKey: map[string]int{"k": -1}}} {
+		{Kinds: map[string]int{"k": 0}}, {Kinds: map[string]int{"": 1}}, {KindPerKey: map[string]int{"a b": 1}}, {KindPerKey: map[string]int{"k": -1}},
+		{Weights: map[string]int{"a": 0}}, {Weights: map[string]int{"": 2}}} {
 		var ce *streamq.ConfigError
 		if err := q.SetFlowLimits(context.Background(), l); !errors.As(err, &ce) {
 			t.Errorf("%+v: err %v, want a ConfigError", l, err)

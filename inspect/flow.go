@@ -334,6 +334,11 @@ func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
 			return fmt.Errorf("inspect: flow limits of %s: key %q capped at %d: name a key and cap it at 1 or more", q.name, k, n)
 		}
 	}
+	for k, n := range l.Weights {
+		if k == "" || n < 1 {
+			return fmt.Errorf("inspect: flow limits of %s: key %q weighs %d: name a key and weigh it 1 or more", q.name, k, n)
+		}
+	}
 	for _, m := range []map[string]int{l.Kinds, l.KindPerKey} {
 		for c, n := range m {
 			if c == "" || strings.ContainsAny(c, "\x00 \t\r\n") || n < 1 {

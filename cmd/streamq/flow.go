@@ -24,6 +24,7 @@ type flowJSON struct {
 	Kinds      map[string]int   `json:"kinds,omitempty"`
 	KindPerKey map[string]int   `json:"kind_per_key,omitempty"`
 	KindSlots  map[string]int64 `json:"kind_slots,omitempty"`
+	Weights    map[string]int   `json:"weights,omitempty"`
 	Running    int64            `json:"running"`
 	Slots      map[string]int64 `json:"slots"`
 	Waiting    map[string]int64 `json:"waiting"`
@@ -45,7 +46,7 @@ func newFlowShowCmd(a *app) *cobra.Command {
 		Long: `Show a queue's flow-control caps, how many jobs run in all and per flow key,
 and how many wait aside per flow key (at most 1,000 keys).
 
-JSON: {"queue","global","per_key","keys","rate","rates","kinds","kind_per_key",
+JSON: {"queue","global","per_key","keys","rate","rates","kinds","kind_per_key","weights",
 "running","slots","kind_slots","waiting"}`,
 		Example: `  streamq flow show orders`,
 		Args:    exactArgs(1, "<queue>"),
@@ -58,7 +59,7 @@ JSON: {"queue","global","per_key","keys","rate","rates","kinds","kind_per_key",
 func newFlowSetCmd(a *app) *cobra.Command {
 	var global, perKey int
 	var rate float64
-	var keys, rates, kinds, kindPerKey []string
+	var keys, rates, kinds, kindPerKey, weights []string
 	cmd := &cobra.Command{
 		Use:   "set <queue>",
 		Short: "Set a queue's caps (replacing them); 0 removes a cap",
@@ -68,7 +69,8 @@ made. A lowered cap never stops a running job. Caps not given are removed.
 
 JSON: as flow show, after the change`,
 		Example: `  streamq flow set orders --global 50 --per-key 2 --key customer:42=10 --rate 10
-  streamq flow set orders --kind report.build=2 --kind-per-key email.send=1`,
+  streamq flow set orders --kind report.build=2 --kind-per-key email.send=1
+  streamq flow set orders --global 50 --weight customer:42=3`,
 		Args: exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l := inspect.FlowLimits{Global: global, PerKey: perKey}
@@ -102,6 +104,9 @@ JSON: as flow show, after the change`,
 			if l.KindPerKey, err = capFlags("--kind-per-key", "<kind>=<cap per flow key>", kindPerKey); err != nil {
 				return err
 			}
+			if l.Weights, err = capFlags("--weight", "<flow key>=<weight>", weights); err != nil {
+				return err
+			}
 			if global < 0 || perKey < 0 || rate < 0 {
 				return usagef("caps must be 0 (none) or more")
 			}
@@ -123,6 +128,7 @@ JSON: as flow show, after the change`,
 	f.StringArrayVar(&keys, "key", nil, "cap of one flow key, <key>=<cap> (repeatable)")
 	f.Float64Var(&rate, "rate", 0, "the most jobs of each flow key to start per second (0: no limit)")
 	f.StringArrayVar(&rates, "key-rate", nil, "rate limit of one flow key, <key>=<jobs per second> (repeatable)")
+	f.StringArrayVar(&weights, "weight", nil, "weight of one flow key in the round robin, <key>=<weight> (repeatable; others weigh 1)")
 	f.StringArrayVar(&kinds, "kind", nil, "cap of the jobs of one kind, <kind>=<cap> (repeatable)")
 	f.StringArrayVar(&kindPerKey, "kind-per-key", nil, "cap per flow key of the jobs of one kind, <kind>=<cap> (repeatable)")
 	return cmd
@@ -158,7 +164,7 @@ func (a *app) showFlow(cmd *cobra.Command, name string) error {
 	}
 	if a.json {
 		return printJSON(a.stdout, flowJSON{Queue: name, Global: st.Limits.Global, PerKey: st.Limits.PerKey, Keys: st.Limits.Keys, Rate: st.Limits.Rate, Rates: st.Limits.Rates,
-			Kinds: st.Limits.Kinds, KindPerKey: st.Limits.KindPerKey, KindSlots: st.PerKind,
+			Kinds: st.Limits.Kinds, KindPerKey: st.Limits.KindPerKey, KindSlots: st.PerKind, Weights: st.Limits.Weights,
 			Running: st.Running, Slots: st.PerKey, Waiting: st.Waiting})
 	}
 	fmt.Fprintf(a.stdout, "queue %s: global cap %s, per-key cap %s, per-key rate %s, %d running\n", visible.Escape(name, false),

@@ -75,7 +75,7 @@ func TestCLI_FlowKinds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.ok("flow", "set", "reports", "--kind", "report.build=1", "--kind-per-key", "email.send=2")
+	e.ok("flow", "set", "reports", "--kind", "report.build=1", "--kind-per-key", "email.send=2", "--weight", "vip=3")
 	var ids []string
 	for range 2 {
 		id, err := p.Enqueue(ctx, []byte("x"), streamq.WithKind("report.build"))
@@ -91,7 +91,7 @@ func TestCLI_FlowKinds(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.ok("--json", "flow", "show", "reports")), &fj); err != nil {
 		t.Fatal(err)
 	}
-	if fj.Kinds["report.build"] != 1 || fj.KindPerKey["email.send"] != 2 || fj.KindSlots["report.build"] != 1 || fj.Running != 1 {
+	if fj.Kinds["report.build"] != 1 || fj.KindPerKey["email.send"] != 2 || fj.KindSlots["report.build"] != 1 || fj.Running != 1 || fj.Weights["vip"] != 3 {
 		t.Errorf("flow show --json: %+v", fj)
 	}
 	if out := e.ok("flow", "show", "reports"); !strings.Contains(out, "report.build") || !strings.Contains(out, "CAP PER KEY") {

@@ -41,6 +41,9 @@ import (
 //	flow:w:<lane> LIST the lane's waiting jobs (MessagePack of their fields),
 //	                   oldest first. A lane is a flow key, or for the jobs
 //	                   of a kind with caps, NUL kind NUL key (its tag).
+//	flow:cred    HASH  lane -> jobs it released in its turn at the head
+//	                   of the ring (a queue with weights, "w:<key>" in
+//	                   flow:limits)
 //	flow:sweep   STRING the cursor of the sweep over flow:run
 //	flow:tb:<key> HASH the token bucket of a rate-limited key: "t" tokens,
 //	                   "at" when they were counted (Unix ms, Redis's clock)
@@ -64,6 +67,7 @@ const (
 	FlowRatePrefix = "rate:"
 	FlowKindPrefix = "kind:"
 	FlowKindKey    = "kkey:"
+	FlowWeight     = "w:"
 )
 
 // SplitLane returns the kind and the flow key of a wait list's lane (or a
@@ -343,6 +347,39 @@ local function flow_release(stream, lane)
   if redis.call('LLEN', w) == 0 then redis.call('LREM', flow_ring, 0, lane) end
   return true
 end
+-- flow_weighted reports whether the queue has weights per key.
+local flow_weighted_on
+local function flow_weighted()
+  if flow_weighted_on == nil then
+    flow_weighted_on = false
+    for f in pairs(flow_limits()) do
+      if string.sub(f, 1, 2) == 'w:' then flow_weighted_on = true end
+    end
+  end
+  return flow_weighted_on
+end
+-- flow_turn releases up to budget jobs of lane, the head of the ring, in
+-- a queue with weights: a lane keeps the head until it released as many
+-- jobs as its key's weight ("w:<key>", else 1) in this turn (counted in
+-- flow:cred), or has no room or no job; then the ring rotates. Returns the
+-- jobs released.
+local function flow_turn(stream, lane, budget)
+  local cred = flow_base .. 'flow:cred'
+  local c, k = flow_split(lane)
+  local w = flow_limits()['w:' .. k] or 1
+  local used = tonumber(redis.call('HGET', cred, lane) or 0)
+  local n = 0
+  while n < budget and used + n < w and flow_room(c, k) and flow_release(stream, lane) do n = n + 1 end
+  if redis.call('LINDEX', flow_ring, 0) ~= lane then
+    redis.call('HDEL', cred, lane) -- its list emptied: it left the ring
+  elseif used + n >= w or n < budget then
+    redis.call('HDEL', cred, lane)
+    redis.call('LMOVE', flow_ring, flow_ring, 'LEFT', 'RIGHT')
+  else
+    redis.call('HSET', cred, lane, used + n)
+  end
+  return n
+end
 -- flow_dispatch releases up to budget waiting jobs into free slots. After
 -- a slot of key hint (and kind hkind) freed in a queue without a global
 -- cap, it first releases from the lists of hint (and of hkind and hint);
@@ -362,12 +399,19 @@ local function flow_dispatch(stream, hint, budget, hkind)
     end
     if not flow_kinds() then return n end
   end
+  local weighted = flow_weighted()
   for _ = 1, math.min(redis.call('LLEN', flow_ring), flow_scan) do
     if n >= budget or flow_global_room() <= 0 then break end
-    local lane = redis.call('LMOVE', flow_ring, flow_ring, 'LEFT', 'RIGHT')
-    if not lane then break end
-    local c, k = flow_split(lane)
-    while n < budget and flow_room(c, k) and flow_release(stream, lane) do n = n + 1 end
+    if weighted then
+      local lane = redis.call('LINDEX', flow_ring, 0)
+      if not lane then break end
+      n = n + flow_turn(stream, lane, budget - n)
+    else
+      local lane = redis.call('LMOVE', flow_ring, flow_ring, 'LEFT', 'RIGHT')
+      if not lane then break end
+      local c, k = flow_split(lane)
+      while n < budget and flow_room(c, k) and flow_release(stream, lane) do n = n + 1 end
+    end
   end
   return n
 end
@@ -637,6 +681,8 @@ type FlowLimits struct {
 	// running jobs of each flow key among the jobs of single kinds.
 	Kinds      map[string]int
 	KindPerKey map[string]int
+	// Weights are the weights of single keys in the round robin (others: 1).
+	Weights map[string]int
 }
 
 // FlowActive reports whether the queue has flow-control limits.
@@ -679,6 +725,8 @@ func parseFlowLimits(m map[string]string) (FlowLimits, error) {
 		switch {
 		case strings.HasPrefix(f, FlowKindPrefix):
 			l.Kinds = setIn(l.Kinds, strings.TrimPrefix(f, FlowKindPrefix), n)
+		case strings.HasPrefix(f, FlowWeight):
+			l.Weights = setIn(l.Weights, strings.TrimPrefix(f, FlowWeight), n)
 		case strings.HasPrefix(f, FlowKindKey):
 			l.KindPerKey = setIn(l.KindPerKey, strings.TrimPrefix(f, FlowKindKey), n)
 		case f == FlowGlobal:
@@ -726,6 +774,9 @@ func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
 	}
 	for c, n := range l.KindPerKey {
 		fields = append(fields, FlowKindKey+c, n)
+	}
+	for k, n := range l.Weights {
+		fields = append(fields, FlowWeight+k, n)
 	}
 	_, err := q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)

@@ -374,3 +374,37 @@ func TestSplitLane(t *testing.T) {
 		}
 	}
 }
+
+// TestQueue_FlowWeights checks the ratio of starts between two waiting
+// keys of weights 3 and 1 under a global cap of 1: every slot that frees
+// releases the next job of the round robin.
+func TestQueue_FlowWeights(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{Global: 1, Weights: map[string]int{"a": 3}})
+	var keys []string
+	for range 40 {
+		keys = append(keys, "a", "b")
+	}
+	e.addKeyed(keys...)
+	running := e.flowRead("c", 10)
+	starts := map[string]int{}
+	var order []string
+	for range 40 {
+		if len(running) != 1 {
+			t.Fatalf("running %v, want one job (global cap 1)", running)
+		}
+		if err := e.q.Ack(e.ctx, &AckParams{IDs: []string{idOf(running[0])}, Flow: "c"}); err != nil {
+			t.Fatal(err)
+		}
+		running = e.flowRead("c", 10)
+		for _, p := range payloadsOf(running) {
+			starts[p[:1]]++
+			order = append(order, p[:1])
+		}
+	}
+	if starts["a"] != 30 || starts["b"] != 10 {
+		t.Errorf("of 40 starts, key a (weight 3) had %d and b (weight 1) %d, want 30 and 10: %v", starts["a"], starts["b"], order)
+	}
+}
