@@ -80,7 +80,7 @@ func benchQueue(b *testing.B, poolSize int, hooks ...redis.Hook) (*streamq.Queue
 	return q, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = rdb.Unlink(ctx, core.Of(q).Keys.Stream, core.Of(q).Keys.Dead, core.Of(q).Keys.Delayed, core.Of(q).Keys.Part("delayed:jobs")).Err()
+		_ = rdb.Unlink(ctx, core.Of(q).Keys.Stream, core.Of(q).Keys.Dead, core.Of(q).Keys.Delayed, core.Of(q).Keys.Part("delayed:jobs"), core.Of(q).Keys.Trail).Err()
 		_ = rdb.HDel(ctx, keys.Registry(core.Of(q).Prefix), q.Name()).Err() // Setup listed it
 		_ = rdb.Close()
 	}
@@ -121,6 +121,35 @@ func BenchmarkProducer_Enqueue(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkProducer_EnqueueJobID is BenchmarkProducer_Enqueue
+// (goroutines=1) with a chosen ID per job, next to the plain enqueue in the
+// same run: the cost of WithJobID (a queue that never uses it pays nothing).
+func BenchmarkProducer_EnqueueJobID(b *testing.B) {
+	for _, withID := range []bool{false, true} {
+		b.Run("id="+strconv.FormatBool(withID), func(b *testing.B) {
+			q, cleanup := benchQueue(b, 0)
+			defer cleanup()
+			p, err := streamq.NewProducer(q, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				var opts []streamq.EnqueueOption
+				if withID {
+					i++
+					opts = append(opts, streamq.WithJobID("job-"+strconv.Itoa(i)))
+				}
+				if _, err := p.Enqueue(ctx, benchPayload, opts...); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
 
 // BenchmarkProducer_EnqueueBatch enqueues b.N jobs in batches; one op is one

@@ -214,7 +214,7 @@ func TestExec_Message(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Message{ID: "9-0", JobID: "9-0", Queue: "q", Group: "g", Payload: []byte("p"), Headers: map[string]string{"h": "v"},
+	want := &Message{ID: "9-0", EntryID: "9-0", JobID: "9-0", Queue: "q", Group: "g", Payload: []byte("p"), Headers: map[string]string{"h": "v"},
 		EnqueuedAt: time.UnixMilli(1_700_000_000_000), Attempt: 3, Key: "k", FirstFailedAt: time.UnixMilli(1_700_000_001_000), LastError: "e"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("message\n got %+v\nwant %+v", got, want)
@@ -223,7 +223,7 @@ func TestExec_Message(t *testing.T) {
 	if err := (exec{h: HandlerFunc(func(_ context.Context, m *Message) error { got = m; return nil })}).Call(context.Background(), run, new(Message)); err != nil {
 		t.Fatal(err)
 	}
-	if got.ID != "9-0" || got.JobID != "5-0" {
-		t.Errorf("retried copy: ID %q, JobID %q; want 9-0 and 5-0", got.ID, got.JobID)
+	if got.ID != "5-0" || got.EntryID != "9-0" || got.JobID != "5-0" {
+		t.Errorf("retried copy: ID %q, EntryID %q, JobID %q; want 5-0, 9-0 and 5-0", got.ID, got.EntryID, got.JobID)
 	}
 }

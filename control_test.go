@@ -249,8 +249,8 @@ func TestConsumer_CancelRunningJob(t *testing.T) {
 	causes := make(chan error, 1)
 	_, _ = ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
 		calls.Add(1)
-		if m.JobID != id {
-			t.Errorf("JobID = %q, want %q", m.JobID, id)
+		if m.ID != id {
+			t.Errorf("ID = %q, want %q", m.ID, id)
 		}
 		startedCh <- struct{}{}
 		select {
@@ -329,9 +329,9 @@ func TestConsumer_CancelVersusFinish(t *testing.T) {
 	running := make(chan string, n)
 	_, _ = ctlConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
 		mu.Lock()
-		calls[m.JobID]++
+		calls[m.ID]++
 		mu.Unlock()
-		running <- m.JobID
+		running <- m.ID
 		i, _ := strconv.Atoi(string(m.Payload))
 		select {
 		case <-ctx.Done():
@@ -424,11 +424,11 @@ func TestConsumer_JobIDTrailAndErrors(t *testing.T) {
 		t.Fatalf("%d attempts, want %d", len(seen), maxDeliveries)
 	}
 	for i, m := range seen {
-		if m.JobID != id {
-			t.Fatalf("attempt %d: JobID %q, want %q", i+1, m.JobID, id)
+		if m.ID != id || m.JobID != id {
+			t.Fatalf("attempt %d: ID %q, JobID %q, want %q", i+1, m.ID, m.JobID, id)
 		}
-		if (i == 0) != (m.ID == id) {
-			t.Fatalf("attempt %d: ID %q (first copy %s)", i+1, m.ID, id)
+		if (i == 0) != (m.EntryID == id) {
+			t.Fatalf("attempt %d: EntryID %q (first copy %s)", i+1, m.EntryID, id)
 		}
 	}
 	mu.Unlock()

@@ -38,7 +38,7 @@ type DeadLetter struct {
 	ID            string            // entry ID in the dead-letter stream
 	Queue         string            // queue the job came from
 	OriginalID    string            // the job's stream entry ID when it was dead-lettered
-	JobID         string            // the job's stable ID (see Message.JobID)
+	JobID         string            // the job's stable ID (see Message.ID)
 	Reason        string            // one of the Reason constants
 	Error         string            // the last error
 	Attempts      int               // attempts made: handler starts charged to the job

@@ -45,7 +45,7 @@ func runUntil(c *streamq.Consumer, done <-chan struct{}) {
 }
 
 // ExampleSetProgress reports a long job's progress and records its result.
-// Operators read both by the job's stable ID (Message.JobID) with the
+// Operators read both by the job's stable ID (Message.ID) with the
 // inspect package, while the job runs and for ConsumerConfig.ResultRetention
 // after; here the example reads the keys directly.
 func ExampleSetProgress() {

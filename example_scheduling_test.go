@@ -99,10 +99,10 @@ func ExampleUnique() {
 	// jobs in the stream: 2
 }
 
-// ExampleQueue_Cancel removes a delayed job before it is due, given the ID
-// Enqueue returned. Cancel also releases the job's unique key, so the work
+// ExampleQueue_CancelDelayed removes a delayed job before it is due, given the ID
+// Enqueue returned. CancelDelayed also releases the job's unique key, so the work
 // can be scheduled again at once.
-func ExampleQueue_Cancel() {
+func ExampleQueue_CancelDelayed() {
 	rdb := exampleClient()
 	defer rdb.Close()
 	ctx := context.Background()
@@ -116,9 +116,9 @@ func ExampleQueue_Cancel() {
 		panic(err)
 	}
 
-	ok, err := q.Cancel(ctx, id)
+	ok, err := q.CancelDelayed(ctx, id)
 	fmt.Println("cancelled:", ok, err)
-	ok, err = q.Cancel(ctx, id) // nothing left to cancel
+	ok, err = q.CancelDelayed(ctx, id) // nothing left to cancel
 	fmt.Println("cancelled again:", ok, err)
 
 	_, err = producer.Enqueue(ctx, []byte("weekly digest for ada"),

@@ -18,13 +18,20 @@ const WireVersion = wire.Version
 
 // Message is one job as delivered to a [Handler].
 type Message struct {
-	// ID is the ID of this copy of the job: its stream entry ID (a priority
-	// worker's job ID for jobs of a priority set). A retried job is written
-	// again and gets a new ID.
+	// ID is the job's ID, the same through its whole life: the ID Enqueue
+	// returned (the one chosen with WithJobID, or a generated one), kept
+	// when the job waits delayed, runs, is retried, dead-lettered or
+	// requeued. Progress, results, cancel requests, the inspect package, the
+	// CLI and the dashboard name the job by it.
 	ID string
-	// JobID is the job's stable ID: the ID of its first copy, the same in
-	// every retry, requeue and dead letter of the job. Progress, results and
-	// cancel requests are keyed by it.
+	// EntryID is the ID of this copy of the job: its stream entry ID (a
+	// priority worker's job ID for jobs of a priority set). A retried job
+	// is written again as a new copy with a new EntryID.
+	EntryID string
+	// JobID is ID.
+	//
+	// Deprecated: use ID, which is the job's stable ID since streamq 0.2.0
+	// (it was the copy's entry ID, now EntryID).
 	JobID string
 	// Queue is the queue name.
 	Queue string
@@ -44,7 +51,10 @@ type Message struct {
 	// Attempt is the number of this attempt: 1 on the first run. Every
 	// earlier handler start of the job counts, whether it failed or was cut
 	// short by a crash, except runs that handed the job back without charge
-	// ([Postpone], a shutdown). ConsumerConfig.MaxDeliveries bounds it.
+	// ([Postpone], a shutdown). ConsumerConfig.MaxDeliveries bounds it: the
+	// last attempt has Attempt == MaxDeliveries. So "the first run" is
+	// Attempt == 1, never 0, and a dead letter's Attempts is the Attempt of
+	// its last run.
 	Attempt int
 	// Key is the job's unique key, if it was enqueued with [Unique].
 	Key string
@@ -85,6 +95,7 @@ func fillMessage(m *Message, r *engine.Run, group string) {
 	j := &r.Job
 	*m = Message{
 		ID:        r.ID,
+		EntryID:   r.ID,
 		JobID:     r.ID,
 		Queue:     r.Queue,
 		Group:     group,
@@ -98,7 +109,7 @@ func fillMessage(m *Message, r *engine.Run, group string) {
 		opts:      j.Opts,
 	}
 	if j.JobID != "" {
-		m.JobID = j.JobID
+		m.ID, m.JobID = j.JobID, j.JobID
 	}
 	if j.EnqMillis > 0 {
 		m.EnqueuedAt = time.UnixMilli(j.EnqMillis)

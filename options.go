@@ -52,8 +52,22 @@ type EnqueueOptions struct {
 	// [Tags].
 	Tags []string
 	// JobID is a caller-chosen ID for the job ("": one is generated). Set
-	// by WithJobID; this version refuses a call that sets it.
+	// by [WithJobID], which checks it.
 	JobID string
+	// UniqueByArgs makes the job unique by a key made of its kind and
+	// payload, for UniqueTTL. Set by [UniqueByArgs].
+	UniqueByArgs bool
+	// UniqueStates limit the unique key to a holder in these states (nil:
+	// all). Set by [UniqueWhile] and [UniqueByArgs].
+	UniqueStates []UniqueState
+	// ThrottleKey and ThrottleWindow let one job per window through ("":
+	// none). Set by [Throttle].
+	ThrottleKey    string
+	ThrottleWindow time.Duration
+	// DebounceKey and DebounceQuiet debounce the job ("": none). Set by
+	// [Debounce].
+	DebounceKey   string
+	DebounceQuiet time.Duration
 	// FlowKey is the job's flow-control key ("": none). Set by [FlowKey].
 	FlowKey string
 	// Priority is the job's priority in the priority set its queue is

@@ -129,8 +129,10 @@ type Job struct {
 	Headers map[string]string // optional; merged over the batch's headers
 }
 
-// Enqueue adds one job and returns its ID: the stream entry ID, or for a
-// delayed job the ID of its place in the delayed set (see [Queue.Cancel]).
+// Enqueue adds one job and returns its ID, which the job keeps for its
+// whole life ([Message.ID]; see docs/jobs.md, "Job IDs and deduplication"):
+// its stream entry ID, or for a delayed job a generated ID of the same form
+// (see [Queue.CancelDelayed]).
 // A nil error means the job is stored in Redis and will be handled at least
 // once or dead-lettered. It returns [ErrQueueFull] when the queue is at its
 // cap, and for a [Unique] job whose key is taken, the existing job's ID with
@@ -191,14 +193,17 @@ func (p *Producer) enqueueWith(ctx context.Context, jobs []Job, o *EnqueueOption
 			return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 		}
 	}
-	if o.UniqueKey != "" {
+	lock, err := o.lock(jobs[0].Payload)
+	if err != nil {
+		return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+	}
+	if lock.Mode != "" || o.JobID != "" {
 		if len(jobs) != 1 {
-			return ids, configErr("Unique", "cannot be used with EnqueueBatch: enqueue unique jobs one by one")
+			return ids, configErr(o.oneByOne(), "cannot be used with EnqueueBatch: enqueue such jobs one by one")
 		}
-		return p.enqueueUnique(ctx, jobs[0], o, enq, due)
+		return p.enqueueOne(ctx, jobs[0], o, enq, due, lock)
 	}
 
-	var err error
 	if due.later() {
 		err = p.schedule(ctx, jobs, o, enq, due, ids)
 	} else {
@@ -214,9 +219,12 @@ func (p *Producer) enqueueWith(ctx context.Context, jobs []Job, o *EnqueueOption
 // checkOptions refuses options this producer cannot honour, and turns a
 // priority into the header the priority set's forwarder reads.
 func (p *Producer) checkOptions(o *EnqueueOptions) error {
+	if o.JobID != "" {
+		if problem := rdb.JobIDProblem(o.JobID); problem != "" {
+			return configErr("EnqueueOptions.JobID", "%s", problem)
+		}
+	}
 	switch {
-	case o.JobID != "":
-		return configErr("EnqueueOptions.JobID", "is set, but this version of streamq cannot enqueue a job under a given ID: leave it empty")
 	case o.Priority == nil:
 		return nil
 	case !core.Of(p.q).HasPrioritySet.Load():
@@ -313,7 +321,7 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *EnqueueOptions, 
 			// The delayed-set ID is the job's stable ID: the copy promoted
 			// into the stream carries it, so the job can be found by the ID
 			// Enqueue returned (see package inspect).
-			jf.JobID = rdb.NewDelayedID()
+			jf.JobID = p.q.db.NewDelayedID()
 			ids[start+i] = jf.JobID
 			sp.Add(jf.JobID, jf.Args())
 		}
@@ -327,41 +335,37 @@ func (p *Producer) schedule(ctx context.Context, jobs []Job, o *EnqueueOptions, 
 	return nil
 }
 
-// enqueueUnique enqueues one job under its unique key: into the stream, or
-// into the delayed set when due is later.
-func (p *Producer) enqueueUnique(ctx context.Context, job Job, o *EnqueueOptions, enq int64, due when) ([]string, error) {
-	jf := wire.Job{
-		Payload:   job.Payload,
-		Headers:   p.headers(ctx, o.Headers, job.Headers),
-		EnqMillis: enq,
-		Key:       o.UniqueKey,
-		KeyToken:  rdb.NewDelayedID(),
-	}
+// enqueueOne enqueues one job with a chosen ID or under a dedup lock (see
+// jobid.go): into the stream, or into the delayed set when due is later
+// (or the lock debounces).
+func (p *Producer) enqueueOne(ctx context.Context, job Job, o *EnqueueOptions, enq int64, due when, lock rdb.Lock) ([]string, error) {
+	jf := wire.Job{Payload: job.Payload, Headers: p.headers(ctx, o.Headers, job.Headers), EnqMillis: enq}
 	o.setJobOptions(&jf)
 	if err := core.Of(p.q).CheckJob(jf.Payload, jf.Headers); err != nil {
-		return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
+		return []string{""}, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 	}
-	if due.later() {
-		jf.JobID = rdb.NewDelayedID() // the stable ID, as for other delayed jobs
-	}
-	ok, id, err := p.q.db.EnqueueUnique(ctx, &rdb.EnqueueUniqueParams{Job: &jf, LockTTL: o.UniqueTTL, Due: due.at, In: due.in, Replicas: p.replicas()})
+	outcome, id, err := p.q.db.EnqueueOne(ctx, &rdb.EnqueueOneParams{Job: &jf, ID: o.JobID, Due: due.at, In: due.in, Lock: lock, Replicas: p.replicas()})
+	ok := outcome != rdb.Duplicate
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrQueueFull):
 			return []string{""}, err
 		case errors.Is(err, ErrNotReplicated) && ok:
-			return []string{id}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
+			return []string{id}, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 		case errors.Is(err, ErrNotReplicated):
-			// The holder's lock was read, not written: nothing to wait for.
+			// The holder was read, not written: nothing to wait for.
 		default:
-			return []string{""}, fmt.Errorf("streamq: enqueue unique on %s: %w", p.q.keys.Stream, err)
+			return []string{""}, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
 		}
 	}
-	if !ok {
-		return []string{id}, fmt.Errorf("%w: key %q is held by job %s", ErrDuplicate, o.UniqueKey, id)
+	switch {
+	case ok:
+		core.OfProducer(p).Register(ctx)
+		return []string{id}, nil
+	case o.JobID != "" && id == o.JobID:
+		return []string{id}, fmt.Errorf("%w: job ID %q names a job that lives or finished within QueueConfig.DoneRetention", ErrDuplicate, id)
 	}
-	core.OfProducer(p).Register(ctx)
-	return []string{id}, nil
+	return []string{id}, fmt.Errorf("%w: %s key %q is held by job %s", ErrDuplicate, lock.Mode, lock.Key, id)
 }
 
 // replicas returns what the producer's writes wait for.
@@ -373,25 +377,6 @@ func (p *Producer) replicas() rdb.Replicas {
 // core.Producer.Headers).
 func (p *Producer) headers(ctx context.Context, common, own map[string]string) map[string]string {
 	return core.OfProducer(p).Headers(ctx, common, own)
-}
-
-// Cancel removes a delayed job (one enqueued with [ProcessAt] or [ProcessIn])
-// before it is due, given the ID Enqueue returned, and releases its [Unique]
-// key. It reports false when the job was no longer waiting: it is already in
-// the stream, ran, or never existed.
-func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
-	key, token, found, err := q.db.DelayedKey(ctx, id)
-	if err != nil {
-		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
-	}
-	if !found {
-		return false, nil
-	}
-	ok, err := q.db.Cancel(ctx, rdb.CancelParams{ID: id, Key: key, Token: token})
-	if err != nil {
-		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
-	}
-	return ok, nil
 }
 
 // checkReplicas validates a replicated-write option of config conf.

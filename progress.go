@@ -13,7 +13,7 @@ const MaxProgressMessage = engine.MaxProgressMessage
 // ctx (or a context derived from it): percent from 0 to 100 and a short
 // message (at most [MaxProgressMessage] bytes, else an error wrapping
 // [ErrTooLarge]). Operators read it by the job's stable ID
-// ([Message.JobID]) with the inspect package while the job runs and for
+// ([Message.ID]) with the inspect package while the job runs and for
 // ConsumerConfig.ResultRetention after. Each call is one SET; report
 // progress at human pace (every few seconds), not per item. It works the
 // same in priority workers.

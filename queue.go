@@ -28,6 +28,9 @@ const (
 	// DefaultMaxHeaderBytes is the header limit used when
 	// QueueConfig.MaxHeaderBytes is 0: 64 KiB.
 	DefaultMaxHeaderBytes = 64 << 10
+	// DefaultDoneRetention is how long a finished job with a chosen ID
+	// keeps its ID taken when QueueConfig.DoneRetention is 0.
+	DefaultDoneRetention = 24 * time.Hour
 	// MaxNameLen is the longest accepted name of a queue, group, key
 	// prefix, consumer or worker, in bytes.
 	MaxNameLen = 200
@@ -75,6 +78,15 @@ type QueueConfig struct {
 	// [DeadLetters]). A positive value caps the dead-letter stream at about
 	// that many entries, dropping the oldest: an explicit choice to lose them.
 	DeadLetterMaxLen int64
+
+	// DoneRetention is how long a job enqueued with [WithJobID] keeps its
+	// ID taken after it finished: an enqueue of the same ID within it
+	// returns [ErrDuplicate], so a producer that sends a job again (an
+	// outbox relay after a crash) cannot run it twice. Each such job leaves
+	// a small key (its done marker) for this long; jobs with generated IDs
+	// leave none. Defaults to DefaultDoneRetention (24 h); -1 keeps no done
+	// markers (the ID is free again as soon as the job finished).
+	DoneRetention time.Duration
 }
 
 // Queue is a named job queue on one Redis stream, with its consumer group,
@@ -147,7 +159,13 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 	if c.DeadLetterMaxLen < 0 {
 		return nil, configErr("QueueConfig.DeadLetterMaxLen", "%d is negative: use 0 to keep every dead letter, or a positive cap", c.DeadLetterMaxLen)
 	}
-	db := rdb.New(client, rdb.Config{Prefix: c.KeyPrefix, Name: name, Group: c.Group, MaxLen: c.MaxLen, DeadLetterMaxLen: c.DeadLetterMaxLen})
+	switch {
+	case c.DoneRetention == 0:
+		c.DoneRetention = DefaultDoneRetention
+	case c.DoneRetention < time.Millisecond && c.DoneRetention != -1:
+		return nil, configErr("QueueConfig.DoneRetention", "%s: use at least 1ms, 0 for the default (%s) or -1 for none", c.DoneRetention, DefaultDoneRetention)
+	}
+	db := rdb.New(client, rdb.Config{Prefix: c.KeyPrefix, Name: name, Group: c.Group, MaxLen: c.MaxLen, DeadLetterMaxLen: c.DeadLetterMaxLen, DoneRetention: c.DoneRetention})
 	q := &Queue{client: client, db: db, name: name, group: c.Group, cfg: c, keys: db.Keys()}
 	q.handle = core.NewHandle(&core.Queue{
 		DB:               db,
@@ -292,4 +310,38 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 		}
 	}
 	return s, nil
+}
+
+// CancelDelayed removes a delayed job (one enqueued with [ProcessAt] or
+// [ProcessIn], or waiting for a retry) before it is due, given its ID (the
+// one Enqueue returned), and releases its [Unique] key. It reports false
+// when the job was not waiting in the delayed set: it is in the stream
+// already, ran, or never existed. To cancel a job in any state, waiting or
+// running too, use the inspect package (inspect.Queue.Cancel) or the
+// streamq cancel command.
+func (q *Queue) CancelDelayed(ctx context.Context, id string) (bool, error) {
+	member, err := q.db.DelayedMember(ctx, id)
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	key, token, found, err := q.db.DelayedKey(ctx, member)
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	if !found {
+		return false, nil
+	}
+	ok, err := q.db.Cancel(ctx, rdb.CancelParams{ID: member, JobID: id, Key: key, Token: token})
+	if err != nil {
+		return false, fmt.Errorf("streamq: cancel %s: %w", id, err)
+	}
+	return ok, nil
+}
+
+// Cancel is [Queue.CancelDelayed]: it removes only delayed jobs.
+//
+// Deprecated: use CancelDelayed, whose name says what it cancels (the
+// inspect package cancels jobs in every state).
+func (q *Queue) Cancel(ctx context.Context, id string) (bool, error) {
+	return q.CancelDelayed(ctx, id)
 }

@@ -187,8 +187,8 @@ func TestEnqueueArgs_Refused(t *testing.T) {
 			_, err := p.Enqueue(ctx, []byte("x"), streamq.ProcessIn(time.Hour), streamq.Deadline(time.Now().Add(time.Minute)))
 			return err
 		}, "not after the time the job is due"},
-		{"job ID not supported yet", func() error {
-			_, err := p.Enqueue(ctx, []byte("x"), func(o *streamq.EnqueueOptions) error { o.JobID = "mine"; return nil })
+		{"invalid job ID set by a custom option", func() error {
+			_, err := p.Enqueue(ctx, []byte("x"), func(o *streamq.EnqueueOptions) error { o.JobID = "1-2"; return nil })
 			return err
 		}, "JobID"},
 		{"custom option error", func() error {
@@ -318,8 +318,8 @@ func TestMux_RollingDeploy(t *testing.T) {
 	streamq.Register(next, func(_ context.Context, j *streamq.TypedJob[resizeImage]) error { ran <- j; return nil })
 	typedConsumer(t, q, next, 1000, nil)
 	j := recv(t, ran, 10*time.Second, "the job on the new worker")
-	if j.Args.URL != "new" || j.Attempt != 1 || j.JobID != id {
-		t.Errorf("job ran with args %+v, attempt %d, job ID %s (want %s)", j.Args, j.Attempt, j.JobID, id)
+	if j.Args.URL != "new" || j.Attempt != 1 || j.ID != id {
+		t.Errorf("job ran with args %+v, attempt %d, job ID %s (want %s)", j.Args, j.Attempt, j.ID, id)
 	}
 	redistest.WaitFor(t, 5*time.Second, "the job acknowledged", func() bool {
 		s, err := q.Stats(ctx)

@@ -202,8 +202,8 @@ func TestQueue_DelayedJobKeepsItsID(t *testing.T) {
 	}
 	release := make(chan struct{})
 	h := streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
-		if m.JobID != id {
-			t.Errorf("Message.JobID %q, want %q", m.JobID, id)
+		if m.ID != id {
+			t.Errorf("Message.ID %q, want %q", m.ID, id)
 		}
 		<-release
 		return streamq.SetResult(ctx, []byte("sent"))
@@ -238,7 +238,7 @@ func TestQueue_CancelRacesFinish(t *testing.T) {
 	}
 	r := &runs{n: map[string]int{}}
 	h := streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
-		r.add(m.JobID)
+		r.add(m.ID)
 		i, _ := strconv.Atoi(string(m.Payload))
 		select {
 		case <-time.After(time.Duration(i%8) * 30 * time.Millisecond): // 0 to 210 ms

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -140,22 +141,9 @@ func deadJob(values map[string]any, entryID string) Job {
 
 // streamID reports whether s is a valid stream entry ID ("<ms>-<seq>" or
 // "<ms>").
-func streamID(s string) bool {
-	ms, seq, found := strings.Cut(s, "-")
-	return digits(ms) && (!found || digits(seq))
-}
+func streamID(s string) bool { return rdb.StreamID(s) }
 
-func digits(s string) bool {
-	if s == "" || len(s) > 20 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+func digits(s string) bool { return rdb.Decimal(s) }
 
 // idLess compares stream IDs.
 func idLess(a, b string) bool {

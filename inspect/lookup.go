@@ -18,8 +18,8 @@ import (
 // state it is, with its progress and result when the handler recorded them.
 // It follows the trail of a job that was retried, dead-lettered or
 // requeued, then looks for id in the stream, the delayed set and the
-// priority set. A job that finished and left a
-// result is StateDone. Otherwise it returns a [*NotFoundError] (errors.Is
+// priority set. A job that finished and left a result, or a done marker
+// (a job with a chosen ID, see streamq.WithJobID), is StateDone. Otherwise it returns a [*NotFoundError] (errors.Is
 // [ErrJobNotFound]).
 //
 // The IDs of different structures can be equal (a dead letter written in
@@ -39,11 +39,15 @@ func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 	pipe := q.rdb().Pipeline()
 	prog := pipe.Get(ctx, q.keys.Progress(stable))
 	res := pipe.Get(ctx, q.keys.Result(stable))
+	var done *redis.IntCmd
+	if j == nil {
+		done = pipe.Exists(ctx, q.keys.Done(stable))
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: job %s of %s: %w", id, q.name, err)
 	}
 	if j == nil {
-		if res.Err() != nil {
+		if res.Err() != nil && done.Val() == 0 {
 			return nil, &NotFoundError{What: "job", Name: id}
 		}
 		j = &Job{ID: id, State: StateDone}

@@ -93,7 +93,7 @@ func TestACL_LeastPrivilege(t *testing.T) {
 	must("unique Enqueue", err)
 	cancelID, err := p.Enqueue(ctx, []byte("cancelled"), streamq.ProcessIn(time.Hour), streamq.Unique("c", time.Hour))
 	must("delayed unique Enqueue", err)
-	ok, err := q.Cancel(ctx, cancelID)
+	ok, err := q.CancelDelayed(ctx, cancelID)
 	must("Cancel", err)
 	if !ok {
 		t.Fatal("Cancel found nothing")

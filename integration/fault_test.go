@@ -238,7 +238,7 @@ func TestFault_LostReadReplyRunsOnce(t *testing.T) {
 	cnt := newRelCounter()
 	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
 		s := start{payload: string(m.Payload), attempt: m.Attempt, count: -1}
-		pe, err := direct.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: core.Of(q).Keys.Stream, Group: q.Group(), Start: m.ID, End: m.ID, Count: 1}).Result()
+		pe, err := direct.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: core.Of(q).Keys.Stream, Group: q.Group(), Start: m.EntryID, End: m.EntryID, Count: 1}).Result()
 		if err == nil && len(pe) == 1 {
 			s.count = pe[0].RetryCount
 		}

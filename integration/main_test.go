@@ -10,4 +10,9 @@ import (
 	"github.com/streamq/streamq/internal/redistest"
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.Run(m, rediscontainer.Start)) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(dedupChildEnv); spec != "" { // a child of TestDedup_ConcurrentProcesses
+		os.Exit(dedupChild(spec))
+	}
+	os.Exit(redistest.Run(m, rediscontainer.Start))
+}

@@ -399,9 +399,9 @@ func TestReliability_PoisonJobDeadLetteredThenRequeued(t *testing.T) {
 	case <-time.After(relWait):
 		t.Fatal("the requeued job did not run")
 	}
-	if string(m.Payload) != "poison" || m.Headers["tenant"] != "acme" || m.Attempt != 1 || m.ID != newIDs[0] {
-		t.Errorf("requeued job: payload=%q headers=%v attempts=%d id=%s; want the same job, attempt 1, id %s",
-			m.Payload, m.Headers, m.Attempt, m.ID, newIDs[0])
+	if string(m.Payload) != "poison" || m.Headers["tenant"] != "acme" || m.Attempt != 1 || m.EntryID != newIDs[0] || m.ID != dl.JobID {
+		t.Errorf("requeued job: payload=%q headers=%v attempts=%d entry %s id %s; want the same job, attempt 1, entry %s, id %s",
+			m.Payload, m.Headers, m.Attempt, m.EntryID, m.ID, newIDs[0], dl.JobID)
 	}
 	redistest.WaitFor(t, relWait, "the requeued job acknowledged", func() bool { return c.Stats().Processed == 1 })
 	relSettled(t, q, 0, relWait)
@@ -706,7 +706,7 @@ func TestReliability_CapWithLongRunningJob(t *testing.T) {
 	cnt := newRelCounter()
 	c := relConsumer(t, q, func(ctx context.Context, m *streamq.Message) error {
 		if string(m.Payload) == "long" {
-			longStarted <- m.ID
+			longStarted <- m.EntryID
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -978,8 +978,8 @@ func TestReliability_PanicRetriedNotAcked(t *testing.T) {
 	if pend, err := rdb.XPending(ctx, core.Of(q).Keys.Stream, q.Group()).Result(); err != nil || pend.Count != 1 {
 		t.Errorf("pending while the retry runs: %+v, %v; want 1", pend, err)
 	}
-	if m.ID == ids[0] || m.Attempt != 2 || !strings.Contains(m.LastError, "panic: nil map in job boom") {
-		t.Errorf("retried job id=%s attempt=%d last error=%q; want a new entry, attempt 2, the panic as last error", m.ID, m.Attempt, m.LastError)
+	if m.ID != ids[0] || m.EntryID == ids[0] || m.Attempt != 2 || !strings.Contains(m.LastError, "panic: nil map in job boom") {
+		t.Errorf("retried job id=%s entry=%s attempt=%d last error=%q; want the job's ID, a new entry, attempt 2, the panic as last error", m.ID, m.EntryID, m.Attempt, m.LastError)
 	}
 	close(release)
 	redistest.WaitFor(t, relWait, "the retry acknowledged", func() bool { return c.Stats().Processed == 1 })
@@ -1361,7 +1361,7 @@ func TestReliability_LastAttemptAloneSurvivesShutdown(t *testing.T) {
 		lastRunning.Store(true)
 		defer lastRunning.Store(false)
 		copyMsg = m
-		if e, err := rdb.XRange(ctx, core.Of(q).Keys.Stream, m.ID, m.ID).Result(); err == nil && len(e) == 1 {
+		if e, err := rdb.XRange(ctx, core.Of(q).Keys.Stream, m.EntryID, m.EntryID).Result(); err == nil && len(e) == 1 {
 			copyFields = e[0].Values
 		}
 		if _, err := p.EnqueueBatch(ctx, otherJobs); err != nil {

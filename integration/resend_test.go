@@ -308,7 +308,7 @@ func TestResend_UniqueEnqueue(t *testing.T) {
 		t.Run(fmt.Sprintf("delay=%s", delay), func(t *testing.T) {
 			t.Parallel()
 			r := newResend(t)
-			dropped := r.drop("enqueue_unique")
+			dropped := r.drop("enqueue_one")
 			opts := []streamq.EnqueueOption{streamq.Unique("invoice:42", time.Hour)}
 			if delay > 0 {
 				opts = append(opts, streamq.ProcessIn(delay))
@@ -335,7 +335,7 @@ func TestResend_Cancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	dropped := r.drop("cancel")
-	ok, err := r.q.Cancel(ctx, id)
+	ok, err := r.q.CancelDelayed(ctx, id)
 	dropped()
 	if err != nil || !ok {
 		t.Fatalf("a re-sent Cancel returned %v, %v; want true, nil", ok, err)

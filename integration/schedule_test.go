@@ -120,10 +120,10 @@ func TestSchedule_DelayedJobsExactlyOnceNeverEarly(t *testing.T) {
 		if err != nil {
 			return streamq.Permanent(err)
 		}
-		ms, _, _ := strings.Cut(m.ID, "-")
+		ms, _, _ := strings.Cut(m.EntryID, "-")
 		added, err := strconv.ParseInt(ms, 10, 64)
 		if err != nil {
-			return streamq.Permanent(fmt.Errorf("entry ID %q: %v", m.ID, err))
+			return streamq.Permanent(fmt.Errorf("entry ID %q: %v", m.EntryID, err))
 		}
 		mu.Lock()
 		count[idx]++
@@ -523,7 +523,7 @@ func TestSchedule_CancelDelayedJob(t *testing.T) {
 	if _, err := p.Enqueue(ctx, []byte("later"), streamq.ProcessIn(20*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := q.Cancel(ctx, cancelled)
+	ok, err := q.CancelDelayed(ctx, cancelled)
 	if err != nil || !ok {
 		t.Fatalf("Cancel before due = %v, %v; want true", ok, err)
 	}
@@ -541,7 +541,7 @@ func TestSchedule_CancelDelayedJob(t *testing.T) {
 	if got := schedStreamPayloads(t, rdb, q); !slices.Equal(got, []string{"later"}) {
 		t.Fatalf("stream holds %q, want only \"later\"", got)
 	}
-	if ok, err := q.Cancel(ctx, cancelled); err != nil || ok {
+	if ok, err := q.CancelDelayed(ctx, cancelled); err != nil || ok {
 		t.Fatalf("second Cancel = %v, %v; want false", ok, err)
 	}
 
@@ -551,7 +551,7 @@ func TestSchedule_CancelDelayedJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := q.Cancel(ctx, live); err != nil || !ok {
+	if ok, err := q.CancelDelayed(ctx, live); err != nil || !ok {
 		t.Fatalf("Cancel with a scheduler running = %v, %v; want true", ok, err)
 	}
 	if err := rdb.ZScore(ctx, core.Of(q).Keys.Delayed, live).Err(); !errors.Is(err, redis.Nil) {
@@ -569,10 +569,10 @@ func TestSchedule_CancelDelayedJob(t *testing.T) {
 	if got := schedWaitPayload(t, ran); got != "runs" {
 		t.Fatalf("%q ran, want \"runs\"", got)
 	}
-	if ok, err := q.Cancel(ctx, id); err != nil || ok {
+	if ok, err := q.CancelDelayed(ctx, id); err != nil || ok {
 		t.Fatalf("Cancel after run = %v, %v; want false", ok, err)
 	}
-	if ok, err := q.Cancel(ctx, "d-unknown"); err != nil || ok {
+	if ok, err := q.CancelDelayed(ctx, "d-unknown"); err != nil || ok {
 		t.Fatalf("Cancel of an unknown ID = %v, %v; want false", ok, err)
 	}
 	st, err := q.Stats(ctx)

@@ -129,7 +129,7 @@ func TestUnique_ReleasedOnDeadLetterAndExpiry(t *testing.T) {
 		_, err := p.Enqueue(ctx, []byte("later"), streamq.Unique("ttl", time.Minute))
 		return err == nil
 	})
-	if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+	if ok, err := q.CancelDelayed(ctx, id); err != nil || !ok {
 		t.Errorf("cancel the delayed job: %v %v", ok, err)
 	}
 }
@@ -150,7 +150,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if dup, err := p.Enqueue(ctx, []byte("a"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != id {
 			t.Fatalf("enqueue while the delayed job waits: id %q err %v, want %q and ErrDuplicate", dup, err, id)
 		}
-		if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, id); err != nil || !ok {
 			t.Fatalf("Cancel = %v, %v; want true", ok, err)
 		}
 		if n := rdb.Exists(ctx, core.Of(q).Keys.Part("unique:k")).Val(); n != 0 {
@@ -165,7 +165,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		}
 		// A second Cancel of the same ID finds nothing and leaves the new
 		// job's lock alone.
-		if ok, err := q.Cancel(ctx, id); err != nil || ok {
+		if ok, err := q.CancelDelayed(ctx, id); err != nil || ok {
 			t.Fatalf("second Cancel = %v, %v; want false", ok, err)
 		}
 		if dup, err := p.Enqueue(ctx, []byte("c"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != next {
@@ -180,7 +180,7 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := q.Cancel(ctx, id); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, id); err != nil || !ok {
 			t.Fatalf("Cancel = %v, %v; want true", ok, err)
 		}
 		st, err := q.Stats(ctx)
@@ -211,13 +211,13 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		})
 		// Cancelling the old job removes it but must not release the newer
 		// job's lock.
-		if ok, err := q.Cancel(ctx, old); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, old); err != nil || !ok {
 			t.Fatalf("Cancel(old) = %v, %v; want true", ok, err)
 		}
 		if dup, err := p.Enqueue(ctx, []byte("third"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) || dup != newer {
 			t.Fatalf("enqueue after cancelling the old job: id %q err %v, want the newer job %q and ErrDuplicate", dup, err, newer)
 		}
-		if ok, err := q.Cancel(ctx, newer); err != nil || !ok {
+		if ok, err := q.CancelDelayed(ctx, newer); err != nil || !ok {
 			t.Fatalf("Cancel(newer) = %v, %v; want true", ok, err)
 		}
 		if _, err := p.Enqueue(ctx, []byte("third"), streamq.Unique("k", time.Hour), streamq.ProcessIn(time.Hour)); err != nil {
@@ -226,15 +226,16 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 	})
 
 	// Once the scheduler has moved a delayed unique job into the stream,
-	// the lock still names the job by its delayed-set ID; Cancel no longer
-	// accepts that ID and leaves the lock to the running job.
+	// the job and its lock keep its ID (a new stream entry carries it);
+	// CancelDelayed no longer finds it delayed and leaves the lock to the
+	// running job.
 	t.Run("job already moved into the stream", func(t *testing.T) {
 		t.Parallel()
 		_, q, p := cqSetup(t, nil)
-		started := make(chan string, 1)
+		started := make(chan *streamq.Message, 1)
 		release := make(chan struct{})
 		c, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
-			started <- m.ID
+			started <- m
 			<-release
 			return nil
 		}), fastConsumer(streamq.ConsumerConfig{Concurrency: 1, SchedulerInterval: 10 * time.Millisecond}))
@@ -251,20 +252,20 @@ func TestUnique_CancelReleasesKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var entry string
+		var m *streamq.Message
 		select {
-		case entry = <-started:
+		case m = <-started:
 		case <-time.After(10 * time.Second):
 			t.Fatal("the delayed job did not run within 10s")
 		}
-		if entry == id {
-			t.Fatalf("stream entry ID %q equals the delayed-set ID", entry)
+		if m.ID != id || m.EntryID == id {
+			t.Fatalf("running copy: ID %q, EntryID %q; want the ID %q and a stream entry ID of its own", m.ID, m.EntryID, id)
 		}
 		dup, err := p.Enqueue(ctx, []byte("soon"), streamq.Unique("k", time.Hour))
 		if !errors.Is(err, streamq.ErrDuplicate) || dup != id {
-			t.Fatalf("enqueue while the job runs: id %q err %v, want the delayed-set ID %q and ErrDuplicate", dup, err, id)
+			t.Fatalf("enqueue while the job runs: id %q err %v, want the job's ID %q and ErrDuplicate", dup, err, id)
 		}
-		if ok, err := q.Cancel(ctx, dup); err != nil || ok {
+		if ok, err := q.CancelDelayed(ctx, dup); err != nil || ok {
 			t.Fatalf("Cancel of a job already in the stream = %v, %v; want false", ok, err)
 		}
 		if _, err := p.Enqueue(ctx, []byte("soon"), streamq.Unique("k", time.Hour)); !errors.Is(err, streamq.ErrDuplicate) {

@@ -102,6 +102,7 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 			Key:     p.Lease,
 			ID:      id,
 			Packed:  p.Data,
+			JobID:   wire.PackedJobID(p.Data),
 			Prior:   p.Count,
 			Charged: true,
 			Suspect: p.Count > 0 || strings.Contains(p.Data, crashedMark),
@@ -194,10 +195,14 @@ func (b *backend) Touch(ctx context.Context, leases []string) ([]string, error) 
 func (b *backend) Finish(ctx context.Context, done []engine.Finished) error {
 	leases := make([]string, len(done))
 	ids := make([]string, len(done))
+	var jids []string
 	for i, f := range done {
 		leases[i], ids[i] = f.Key, f.ID
+		if f.Moved != "" {
+			jids = append(jids, f.Moved)
+		}
 	}
-	_, left, err := b.pq.db.Finish(ctx, rdb.FinishParams{Leases: leases, IDs: ids})
+	_, left, err := b.pq.db.Finish(ctx, rdb.FinishParams{Leases: leases, IDs: ids, JobIDs: jids})
 	if err == nil && left > 0 {
 		b.w.run.Mon.Log.Info("priority: finished jobs had expired leases and are held by other workers now; they run again there", "count", left)
 	}

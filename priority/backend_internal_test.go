@@ -395,7 +395,7 @@ func TestWorker_ExpiredLeaseRunsAgain(t *testing.T) {
 		t.Errorf("job %q ran although it was over MaxDeliveries", m.Payload)
 	default:
 	}
-	if s := w.Stats(); s.Expired != 2 {
+	if s := w.Stats(); s.Reclaimed != 2 {
 		t.Errorf("stats %+v, want 2 expired leases reaped", s)
 	}
 }

@@ -43,7 +43,7 @@ func TestWorker_CancelAndProgress(t *testing.T) {
 		if err := streamq.SetProgress(ctx, 10, "started"); err != nil {
 			t.Errorf("SetProgress: %v", err)
 		}
-		started <- m.JobID
+		started <- m.ID
 		select {
 		case <-ctx.Done():
 			causes <- context.Cause(ctx)

@@ -13,8 +13,8 @@ import (
 // queue that moves every stream job into pq's priority set, at the priority
 // of its [HeaderPriority] header (see [WithPriority]; without the header,
 // QueueConfig.DefaultPriority). The job keeps its payload, headers, enqueue
-// time, attempts and last error; its ID in the priority set is its stream
-// entry ID.
+// time, attempts, last error and ID ([streamq.Message.ID]); its job ID in
+// the priority set is its stream entry ID (Message.EntryID).
 //
 // The move is one Lua script that adds the job to the priority set and
 // acknowledges (XACK) its stream entry, and does nothing if the entry is no
@@ -61,7 +61,14 @@ func (pq *Queue) forward(ctx context.Context, msg *streamq.Message) error {
 		LastError: msg.LastError,
 		Opts:      pq.core.MessageOpts(msg),
 	}
-	if err := pq.db.Forward(ctx, rdb.ForwardParams{ID: msg.ID, Score: pq.score(p), Data: wire.Pack(wj.Args())}); err != nil {
+	entry := msg.EntryID
+	if entry == "" { // a Message made by hand: one ID for both
+		entry = msg.ID
+	}
+	if msg.ID != entry {
+		wj.JobID = msg.ID // the job keeps its ID (see streamq.Message.ID)
+	}
+	if err := pq.db.Forward(ctx, rdb.ForwardParams{ID: entry, JobID: wj.JobID, Score: pq.score(p), Data: wire.Pack(wj.Args())}); err != nil {
 		return fmt.Errorf("priority: forward %s into %s: %w", msg.ID, pq.keys.Ready, err)
 	}
 	return nil

@@ -51,7 +51,7 @@ func readEntry(t testing.TB, e *env) *streamq.Message {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := &streamq.Message{ID: m.ID, Queue: e.q.Name(), Group: e.q.Group(), Payload: j.Payload, Headers: j.Headers,
+	msg := &streamq.Message{ID: m.ID, EntryID: m.ID, Queue: e.q.Name(), Group: e.q.Group(), Payload: j.Payload, Headers: j.Headers,
 		Attempt: j.Attempt + 1, Key: j.Key, LastError: j.LastError}
 	if j.EnqMillis > 0 {
 		msg.EnqueuedAt = time.UnixMilli(j.EnqMillis)

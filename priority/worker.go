@@ -147,9 +147,25 @@ type WorkerStats struct {
 	Retried      int64 // moved to the delayed set (or straight back) for a retry
 	Postponed    int64 // handed back by the handler with streamq.Postpone (not failures)
 	DeadLettered int64 // moved to the queue's dead-letter stream
-	Expired      int64 // expired leases this worker's reaper returned to the ready set
-	ClaimsLost   int64 // running jobs whose lease expired, so they may run elsewhere
-	Missing      int64 // ready jobs found without their data (deleted by someone else)
+	// Reclaimed counts the jobs this worker's reaper took back from workers
+	// that stopped answering (expired leases returned to the ready set),
+	// as [streamq.ConsumerStats].Reclaimed does for stream consumers.
+	Reclaimed  int64
+	ClaimsLost int64 // running jobs whose lease expired, so they may run elsewhere
+	// Deleted counts ready jobs found without their data (deleted by
+	// someone else), as streamq.ConsumerStats.Deleted does for stream
+	// entries.
+	Deleted int64
+
+	// Expired is Reclaimed.
+	//
+	// Deprecated: use Reclaimed, the name every other surface (ConsumerStats,
+	// streamq.EventReclaimed, the metric streamq.jobs.reclaimed) uses.
+	Expired int64
+	// Missing is Deleted.
+	//
+	// Deprecated: use Deleted, the name of ConsumerStats.
+	Missing int64
 }
 
 // Worker runs a [streamq.Handler] for the jobs of a priority [Queue], most
@@ -230,8 +246,10 @@ func (w *Worker) Stats() WorkerStats {
 		Retried:      s.Retried,
 		Postponed:    s.Postponed,
 		DeadLettered: s.DeadLettered,
-		Expired:      s.Reclaimed,
+		Reclaimed:    s.Reclaimed,
 		ClaimsLost:   s.ClaimsLost,
+		Deleted:      s.Deleted,
+		Expired:      s.Reclaimed,
 		Missing:      s.Deleted,
 	}
 }

@@ -650,7 +650,7 @@ func TestWorker_KeepAliveExtendsLease(t *testing.T) {
 	})
 	close(release)
 	redistest.WaitFor(t, waitTimeout, "the job processed", func() bool { return w.Stats().Processed == 1 })
-	if s := w.Stats(); s.Expired != 0 || s.ClaimsLost != 0 || s.Failed != 0 {
+	if s := w.Stats(); s.Reclaimed != 0 || s.ClaimsLost != 0 || s.Failed != 0 {
 		t.Errorf("stats %+v, want the long job neither expired nor cancelled", s)
 	}
 	e.waitStats(t, priority.Stats{})
@@ -827,7 +827,7 @@ func TestWorker_LostPopReplyRunsOnce(t *testing.T) {
 	if len(attempts) != 6 {
 		t.Errorf("ran %d distinct jobs, want 6: %v", len(attempts), attempts)
 	}
-	if s := w.Stats(); s.Processed != 6 || s.Expired != 0 || s.DeadLettered != 0 {
+	if s := w.Stats(); s.Processed != 6 || s.Reclaimed != 0 || s.DeadLettered != 0 {
 		t.Errorf("worker stats %+v: want 6 processed, no lease expired, nothing dead-lettered", s)
 	}
 	if dls := deadLetters(t, e.q); len(dls) != 0 {

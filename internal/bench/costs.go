@@ -62,6 +62,10 @@ func costVariants(payload []byte) []costVariant {
 			_, err := p.Enqueue(ctx, payload, streamq.Unique("k"+strconv.Itoa(i), time.Hour))
 			return err
 		}},
+		{name: "job ID", enqueue: func(ctx context.Context, p *streamq.Producer, _ *priority.Queue, i int) error {
+			_, err := p.Enqueue(ctx, payload, streamq.WithJobID("job-"+strconv.Itoa(i)))
+			return err
+		}},
 		{name: "typed (JSON args)", handler: typed, enqueue: func(ctx context.Context, p *streamq.Producer, _ *priority.Queue, i int) error {
 			_, err := streamq.EnqueueArgs(ctx, p, costArgs{Customer: "customer-42", Invoice: i, Note: "a typed job of about one hundred bytes"})
 			return err

@@ -87,6 +87,10 @@ type Delivery struct {
 	// backend that stores them packed sets Packed instead.
 	Fields map[string]any
 	Packed string
+	// JobID is the stable ID a packed job carries (a forwarded copy that
+	// was moved or has a chosen ID; see [wire.PackedJobID]), "" when none:
+	// the engine reads the jid field of Fields itself.
+	JobID string
 	// Prior counts the starts of this copy of the job counted before this
 	// delivery: each was cut short by a crash (a start that ended with a
 	// verdict replaced the copy).
@@ -106,8 +110,9 @@ type Delivery struct {
 type Finished struct {
 	Key, ID     string
 	Lock, Token string // unique-key lock to release, if any
-	// Moved is the job's stable ID if this copy was written by a move
-	// (retry, requeue: its trail entry is to be removed), else "".
+	// Moved is the job's stable ID if this copy carries one (written by a
+	// move: retry, requeue; or enqueued with a chosen ID): its trail entry
+	// is to be removed, and a chosen ID leaves its done marker. Else "".
 	Moved string
 }
 

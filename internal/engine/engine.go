@@ -546,14 +546,14 @@ func (r *run[F]) fields(d *Delivery) map[string]any {
 // first: if this worker dies while the job waits, the job was not started.
 func (r *run[F]) wait(ctx context.Context, j *pool.Job[slot[F]]) {
 	d := &j.Val.d
-	r.mon.Log.InfoContext(ctx, "streamq: job whose earlier runs were cut short makes its last attempt alone", "job_id", d.ID, "crashed_runs", d.Prior)
+	r.mon.Log.InfoContext(ctx, "streamq: job whose earlier runs were cut short makes its last attempt alone", "job_id", stableID(d), "msg_id", d.ID, "crashed_runs", d.Prior)
 	if d.Charged {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 		held, err := r.b.Charge(cctx, d, false)
 		cancel()
 		switch {
 		case err != nil:
-			r.mon.Log.WarnContext(ctx, "streamq: cannot take back the count of a waiting job's start", "job_id", d.ID, "error", err)
+			r.mon.Log.WarnContext(ctx, "streamq: cannot take back the count of a waiting job's start", "job_id", stableID(d), "msg_id", d.ID, "error", err)
 		case !held:
 			r.pool.Settle(j)
 			r.pool.Unregister(j)
@@ -691,7 +691,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	case errors.Is(cause, r.cfg.LostCause):
 		// Another worker holds the job now; settling it here would race.
 		r.mon.failed.Add(1)
-		r.mon.Log.Info("streamq: job failed after its claim was lost; its new holder settles it", "job_id", d.ID, "error", err)
+		r.mon.Log.Info("streamq: job failed after its claim was lost; its new holder settles it", "job_id", stableID(d), "msg_id", d.ID, "error", err)
 	case errors.Is(cause, r.cfg.ShutdownCause):
 		// The handler stopped because of the shutdown: hand the job back
 		// at once without charging the attempt. Its handler has returned,
@@ -750,7 +750,7 @@ func (r *run[F]) charge(j *pool.Job[slot[F]]) bool {
 	}
 	r.pool.Settle(j)
 	if err != nil {
-		r.mon.Log.Error("streamq: cannot count the start of a job; it is left to be taken over later", "job_id", j.Val.d.ID, "error", err)
+		r.mon.Log.Error("streamq: cannot count the start of a job; it is left to be taken over later", "job_id", stableID(&j.Val.d), "msg_id", j.Val.d.ID, "error", err)
 		r.b.Abandon(j.Key)
 	}
 	return false
@@ -838,15 +838,15 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn Run, cause error, charged bool, d
 	}
 	switch {
 	case err != nil:
-		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", d.ID, "error", err)
+		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", stableID(d), "msg_id", d.ID, "error", err)
 		r.b.Abandon(j.Key)
 	case !moved:
-		r.mon.Log.Info("streamq: job was taken over by another worker before it was settled; leaving it", "job_id", d.ID)
+		r.mon.Log.Info("streamq: job was taken over by another worker before it was settled; leaving it", "job_id", stableID(d), "msg_id", d.ID)
 	default:
 		if kind == EventPostponed {
-			r.mon.Log.Debug("streamq: job postponed", "job_id", d.ID, "retry_in", delay, "reason", cause)
+			r.mon.Log.Debug("streamq: job postponed", "job_id", stableID(d), "msg_id", d.ID, "retry_in", delay, "reason", cause)
 		} else {
-			r.mon.Log.Debug("streamq: job failed, retrying", "job_id", d.ID, "attempt", rn.Attempt, "retry_in", delay, "error", cause)
+			r.mon.Log.Debug("streamq: job failed, retrying", "job_id", stableID(d), "msg_id", d.ID, "attempt", rn.Attempt, "retry_in", delay, "error", cause)
 		}
 		r.mon.Event(ctx, Event{Kind: kind, ID: d.ID, Run: &rn, Err: cause, Delay: delay})
 	}
@@ -920,12 +920,12 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn Run, reason string, cause e
 	id, err := r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: jid, Failed: true}, wire.DeadLetterArgs(dl, raw, headers))
 	switch {
 	case err != nil:
-		r.mon.Log.Error("streamq: cannot dead-letter job; it stays held and is taken over later", "job_id", d.ID, "reason", reason, "error", err)
+		r.mon.Log.Error("streamq: cannot dead-letter job; it stays held and is taken over later", "job_id", stableID(d), "msg_id", d.ID, "reason", reason, "error", err)
 		r.b.Abandon(j.Key)
 	case id == "":
-		r.mon.Log.Info("streamq: job was taken over by another worker before it was dead-lettered; leaving it", "job_id", d.ID)
+		r.mon.Log.Info("streamq: job was taken over by another worker before it was dead-lettered; leaving it", "job_id", stableID(d), "msg_id", d.ID)
 	default:
-		r.mon.DeadLettered(reason, "job_id", d.ID, "dead_letter_id", id, "attempts", attempts, "error", cause)
+		r.mon.DeadLettered(reason, "job_id", stableID(d), "msg_id", d.ID, "dead_letter_id", id, "attempts", attempts, "error", cause)
 		ev := Event{Kind: EventDeadLettered, ID: d.ID, Err: cause, Reason: reason}
 		if !malformed {
 			ev.Run = &rn
@@ -974,7 +974,7 @@ func (r *run[F]) flush(batch []finished[F]) {
 func (r *run[F]) keepAlive(ctx context.Context) {
 	r.pool.KeepAlive(ctx, r.cfg.TouchEvery, r.cfg.TouchTimeout, r.b.Touch,
 		func(j *pool.Job[slot[F]]) {
-			r.mon.Log.Warn("streamq: a running job was taken over by another worker; cancelling it here", "job_id", j.Val.d.ID)
+			r.mon.Log.Warn("streamq: a running job was taken over by another worker; cancelling it here", "job_id", stableID(&j.Val.d), "msg_id", j.Val.d.ID)
 			r.mon.Event(ctx, Event{Kind: EventClaimLost, ID: j.Val.d.ID})
 		},
 		func(err error) { r.mon.Log.Warn("streamq: cannot refresh the claims of held jobs", "error", err) })
@@ -1038,6 +1038,9 @@ func errString(err error) string {
 // while the job runs: the fields of a stream delivery never change, and
 // those of a packed (priority) one are not looked at.
 func stableID(d *Delivery) string {
+	if d.JobID != "" {
+		return d.JobID
+	}
 	if d.Packed == "" && d.Fields != nil {
 		if s, ok := wire.Str(d.Fields[wire.FieldJobID]); ok && s != "" {
 			return s

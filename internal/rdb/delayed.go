@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -213,26 +214,30 @@ func (q *Queue) DelayedKey(ctx context.Context, id string) (key, token string, f
 	return res[0], res[1], true, nil
 }
 
-// scriptCancel removes a job from the delayed set before it is due and
-// releases its unique-key lock.
+// scriptCancel removes a job from the delayed set before it is due,
+// forgets its trail and releases its unique-key lock.
 //
-// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] (optional)
-// the job's unique-key lock; last, the memo hash
-// ARGV[1] the job's delayed-set ID, ARGV[2] its lock token (with KEYS[3]);
-// then the memo token and TTL
+// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] trail hash,
+// KEYS[4] (optional) the job's unique-key lock; last, the memo hash
+// ARGV[1] the job's delayed-set ID, ARGV[2] its lock token (with KEYS[4]),
+// ARGV[3] its stable ID; then the memo token and TTL
 // Returns 1 if the job was removed, 0 if it was not there (already moved
 // into the stream, or unknown); the lock is only released on 1. A re-sent
 // call returns what the first returned.
 var scriptCancel = redis.NewScript(idempotent(streamLib, `
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-if n == 1 and KEYS[3] then unlock(KEYS[3], ARGV[2]) end
+if n == 1 then
+  if redis.call('HGET', KEYS[3], ARGV[3]) == 'd:' .. ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[3]) end
+  if KEYS[4] then unlock(KEYS[4], ARGV[2]) end
+end
 return n
 `))
 
 // CancelParams are one call of scriptCancel.
 type CancelParams struct {
 	ID    string // the job's delayed-set ID
+	JobID string // its stable ID ("": ID)
 	Key   string // its unique key ("": none)
 	Token string // the lock token of its unique key
 	Memo  Memo   // the call's memo (zero: a fresh one), the same for every send of it
@@ -240,11 +245,32 @@ type CancelParams struct {
 
 // Cancel runs scriptCancel and reports whether the job was removed.
 func (q *Queue) Cancel(ctx context.Context, p CancelParams) (bool, error) {
-	keys := []string{q.keys.Delayed, q.keys.DelayedJobs}
+	keys := []string{q.keys.Delayed, q.keys.DelayedJobs, q.keys.Trail}
 	if p.Key != "" {
 		keys = append(keys, q.keys.Unique(p.Key))
 	}
-	cmd, _ := q.runWrite(ctx, scriptCancel, q.memoOr(p.Memo), Replicas{}, keys, []any{p.ID, p.Token})
+	jid := p.JobID
+	if jid == "" {
+		jid = p.ID
+	}
+	cmd, _ := q.runWrite(ctx, scriptCancel, q.memoOr(p.Memo), Replicas{}, keys, []any{p.ID, p.Token, jid})
 	n, err := cmd.Int()
 	return n == 1, err
+}
+
+// DelayedMember returns the delayed-set ID of the job with stable ID id:
+// where the trail says it waits, else id itself (a delayed job's generated
+// ID is its delayed-set ID).
+func (q *Queue) DelayedMember(ctx context.Context, id string) (string, error) {
+	loc, err := q.client.HGet(ctx, q.keys.Trail, id).Result()
+	if errors.Is(err, redis.Nil) {
+		return id, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if m, ok := strings.CutPrefix(loc, TrailDelayed); ok {
+		return m, nil
+	}
+	return id, nil
 }

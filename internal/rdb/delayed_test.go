@@ -15,7 +15,7 @@ func TestNewDelayedID_Unique(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
 		id := NewDelayedID()
-		if seen[id] || !strings.HasPrefix(id, "d-") || len(id) != 26 {
+		if seen[id] || !Generated(id) || len(strings.SplitN(id, "-", 2)[1]) != 19 {
 			t.Fatalf("ID %q repeated or malformed", id)
 		}
 		seen[id] = true
@@ -174,15 +174,15 @@ func TestQueue_Promote_Corrupt(t *testing.T) {
 func TestQueue_DelayedKeyAndCancel(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{})
-	j := &wire.Job{Payload: []byte("p"), Key: "k", KeyToken: "tok"}
-	j.JobID = NewDelayedID()
-	if ok, _, err := e.q.EnqueueUnique(e.ctx, &EnqueueUniqueParams{Job: j, LockTTL: time.Hour, Due: time.Now().Add(time.Hour)}); !ok || err != nil {
-		t.Fatal(ok, err)
+	j := &wire.Job{Payload: []byte("p")}
+	p := &EnqueueOneParams{Job: j, Lock: Lock{Mode: LockUnique, Key: "k", TTL: time.Hour}, Due: time.Now().Add(time.Hour)}
+	if outcome, _, err := e.q.EnqueueOne(e.ctx, p); outcome != Enqueued || err != nil {
+		t.Fatal(outcome, err)
 	}
 	// DelayedKey only reads: a second call answers the same.
 	for range 2 {
 		key, tok, found, err := e.q.DelayedKey(e.ctx, j.JobID)
-		if err != nil || !found || key != "k" || tok != "tok" {
+		if err != nil || !found || key != "k" || tok != j.KeyToken || tok == "" {
 			t.Fatalf("DelayedKey: %q %q %v %v", key, tok, found, err)
 		}
 	}
@@ -190,7 +190,7 @@ func TestQueue_DelayedKeyAndCancel(t *testing.T) {
 		t.Errorf("DelayedKey of an unknown job: found %v, %v", found, err)
 	}
 	m := e.q.NewMemo()
-	ok, err := e.q.Cancel(e.ctx, CancelParams{ID: j.JobID, Key: "k", Token: "tok", Memo: m})
+	ok, err := e.q.Cancel(e.ctx, CancelParams{ID: j.JobID, Key: "k", Token: j.KeyToken, Memo: m})
 	if err != nil || !ok {
 		t.Fatalf("Cancel: %v, %v", ok, err)
 	}
@@ -202,7 +202,7 @@ func TestQueue_DelayedKeyAndCancel(t *testing.T) {
 	}
 	// Sent again after a lost reply: the first reply, not "not there".
 	before := e.snapshot()
-	if ok, err := e.q.Cancel(e.ctx, CancelParams{ID: j.JobID, Key: "k", Token: "tok", Memo: m}); !ok || err != nil {
+	if ok, err := e.q.Cancel(e.ctx, CancelParams{ID: j.JobID, Key: "k", Token: j.KeyToken, Memo: m}); !ok || err != nil {
 		t.Errorf("re-sent Cancel: %v, %v; want true", ok, err)
 	}
 	e.unchanged("a re-sent cancel", before)

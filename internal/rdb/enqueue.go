@@ -265,76 +265,232 @@ func entryIDs(res any, ids []string) error {
 	return fmt.Errorf("unexpected enqueue reply %T", res)
 }
 
-// scriptEnqueueUnique enqueues one job under a unique-key lock.
+// scriptEnqueueOne enqueues one job into the stream (under the cap) or the
+// delayed set, with a job ID its producer chose and under a lock of a dedup
+// mode, each optional:
 //
-// KEYS[1] stream, KEYS[2] lock key, KEYS[3] delayed sorted set, KEYS[4]
-// delayed job hash, KEYS[5] memo hash
-// ARGV[1] cap (0 or less: none), ARGV[2] lock TTL (ms), ARGV[3] lock token,
-// ARGV[4] due time (see due_at: "+<ms>" after the server's time, Unix ms,
-// or "0": enqueue into the stream now), ARGV[5]
-// delayed-set ID (when due > 0), ARGV[6..] field/value arguments of the
-// job; then the memo token and TTL.
-// Returns {1, job ID} when enqueued, {0, existing job ID} when the lock is
-// held by another job, or a QUEUEFULL error reply. A re-sent call returns
-// what the first returned: its own job, not a duplicate of it (even when
-// that job already ran and released the key).
-var scriptEnqueueUnique = redis.NewScript(idempotent(streamLib, `
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return {0, redis.call('HGET', KEYS[2], 'id') or ''}
+//   - a chosen job ID is refused when the trail knows it (the job lives) or
+//     its done marker exists (it finished within the done retention); the
+//     trail records where the new job lives from the start;
+//   - "unique": a lock released when the job finishes (succeeds or is
+//     dead-lettered) and expiring after its TTL in any case; with states,
+//     it holds only while its job is in one of them ('w' waiting in the
+//     stream, 'd' delayed: scheduled or retrying, 'r' running; a job of a
+//     priority set counts as waiting and running), and a job found in none
+//     of them loses it to the new job;
+//   - "throttle": a lock never released: the first job of each window wins;
+//   - "debounce": while the lock's job still waits in the delayed set, the
+//     call replaces its fields (keeping its stable ID) and moves its start
+//     to the quiet period after now; else the job is stored to run after
+//     the quiet period, and takes the lock.
+//
+// Due times of debounced jobs are the server's (TIME).
+//
+// KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
+// KEYS[4] trail hash, KEYS[5] done marker of the chosen ID (any key of the
+// queue without one), KEYS[6] lock key (any key of the queue without a
+// lock), KEYS[7] dead-letter stream, KEYS[8] memo hash
+// ARGV[1] cap (0 or less: none), ARGV[2] due time (see due_at: "+<ms>"
+// after the server's time, Unix ms, or "0": into the stream now), ARGV[3] delayed-set ID (for a delayed job), ARGV[4] chosen
+// job ID ("": none), ARGV[5] lock mode ("", "unique", "throttle",
+// "debounce"), ARGV[6] lock TTL (ms; the quiet period for "debounce"),
+// ARGV[7] lock token, ARGV[8] group, ARGV[9] states of a "unique" lock (""
+// for all), ARGV[10..] field/value arguments of the job; then the memo token
+// and TTL.
+// Returns {1, job ID} when enqueued, {0, existing job ID} for a duplicate
+// (the chosen ID is taken, or the lock is held), {2, job ID} when a waiting
+// debounced job was updated, or a QUEUEFULL error reply. A re-sent call
+// returns what the first returned.
+var scriptEnqueueOne = redis.NewScript(idempotent(streamLib+inspectLib, `
+local stream, delayed, jobs, trail, done, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local due, member, jid, mode, ttl = due_at(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+-- lives reports whether trail location loc still holds a job (a location
+-- left behind by an operator's manual change does not keep an ID taken).
+local function lives(loc)
+  local kind, at = string.sub(loc, 1, 1), string.sub(loc, 3)
+  if kind == 'd' then return redis.call('ZSCORE', delayed, at) ~= false end
+  if kind == 's' then return #redis.call('XRANGE', stream, at, at) > 0 end
+  if kind == 'x' then return #redis.call('XRANGE', KEYS[7], at, at) > 0 end
+  return true
 end
-local id
-local due = due_at(ARGV[4])
+if jid ~= '' then
+  if redis.call('EXISTS', done) == 1 then return {0, jid} end
+  local loc = redis.call('HGET', trail, jid)
+  if loc and lives(loc) then return {0, jid} end
+end
+-- state returns the state letter of the job with stable ID id: 'w', 'd',
+-- 'r', 'p' (in a priority set), or '-' (finished or gone).
+local function state(id)
+  local loc = redis.call('HGET', trail, id)
+  local kind, at = 's', id
+  if loc then
+    kind, at = string.sub(loc, 1, 1), string.sub(loc, 3)
+  elseif redis.call('ZSCORE', delayed, id) then
+    return 'd'
+  end
+  if kind == 'd' then
+    if redis.call('ZSCORE', delayed, at) then return 'd' end
+  elseif kind == 'p' then
+    return 'p'
+  elseif kind == 's' and string.match(at, '^%d+%-?%d*$') then
+    local s = entry_state(stream, ARGV[8], at)
+    if s == 'waiting' then return 'w' elseif s == 'running' then return 'r' end
+  end
+  return '-'
+end
+local fields = {unpack(ARGV, 10)}
+local held_by_other = mode ~= '' and redis.call('EXISTS', lock) == 1
+if held_by_other then
+  local held = redis.call('HGET', lock, 'id') or ''
+  if mode == 'debounce' then
+    local m = redis.call('HGET', lock, 'member')
+    if m and redis.call('ZSCORE', delayed, m) then
+      for i = 1, #fields - 1, 2 do
+        if fields[i] == 'jid' then fields[i + 1] = held end
+      end
+      redis.call('HSET', jobs, m, cmsgpack.pack(fields))
+      redis.call('ZADD', delayed, now_ms() + ttl, m)
+      redis.call('PEXPIRE', lock, ttl + 3600000)
+      return {2, held}
+    end
+  elseif mode ~= 'unique' or ARGV[9] == '' then
+    return {0, held}
+  else
+    local s = state(held)
+    if s == 'p' then s = 'wr' end
+    if s ~= '-' and string.find(ARGV[9], s, 1, true) then return {0, held} end
+  end
+end
+local id, at
+if mode == 'debounce' then due = now_ms() + ttl end
 if due > 0 then
-  id = ARGV[5]
-  redis.call('HSET', KEYS[4], id, cmsgpack.pack({unpack(ARGV, 6)}))
-  redis.call('ZADD', KEYS[3], due, id)
+  redis.call('HSET', jobs, member, cmsgpack.pack(fields))
+  redis.call('ZADD', delayed, due, member)
+  id, at = member, 'd:' .. member
 else
-  local full = no_room(KEYS[1], tonumber(ARGV[1]), 1)
+  local full = no_room(stream, tonumber(ARGV[1]), 1)
   if full then return redis.error_reply(full) end
-  id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, 6))
+  id = redis.call('XADD', stream, '*', unpack(fields))
+  at = 's:' .. id
 end
-redis.call('HSET', KEYS[2], 'token', ARGV[3], 'id', id)
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if jid ~= '' then
+  redis.call('HSET', trail, jid, at)
+  id = jid
+end
+if mode ~= '' then
+  if held_by_other then redis.call('DEL', lock) end -- taken over from a job past its states
+  redis.call('HSET', lock, 'token', ARGV[7], 'id', id)
+  if mode == 'debounce' then
+    redis.call('HSET', lock, 'member', member)
+    ttl = ttl + 3600000
+  end
+  redis.call('PEXPIRE', lock, ttl)
+end
 return {1, id}
 `))
 
-// EnqueueUniqueParams are one call of scriptEnqueueUnique.
-type EnqueueUniqueParams struct {
-	// Job is the job; its Key is the unique key and its KeyToken the lock's
-	// token. A delayed job's JobID is its delayed-set ID.
+// Lock modes of [EnqueueOneParams] (see scriptEnqueueOne).
+const (
+	LockUnique   = "unique"
+	LockThrottle = "throttle"
+	LockDebounce = "debounce"
+)
+
+// Lock is the dedup lock of one enqueue (see scriptEnqueueOne).
+type Lock struct {
+	Mode string // LockUnique, LockThrottle or LockDebounce ("": no lock)
+	Key  string // the dedup key
+	// TTL is how long the lock lives at most (a debounce's quiet period:
+	// the job runs after it, counted from the last enqueue).
+	TTL time.Duration
+	// States limits a unique lock to a job in these states: letters 'w'
+	// (waiting), 'd' (delayed or retrying), 'r' (running); "": all.
+	States string
+}
+
+// key returns the Redis key of the lock.
+func (l *Lock) key(k *Keys) string {
+	switch l.Mode {
+	case LockThrottle:
+		return k.base + "throttle:" + l.Key
+	case LockDebounce:
+		return k.base + "debounce:" + l.Key
+	case LockUnique:
+		return k.Unique(l.Key)
+	}
+	return k.Stream // no lock: any key of the queue
+}
+
+// Enqueue outcomes of [Queue.EnqueueOne].
+const (
+	Duplicate = 0 // the chosen ID is taken or the lock held: nothing written
+	Enqueued  = 1 // the job was stored
+	Debounced = 2 // a waiting debounced job was updated in place
+)
+
+// EnqueueOneParams are one call of scriptEnqueueOne.
+type EnqueueOneParams struct {
+	// Job is the job. EnqueueOne sets its JobID (the chosen ID, or a
+	// delayed job's generated one) and, for a unique lock, its Key and
+	// KeyToken.
 	Job *wire.Job
-	// LockTTL is how long the lock lives at most.
-	LockTTL time.Duration
+	// ID is the job ID the producer chose ("": one is generated).
+	ID string
 	// Due is when a delayed job is due, unless In is set (both zero: the
-	// job goes into the stream now, under the queue's cap).
+	// job goes into the stream now, under the queue's cap). A debounced job
+	// is due after its quiet period whatever they say.
 	Due time.Time
 	// In is how long after the server's time a delayed job is due.
 	In time.Duration
+	// Lock is the dedup lock (zero Mode: none).
+	Lock Lock
 	// Replicas is what the write waits for (zero: none).
 	Replicas Replicas
 	Memo     Memo // the call's memo (zero: a fresh one), the same for every send of it
 }
 
-// EnqueueUnique runs scriptEnqueueUnique. It reports whether the job was
-// enqueued and its ID (the existing job's when the key is taken). A refusal
-// wraps [ErrQueueFull]. A write that p.Replicas did not acknowledge returns
-// its result and a [*streamqtype.NotReplicatedError].
-func (q *Queue) EnqueueUnique(ctx context.Context, p *EnqueueUniqueParams) (bool, string, error) {
-	due := DueArg(p.Due, p.In)
+// EnqueueOne runs scriptEnqueueOne. It returns the outcome and the job's
+// ID (the existing job's for a Duplicate). A refusal wraps
+// [ErrQueueFull]. A write that p.Replicas did not acknowledge returns its
+// result and a [*streamqtype.NotReplicatedError].
+func (q *Queue) EnqueueOne(ctx context.Context, p *EnqueueOneParams) (int, string, error) {
+	due := "0"
+	var member string
 	j := p.Job
-	args := append([]any{q.maxLen, p.LockTTL.Milliseconds(), j.KeyToken, due, j.JobID}, j.Args()...)
-	keys := []string{q.keys.Stream, q.keys.Unique(j.Key), q.keys.Delayed, q.keys.DelayedJobs}
-	cmd, werr := q.runWrite(ctx, scriptEnqueueUnique, q.memoOr(p.Memo), p.Replicas, keys, args)
+	j.JobID = p.ID
+	if !p.Due.IsZero() || p.In > 0 || p.Lock.Mode == LockDebounce {
+		member = q.NewDelayedID()
+		if j.JobID == "" {
+			j.JobID = member
+		}
+		if !p.Due.IsZero() || p.In > 0 {
+			due = DueArg(p.Due, p.In)
+		}
+	}
+	var token string
+	if p.Lock.Mode != "" {
+		token = NewToken()
+	}
+	if p.Lock.Mode == LockUnique {
+		j.Key, j.KeyToken = p.Lock.Key, token
+	}
+	done := q.keys.Stream
+	if p.ID != "" {
+		done = q.keys.Done(p.ID)
+	}
+	args := append([]any{q.maxLen, due, member, p.ID, p.Lock.Mode, p.Lock.TTL.Milliseconds(), token, q.group, p.Lock.States}, j.Args()...)
+	keys := []string{q.keys.Stream, q.keys.Delayed, q.keys.DelayedJobs, q.keys.Trail, done, p.Lock.key(&q.keys), q.keys.Dead}
+	cmd, werr := q.runWrite(ctx, scriptEnqueueOne, q.memoOr(p.Memo), p.Replicas, keys, args)
 	res, err := cmd.Slice()
 	if err != nil {
-		return false, "", Translate(err)
+		return 0, "", Translate(err)
 	}
 	if len(res) != 2 {
-		return false, "", fmt.Errorf("unexpected reply with %d elements", len(res))
+		return 0, "", fmt.Errorf("unexpected reply with %d elements", len(res))
 	}
-	ok, _ := res[0].(int64)
+	outcome, _ := res[0].(int64)
 	id, _ := res[1].(string)
-	return ok == 1, id, werr
+	return int(outcome), id, werr
 }
 
 // scriptTrim trims acknowledged history, a bounded part per call: whole

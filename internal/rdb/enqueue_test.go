@@ -177,35 +177,42 @@ func TestQueue_Enqueue_CapBound(t *testing.T) {
 	}
 }
 
-func TestQueue_EnqueueUnique(t *testing.T) {
+func TestQueue_EnqueueOne_Unique(t *testing.T) {
 	t.Parallel()
 	for _, delayed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("delayed=%v", delayed), func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, Config{})
-			unique := func(payload, token string, m Memo) (bool, string, error) {
-				j := &wire.Job{Payload: []byte(payload), EnqMillis: 1, Key: "k", KeyToken: token}
-				p := &EnqueueUniqueParams{Job: j, LockTTL: time.Minute, Memo: m}
-				if delayed {
-					j.JobID, p.Due = NewDelayedID(), time.Now().Add(time.Hour)
+			var first *wire.Job
+			unique := func(payload string, m Memo) (int, string, error) {
+				j := &wire.Job{Payload: []byte(payload), EnqMillis: 1}
+				if first == nil {
+					first = j
 				}
-				return e.q.EnqueueUnique(e.ctx, p)
+				p := &EnqueueOneParams{Job: j, Lock: Lock{Mode: LockUnique, Key: "k", TTL: time.Minute}, Memo: m}
+				if delayed {
+					p.Due = time.Now().Add(time.Hour)
+				}
+				return e.q.EnqueueOne(e.ctx, p)
 			}
 			m := e.q.NewMemo()
-			ok, id, err := unique("first", "t1", m)
-			if err != nil || !ok || id == "" {
-				t.Fatalf("EnqueueUnique: %v %q %v", ok, id, err)
+			got, id, err := unique("first", m)
+			if err != nil || got != Enqueued || id == "" {
+				t.Fatalf("EnqueueOne: %v %q %v", got, id, err)
 			}
 			if delayed && (e.card(e.k.Delayed) != 1 || e.card(e.k.Stream) != 0) || !delayed && e.card(e.k.Stream) != 1 {
 				t.Fatalf("the job is not where it belongs: stream %d, delayed %d", e.card(e.k.Stream), e.card(e.k.Delayed))
 			}
-			if tok, _ := e.c.HGet(e.ctx, e.k.Unique("k"), "token").Result(); tok != "t1" {
-				t.Errorf("lock token %q, want t1", tok)
+			if delayed && (first.JobID != id || !Generated(id)) {
+				t.Errorf("delayed job's ID %q, its jid %q: want one generated ID", id, first.JobID)
+			}
+			if tok, _ := e.c.HGet(e.ctx, e.k.Unique("k"), "token").Result(); tok != first.KeyToken || tok == "" {
+				t.Errorf("lock token %q, want the job's %q", tok, first.KeyToken)
 			}
 			// Another job with the key gets the holder's ID.
-			ok2, id2, err := unique("second", "t2", Memo{})
-			if err != nil || ok2 || id2 != id {
-				t.Fatalf("duplicate: %v %q %v; want false and %q", ok2, id2, err, id)
+			got2, id2, err := unique("second", Memo{})
+			if err != nil || got2 != Duplicate || id2 != id {
+				t.Fatalf("duplicate: %v %q %v; want Duplicate and %q", got2, id2, err, id)
 			}
 			// The first call is sent again after its job released the key:
 			// its own reply, nothing enqueued.
@@ -213,25 +220,31 @@ func TestQueue_EnqueueUnique(t *testing.T) {
 				t.Fatal(err)
 			}
 			before := e.snapshot()
-			ok3, id3, err := unique("first", "t1", m)
-			if err != nil || !ok3 || id3 != id {
-				t.Fatalf("re-send: %v %q %v; want true and %q", ok3, id3, err, id)
+			got3, id3, err := unique("first", m)
+			if err != nil || got3 != Enqueued || id3 != id {
+				t.Fatalf("re-send: %v %q %v; want Enqueued and %q", got3, id3, err, id)
 			}
 			e.unchanged("a re-sent unique enqueue", before)
 		})
 	}
 }
 
-func TestQueue_EnqueueUnique_Full(t *testing.T) {
+func TestQueue_EnqueueOne_Full(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{MaxLen: 1})
 	e.add("a")
-	j := &wire.Job{Payload: []byte("b"), Key: "k", KeyToken: "t"}
-	if _, _, err := e.q.EnqueueUnique(e.ctx, &EnqueueUniqueParams{Job: j, LockTTL: time.Minute}); !errors.Is(err, ErrQueueFull) {
-		t.Fatalf("EnqueueUnique over the cap: %v, want ErrQueueFull", err)
+	j := &wire.Job{Payload: []byte("b")}
+	if _, _, err := e.q.EnqueueOne(e.ctx, &EnqueueOneParams{Job: j, Lock: Lock{Mode: LockUnique, Key: "k", TTL: time.Minute}}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("EnqueueOne over the cap: %v, want ErrQueueFull", err)
+	}
+	if _, _, err := e.q.EnqueueOne(e.ctx, &EnqueueOneParams{Job: j, ID: "job-1"}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("EnqueueOne with an ID over the cap: %v, want ErrQueueFull", err)
 	}
 	if n, _ := e.c.Exists(e.ctx, e.k.Unique("k")).Result(); n != 0 {
 		t.Error("a refused job took its lock")
+	}
+	if n, _ := e.c.HLen(e.ctx, e.k.Trail).Result(); n != 0 {
+		t.Error("a refused job took its ID")
 	}
 }
 

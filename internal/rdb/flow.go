@@ -551,7 +551,7 @@ var scriptFlowAck = redis.NewScript(streamLib + flowLib + `
 local consumer = table.remove(ARGV)
 local n = tonumber(ARGV[2])
 local freed = {}
-for i = 4, 3 + n do
+for i = 6, 5 + n do
   if owned(KEYS[1], ARGV[1], consumer, ARGV[i]) then
     local k, c = flow_give(ARGV[i])
     if k then freed[#freed + 1] = {k, c} end

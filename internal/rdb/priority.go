@@ -222,9 +222,11 @@ func (s *PrioritySet) Push(ctx context.Context, p *PushParams) ([]string, error)
 // scriptForward moves a stream entry into the ready set and acknowledges it.
 //
 // KEYS[1] stream, KEYS[2] ready set, KEYS[3] job hash, KEYS[4] sequence
-// counter, KEYS[5] notify stream
+// counter, KEYS[5] notify stream, KEYS[6] trail hash
 // ARGV[1] group, ARGV[2] stream entry ID (becomes the job ID), ARGV[3] score,
-// ARGV[4] the job's data (packed wire fields).
+// ARGV[4] the job's data (packed wire fields), ARGV[5] the job's stable ID
+// when it is not the entry ID (a moved copy, a chosen ID; "": none), whose
+// trail then points at the priority job.
 // Returns 1 when forwarded, 0 when the entry is not pending in the group: it
 // was forwarded and acknowledged before (by an earlier attempt whose reply
 // was lost, or by another consumer that took it over), so forwarding it again
@@ -234,6 +236,7 @@ if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then retu
 local padded = next_seq(KEYS[4])
 redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[3], padded .. ':' .. ARGV[3] .. ':' .. ARGV[2])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[6], ARGV[5], 'p:' .. ARGV[2]) end
 redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 notify(KEYS[5])
 return 1
@@ -242,6 +245,7 @@ return 1
 // ForwardParams are one call of scriptForward.
 type ForwardParams struct {
 	ID    string // the stream entry, which becomes the job ID
+	JobID string // the job's stable ID when it is not ID ("": it is)
 	Score string // the job's score (the exact decimal integer of its place)
 	Data  []byte // the job's packed wire fields
 }
@@ -250,7 +254,7 @@ type ForwardParams struct {
 // finds the entry acknowledged and forwards nothing more.
 func (s *PrioritySet) Forward(ctx context.Context, p ForwardParams) error {
 	k := &s.k
-	return scriptForward.Run(ctx, s.q.client, []string{s.q.keys.Stream, k.Ready, k.Jobs, k.Seq, k.Notify}, s.q.group, p.ID, p.Score, p.Data).Err()
+	return scriptForward.Run(ctx, s.q.client, []string{s.q.keys.Stream, k.Ready, k.Jobs, k.Seq, k.Notify, k.Trail}, s.q.group, p.ID, p.Score, p.Data, p.JobID).Err()
 }
 
 // allowOOM starts the scripts a worker needs to drain a queue while Redis is
@@ -443,21 +447,33 @@ func (s *PrioritySet) Pop(ctx context.Context, p PopParams) (PopResult, error) {
 	return out, nil
 }
 
-// scriptFinish removes finished jobs (see finish in priorityLib).
+// scriptFinish removes finished jobs (see finish in priorityLib), forgets
+// the trail of those with a stable ID of their own (moved or chosen) and
+// leaves the done markers of chosen IDs.
 //
 // KEYS[1] lease set, KEYS[2] ready set, KEYS[3] delayed set, KEYS[4] job
-// hash, KEYS[5] delivery counters, KEYS[6] waiting leases
-// ARGV: the lease members of n finished jobs, then their n job IDs.
+// hash, KEYS[5] delivery counters, KEYS[6] waiting leases, KEYS[7] trail
+// hash, KEYS[8..] done markers
+// ARGV[1] number of jobs n, ARGV[2] number of stable IDs m, ARGV[3] the
+// done markers' TTL (ms); then the lease members of the n finished jobs,
+// their n job IDs and the m stable IDs.
 // Returns {finished, left to others}.
 var scriptFinish = redis.NewScript(priorityLib + `
-local n = #ARGV / 2
-return finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 1, n)
+local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
+local res = finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 4, n)
+if m > 0 then redis.call('HDEL', KEYS[7], unpack(ARGV, 4 + 2 * n, 3 + 2 * n + m)) end
+for i = 8, #KEYS do redis.call('SET', KEYS[i], '1', 'PX', ARGV[3]) end
+return res
 `)
 
 // FinishParams are one call of scriptFinish.
 type FinishParams struct {
 	Leases []string // the lease members of the finished jobs
 	IDs    []string // their job IDs, in the same order
+	// JobIDs are the stable IDs of the jobs that have one of their own
+	// (moved copies, chosen IDs): their trail is forgotten, and chosen IDs
+	// leave a done marker for the queue's done retention.
+	JobIDs []string
 }
 
 // Finish runs scriptFinish and returns how many jobs were finished and how
@@ -465,14 +481,19 @@ type FinishParams struct {
 // finishes nothing more.
 func (s *PrioritySet) Finish(ctx context.Context, p FinishParams) (finished, left int64, err error) {
 	k := &s.k
-	args := make([]any, 0, 2*len(p.Leases))
+	args := make([]any, 0, 3+2*len(p.Leases)+len(p.JobIDs))
+	args = append(args, len(p.Leases), len(p.JobIDs), s.q.doneTTL)
 	for _, lm := range p.Leases {
 		args = append(args, lm)
 	}
 	for _, id := range p.IDs {
 		args = append(args, id)
 	}
-	res, err := scriptFinish.Run(ctx, s.q.client, []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting}, args...).Int64Slice()
+	for _, id := range p.JobIDs {
+		args = append(args, id)
+	}
+	keys := s.q.doneKeys([]string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting, k.Trail}, p.JobIDs)
+	res, err := scriptFinish.Run(ctx, s.q.client, keys, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}

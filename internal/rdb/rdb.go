@@ -32,8 +32,6 @@
 package rdb
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"strconv"
 	"time"
 
@@ -69,6 +67,9 @@ type Config struct {
 	DeadLetterMaxLen int64
 	// Clock is the queue's clock. Defaults to SystemClock.
 	Clock Clock
+	// DoneRetention is how long a finished job with a chosen ID keeps its
+	// ID taken (its done marker lives); 0 or less: no done markers.
+	DoneRetention time.Duration
 }
 
 // Queue makes the Redis calls of one queue. It is safe for concurrent use.
@@ -82,20 +83,23 @@ type Queue struct {
 	group  string
 	maxLen any // the cap as a script argument (0: none), boxed once
 	dlCap  int64
-	memo   memoState
+	// doneTTL is the done markers' TTL (ms; 0: none).
+	doneTTL int64
+	memo    memoState
 }
 
 // New returns the calls of the queue cfg describes on client.
 func New(client redis.UniversalClient, cfg Config) *Queue {
 	q := &Queue{
-		client: client,
-		keys:   NewKeys(cfg.Prefix, cfg.Name),
-		clock:  cfg.Clock,
-		prefix: cfg.Prefix,
-		name:   cfg.Name,
-		group:  cfg.Group,
-		maxLen: max(cfg.MaxLen, 0),
-		dlCap:  max(cfg.DeadLetterMaxLen, 0),
+		client:  client,
+		keys:    NewKeys(cfg.Prefix, cfg.Name),
+		clock:   cfg.Clock,
+		prefix:  cfg.Prefix,
+		name:    cfg.Name,
+		group:   cfg.Group,
+		maxLen:  max(cfg.MaxLen, 0),
+		dlCap:   max(cfg.DeadLetterMaxLen, 0),
+		doneTTL: max(cfg.DoneRetention.Milliseconds(), 0),
 	}
 	if q.clock == nil {
 		q.clock = SystemClock{}
@@ -153,13 +157,4 @@ func DueArg(at time.Time, in time.Duration) string {
 		return "0"
 	}
 	return strconv.FormatInt(DueMillis(at), 10)
-}
-
-// NewDelayedID returns a new ID for a job of the delayed set: "d-" and 24
-// hex digits of crypto/rand. It is the job's stable ID while it waits, and
-// the promoted copy carries it.
-func NewDelayedID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return "d-" + hex.EncodeToString(b[:])
 }

@@ -80,7 +80,7 @@ type MoveParams struct {
 func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 	due, id := "0", ""
 	if p.Delay > 0 {
-		due, id = DueArg(time.Time{}, p.Delay), NewDelayedID()
+		due, id = DueArg(time.Time{}, p.Delay), q.NewDelayedID()
 	}
 	k := &q.keys
 	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)
@@ -216,22 +216,25 @@ func (q *Queue) Requeue(ctx context.Context, p RequeueParams) ([]string, error) 
 }
 
 // scriptAck acknowledges finished jobs, forgets the trail of those that
-// were moved (retried or requeued copies), and releases their unique-key
-// locks.
+// were moved (retried or requeued copies) or carry a chosen ID, leaves the
+// done markers of chosen IDs, and releases their unique-key locks.
 //
 // KEYS[1] stream, KEYS[2] trail hash, KEYS[3..] unique-key locks of some of
-// the jobs
+// the jobs, then the done markers of the chosen IDs among the stable IDs
 // ARGV[1] group, ARGV[2] number of entry IDs n, ARGV[3] number of stable
-// IDs m; then n entry IDs, m stable IDs of moved jobs, and one lock token
-// per lock key, in the same order.
+// IDs m, ARGV[4] number of done markers d, ARGV[5] their TTL (ms); then n
+// entry IDs, m stable IDs of moved jobs, and one lock token per lock key,
+// in the same order.
 // Returns the number of entries acknowledged.
 var scriptAck = redis.NewScript(streamLib + ackBody)
 
 const ackBody = `
-local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
-local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 4, 3 + n))
-if m > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 4 + n, 3 + n + m)) end
-for i = 3, #KEYS do unlock(KEYS[i], ARGV[n + m + i + 1]) end
+local n, m, d = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 6, 5 + n))
+if m > 0 then redis.call('HDEL', KEYS[2], unpack(ARGV, 6 + n, 5 + n + m)) end
+local locks = #KEYS - 2 - d
+for i = 1, locks do unlock(KEYS[2 + i], ARGV[5 + n + m + i]) end
+for i = 1, d do redis.call('SET', KEYS[2 + locks + i], '1', 'PX', ARGV[5]) end
 return acked
 `
 
@@ -239,7 +242,8 @@ return acked
 type AckParams struct {
 	IDs []string // the entries
 	// JobIDs are the stable IDs of the jobs that were moved (retried or
-	// requeued copies), whose trail is forgotten.
+	// requeued copies) or carry a chosen ID, whose trail is forgotten.
+	// Chosen IDs leave a done marker for the queue's done retention.
 	JobIDs []string
 	// Keys are the unique keys of the jobs that hold one, and Tokens their
 	// lock tokens, in the same order: their locks are released.
@@ -252,22 +256,25 @@ type AckParams struct {
 
 // Ack acknowledges p.IDs in one XACK, or, when some of the jobs hold
 // unique-key locks or were moved, in one script that also releases the
-// locks and forgets the trail. Jobs that were never moved cost nothing
-// more than the XACK. A call sent again changes nothing more: the entries
-// are acknowledged, the locks released and the trail forgotten already
-// (a lock taken by another job since has another token).
+// locks, forgets the trail and leaves the done markers of chosen IDs. Jobs
+// that were never moved cost nothing more than the XACK. A call sent again
+// changes nothing more: the entries are acknowledged, the locks released
+// and the trail forgotten already (a lock taken by another job since has
+// another token), and a done marker written again only lives a little
+// longer.
 func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	k := &q.keys
 	if len(p.Keys) == 0 && len(p.JobIDs) == 0 && p.Flow == "" {
 		return q.client.XAck(ctx, k.Stream, q.group, p.IDs...).Err()
 	}
-	keys := make([]string, 0, 2+len(p.Keys))
+	keys := make([]string, 0, 2+len(p.Keys)+len(p.JobIDs))
 	keys = append(keys, k.Stream, k.Trail)
 	for _, u := range p.Keys {
 		keys = append(keys, k.Unique(u))
 	}
-	args := make([]any, 0, 3+len(p.IDs)+len(p.JobIDs)+len(p.Tokens))
-	args = append(args, q.group, len(p.IDs), len(p.JobIDs))
+	keys = q.doneKeys(keys, p.JobIDs)
+	args := make([]any, 0, 5+len(p.IDs)+len(p.JobIDs)+len(p.Tokens))
+	args = append(args, q.group, len(p.IDs), len(p.JobIDs), len(keys)-2-len(p.Keys), q.doneTTL)
 	for _, id := range p.IDs {
 		args = append(args, id)
 	}
@@ -289,4 +296,18 @@ func pick(underFlow bool, flow, plain *redis.Script) *redis.Script {
 		return flow
 	}
 	return plain
+}
+
+// doneKeys appends to keys the done markers of the chosen IDs among ids
+// (none when the queue keeps no done markers).
+func (q *Queue) doneKeys(keys, ids []string) []string {
+	if q.doneTTL <= 0 {
+		return keys
+	}
+	for _, id := range ids {
+		if !Generated(id) {
+			keys = append(keys, q.keys.Done(id))
+		}
+	}
+	return keys
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 )
 
 // Packed fields: where a job is stored outside a stream (the priority set's
@@ -131,4 +132,22 @@ func mpStr(s string) (string, string, error) {
 		return "", s, errPacked
 	}
 	return s[h : h+l], s[h+l:], nil
+}
+
+// packedJID is the jid field's name as MessagePack writes it (a fixstr of 3
+// bytes).
+const packedJID = "\xa3" + FieldJobID
+
+// PackedJobID returns the jid field of packed job fields, "" when it has
+// none. Fields without one cost a search of the bytes, not a decode.
+func PackedJobID(s string) string {
+	if !strings.Contains(s, packedJID) {
+		return ""
+	}
+	m, err := Unpack(s)
+	if err != nil {
+		return ""
+	}
+	id, _ := Str(m[FieldJobID])
+	return id
 }

@@ -397,3 +397,31 @@ func TestTruncate(t *testing.T) {
 		})
 	}
 }
+
+func TestPackedJobID(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		job  Job
+		want string
+	}{
+		"none":              {Job{Payload: []byte("p")}, ""},
+		"jid":               {Job{Payload: []byte("p"), JobID: "order-1"}, "order-1"},
+		"jid in payload":    {Job{Payload: []byte("\xa3jid")}, ""},
+		"jid after payload": {Job{Payload: []byte("\xa3jid"), JobID: "1-2"}, "1-2"},
+	} {
+		if got := PackedJobID(string(Pack(tc.job.Args()))); got != tc.want {
+			t.Errorf("%s: PackedJobID = %q, want %q", name, got, tc.want)
+		}
+	}
+}
+
+// BenchmarkPackedJobID is the cost a priority worker pays per job for the
+// jid look-up of a job without one (100-byte payload): a search of the bytes.
+func BenchmarkPackedJobID(b *testing.B) {
+	s := string(Pack((&Job{Payload: bytes.Repeat([]byte("x"), 100), EnqMillis: 1_700_000_000_000}).Args()))
+	for b.Loop() {
+		if PackedJobID(s) != "" {
+			b.Fatal("found a jid")
+		}
+	}
+}

@@ -114,7 +114,7 @@ func work(ctx context.Context, cfg config, q *streamq.Queue, pq *priority.Queue,
 	err = w.Run(ctx)
 	s := w.Stats()
 	log.Info("priority-testworker: stopped", "error", err, "processed", s.Processed, "failed", s.Failed,
-		"expired", s.Expired, "claims_lost", s.ClaimsLost, "dead_lettered", s.DeadLettered)
+		"reclaimed", s.Reclaimed, "claims_lost", s.ClaimsLost, "dead_lettered", s.DeadLettered)
 	return err
 }
 
