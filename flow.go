@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,6 +33,8 @@ func FlowKey(key string) EnqueueOption {
 			return configErr("FlowKey", "is empty: use a key that names who the job works for, e.g. \"customer:42\", or leave the option out")
 		case len(key) > MaxFlowKeyLen:
 			return configErr("FlowKey", "is %d bytes long: use at most %d", len(key), MaxFlowKeyLen)
+		case strings.Contains(key, "\x00"):
+			return configErr("FlowKey", "%q holds a NUL byte: use a key without one", key)
 		}
 		o.FlowKey = key
 		return nil
@@ -61,6 +64,25 @@ type FlowLimits struct {
 	Rate float64
 	// Rates limit single flow keys, in place of Rate.
 	Rates map[string]float64
+	// Kinds caps the running jobs of single kinds (see [WithKind]) across
+	// every consumer, on top of the other caps: {"report.build": 2} runs at
+	// most two report builds at once. Nil: no cap per kind.
+	Kinds map[string]int
+	// KindPerKey caps the running jobs of each flow key among the jobs of
+	// single kinds, on top of PerKey and Keys: {"email.send": 1} sends one
+	// email per customer at a time while other kinds of the customer run.
+	// Nil: no such cap.
+	//
+	// The jobs of a kind in Kinds or KindPerKey wait aside in lists of
+	// their own (per kind and key), so a kind at its cap holds up no other
+	// kind; enqueue order is kept among the jobs of one kind and key.
+	KindPerKey map[string]int
+	// Weights give single flow keys more starts in the round robin between
+	// waiting keys: a key of weight 3 starts up to 3 of its waiting jobs per
+	// turn where a key of weight 1 (every key not listed) starts 1, so
+	// while both wait it gets 3 times the starts. The round robin runs when
+	// slots free under a global cap or caps per kind. Nil: all keys weigh 1.
+	Weights map[string]int
 }
 
 func (l FlowLimits) validate() error {
@@ -84,6 +106,27 @@ func (l FlowLimits) validate() error {
 			return configErr("FlowLimits.Keys", "has a key of %d bytes: use 1 to %d", len(k), MaxFlowKeyLen)
 		case n < 1:
 			return configErr("FlowLimits.Keys", "caps %q at %d: use at least 1 (remove the key to fall back to PerKey)", k, n)
+		}
+	}
+	for k, n := range l.Weights {
+		switch {
+		case k == "" || len(k) > MaxFlowKeyLen:
+			return configErr("FlowLimits.Weights", "has a key of %d bytes: use 1 to %d", len(k), MaxFlowKeyLen)
+		case n < 1:
+			return configErr("FlowLimits.Weights", "weighs %q at %d: use at least 1 (remove the key for the default weight 1)", k, n)
+		}
+	}
+	for _, m := range []struct {
+		name string
+		caps map[string]int
+	}{{"FlowLimits.Kinds", l.Kinds}, {"FlowLimits.KindPerKey", l.KindPerKey}} {
+		for c, n := range m.caps {
+			if err := checkName(m.name, "kind", c, MaxKindLen, `"email.send"`); err != nil {
+				return err
+			}
+			if n < 1 {
+				return configErr(m.name, "caps kind %q at %d: use at least 1 (remove the kind for no cap)", c, n)
+			}
 		}
 	}
 	return nil

@@ -207,7 +207,9 @@ func TestQueue_SetFlowLimits_Invalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []streamq.FlowLimits{{Global: -1}, {PerKey: -1}, {Keys: map[string]int{"a": 0}}, {Keys: map[string]int{"": 1}}} {
+	for _, l := range []streamq.FlowLimits{{Global: -1}, {PerKey: -1}, {Keys: map[string]int{"a": 0}}, {Keys: map[string]int{"": 1}},
+		{Kinds: map[string]int{"k": 0}}, {Kinds: map[string]int{"": 1}}, {KindPerKey: map[string]int{"a b": 1}}, {KindPerKey: map[string]int{"k": -1}},
+		{Weights: map[string]int{"a": 0}}, {Weights: map[string]int{"": 2}}} {
 		var ce *streamq.ConfigError
 		if err := q.SetFlowLimits(context.Background(), l); !errors.As(err, &ce) {
 			t.Errorf("%+v: err %v, want a ConfigError", l, err)
@@ -220,6 +222,9 @@ func TestQueue_SetFlowLimits_Invalid(t *testing.T) {
 	var ce *streamq.ConfigError
 	if _, err := p.Enqueue(context.Background(), nil, streamq.FlowKey("")); !errors.As(err, &ce) {
 		t.Errorf("empty flow key: %v", err)
+	}
+	if _, err := p.Enqueue(context.Background(), nil, streamq.FlowKey("a\x00b")); !errors.As(err, &ce) {
+		t.Errorf("flow key with a NUL byte: %v", err)
 	}
 }
 

@@ -89,7 +89,7 @@ func (q *Queue) deleteJob(ctx context.Context, j *Job) (string, error) {
 	case q.kind == KindPriority && (j.State == StateWaiting || j.State == StateDelayed || j.State == StateRetrying):
 		return q.priorityControl(ctx, "delete", j)
 	case j.aside != nil:
-		return q.db.FlowDelete(ctx, rdb.FlowDeleteParams{Key: j.aside.key, JobID: j.ID, Packed: j.aside.packed})
+		return q.db.FlowDelete(ctx, rdb.FlowDeleteParams{Key: j.aside.lane, JobID: j.ID, Packed: j.aside.packed})
 	case j.State == StateWaiting:
 		return q.db.DeleteWaiting(ctx, rdb.DeleteParams{ID: j.EntryID, JobID: j.ID, Key: j.Key})
 	case j.State == StateDelayed || j.State == StateRetrying:

@@ -22,6 +22,7 @@ const (
 	WaitRetryBackoff = "retry_backoff" // failed; its retry is due at Until
 	WaitKeyCap       = "key_cap"       // its flow key runs Running of Cap jobs
 	WaitGlobalCap    = "global_cap"    // the queue runs Running of Cap jobs
+	WaitKindCap      = "kind_cap"      // its kind (and key) runs Running of Cap jobs
 	WaitRateLimited  = "rate_limited"  // its flow key is over its rate until Until
 	WaitBehind       = "behind"        // Ahead jobs are before it
 	WaitNoConsumer   = "no_consumer"   // no consumer read the queue lately
@@ -30,17 +31,20 @@ const (
 // WaitReasons lists the reasons a job waits, in the order Explain reports
 // them when several hold.
 func WaitReasons() []string {
-	return []string{WaitPaused, WaitDelayed, WaitRetryBackoff, WaitRateLimited, WaitKeyCap, WaitGlobalCap, WaitBehind, WaitNoConsumer}
+	return []string{WaitPaused, WaitDelayed, WaitRetryBackoff, WaitRateLimited, WaitKeyCap, WaitKindCap, WaitGlobalCap, WaitBehind, WaitNoConsumer}
 }
 
 // WaitReason is one reason a job has not started, with its evidence.
 type WaitReason struct {
 	Reason string // one of the Wait… constants
 	Detail string // the reason and its evidence in words
-	// Key is the flow key (WaitKeyCap, WaitBehind of a job waiting aside).
+	// Key is the flow key (WaitKeyCap, WaitBehind of a job waiting aside,
+	// WaitKindCap of a kind's cap per key).
 	Key string
+	// Kind is the kind whose cap holds the job (WaitKindCap).
+	Kind string
 	// Running and Cap: the jobs running and the cap (WaitKeyCap,
-	// WaitGlobalCap).
+	// WaitKindCap, WaitGlobalCap).
 	Running, Cap int64
 	Until        time.Time // WaitDelayed, WaitRetryBackoff
 	Ahead        int64     // WaitBehind: the jobs before it (a lower bound when AheadMore)
@@ -119,27 +123,31 @@ func (q *Queue) waitingReasons(ctx context.Context, j *Job) ([]WaitReason, error
 		}
 		return []WaitReason{{Reason: WaitBehind, Ahead: ahead, AheadMore: more, Detail: aheadText(ahead, more, "in the stream")}}, nil
 	}
-	key := j.aside.key
+	_, key := rdb.SplitLane(j.aside.lane)
 	st, err := q.db.FlowStatus(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var rs []WaitReason
-	capOf := int64(st.Limits.PerKey)
-	if c, ok := st.Limits.Keys[key]; ok {
-		capOf = int64(c)
-	}
-	if key != "" && capOf > 0 && st.PerKey[key] >= capOf {
+	if capOf := keyCap(st.Limits, key); key != "" && capOf > 0 && st.PerKey[key] >= capOf {
 		rs = append(rs, WaitReason{Reason: WaitKeyCap, Key: key, Running: st.PerKey[key], Cap: capOf,
 			Detail: fmt.Sprintf("flow key %q is at its cap: %d of %d running", key, st.PerKey[key], capOf)})
 	}
+	kr, err := q.kindReasons(ctx, st, j.Kind, key)
+	if err != nil {
+		return nil, err
+	}
+	rs = append(rs, kr...)
 	if g := int64(st.Limits.Global); g > 0 && st.Running >= g {
 		rs = append(rs, WaitReason{Reason: WaitGlobalCap, Running: st.Running, Cap: g,
 			Detail: fmt.Sprintf("the queue is at its global cap: %d of %d running", st.Running, g)})
 	}
 	if ahead := int64(j.aside.pos); ahead > 0 || len(rs) == 0 {
-		rs = append(rs, WaitReason{Reason: WaitBehind, Key: key, Ahead: ahead,
-			Detail: aheadText(ahead, false, fmt.Sprintf("of flow key %q waiting aside", key))})
+		where := fmt.Sprintf("of flow key %q waiting aside", key)
+		if kind, _ := rdb.SplitLane(j.aside.lane); kind != "" {
+			where = fmt.Sprintf("of kind %q and flow key %q waiting aside", kind, key)
+		}
+		rs = append(rs, WaitReason{Reason: WaitBehind, Key: key, Ahead: ahead, Detail: aheadText(ahead, false, where)})
 	}
 	return rs, nil
 }
@@ -178,18 +186,48 @@ func (q *Queue) aheadInStream(ctx context.Context, id string) (int64, bool, erro
 	return n, true, nil
 }
 
-// aside is where a job waiting aside for a cap is: its flow key and the
-// jobs of the key before it.
+// keyCap returns the cap of flow key key (0: none).
+func keyCap(l FlowLimits, key string) int64 {
+	if c, ok := l.Keys[key]; ok {
+		return int64(c)
+	}
+	return int64(l.PerKey)
+}
+
+// kindReasons returns the caps of kind that hold a job of kind and key.
+func (q *Queue) kindReasons(ctx context.Context, st rdb.FlowState, kind, key string) ([]WaitReason, error) {
+	var rs []WaitReason
+	if c := int64(st.Limits.Kinds[kind]); kind != "" && c > 0 && st.PerKind[kind] >= c {
+		rs = append(rs, WaitReason{Reason: WaitKindCap, Kind: kind, Running: st.PerKind[kind], Cap: c,
+			Detail: fmt.Sprintf("kind %q is at its cap: %d of %d running", kind, st.PerKind[kind], c)})
+	}
+	c := int64(st.Limits.KindPerKey[kind])
+	if kind == "" || key == "" || c == 0 {
+		return rs, nil
+	}
+	n, err := q.rdb().HGet(ctx, q.keys.Flow().KindCount, rdb.Lane(kind, key)).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	if n >= c {
+		rs = append(rs, WaitReason{Reason: WaitKindCap, Kind: kind, Key: key, Running: n, Cap: c,
+			Detail: fmt.Sprintf("flow key %q is at the cap per key of kind %q: %d of %d running", key, kind, n, c)})
+	}
+	return rs, nil
+}
+
+// aside is where a job waiting aside for a cap is: its wait list (lane,
+// see rdb.SplitLane) and the jobs of the list before it.
 type aside struct {
-	key    string
+	lane   string
 	pos    int
 	packed string // its fields as the wait list holds them
 }
 
-// asideJob finds the job with stable ID id in the wait list of flow key
-// key (scanning at most maxAhead jobs); nil when it is not there.
-func (q *Queue) asideJob(ctx context.Context, id, key string) (*Job, error) {
-	list := q.keys.Flow().Wait(key)
+// asideJob finds the job with stable ID id in wait list lane (scanning at
+// most maxAhead jobs); nil when it is not there.
+func (q *Queue) asideJob(ctx context.Context, id, lane string) (*Job, error) {
+	list := q.keys.Flow().Wait(lane)
 	for start := int64(0); start < maxAhead; start += asidePage {
 		page, err := q.rdb().LRange(ctx, list, start, start+asidePage-1).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -202,7 +240,7 @@ func (q *Queue) asideJob(ctx context.Context, id, key string) (*Job, error) {
 			}
 			j := jobFrom(f, id)
 			j.ID, j.State = id, StateWaiting
-			j.aside = &aside{key: key, pos: int(start) + i, packed: p}
+			j.aside = &aside{lane: lane, pos: int(start) + i, packed: p}
 			return &j, nil
 		}
 		if len(page) < asidePage {
@@ -228,16 +266,15 @@ func (q *Queue) WaitSummary(ctx context.Context) (map[string]int64, error) {
 	}
 	out := map[string]int64{}
 	var aside int64
-	for key, n := range st.Waiting {
-		aside += n
-		capOf := int64(st.Limits.PerKey)
-		if c, ok := st.Limits.Keys[key]; ok {
-			capOf = int64(c)
-		}
-		if key != "" && capOf > 0 && st.PerKey[key] >= capOf {
-			out[WaitKeyCap] += n
-		} else {
-			out[WaitGlobalCap] += n
+	for _, l := range st.Lanes {
+		aside += l.Waiting
+		switch capOf := keyCap(st.Limits, l.Key); {
+		case l.Key != "" && capOf > 0 && st.PerKey[l.Key] >= capOf:
+			out[WaitKeyCap] += l.Waiting
+		case l.Kind != "":
+			out[WaitKindCap] += l.Waiting
+		default:
+			out[WaitGlobalCap] += l.Waiting
 		}
 	}
 	if o.Paused {
@@ -295,6 +332,18 @@ func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
 	for k, n := range l.Keys {
 		if k == "" || n < 1 {
 			return fmt.Errorf("inspect: flow limits of %s: key %q capped at %d: name a key and cap it at 1 or more", q.name, k, n)
+		}
+	}
+	for k, n := range l.Weights {
+		if k == "" || n < 1 {
+			return fmt.Errorf("inspect: flow limits of %s: key %q weighs %d: name a key and weigh it 1 or more", q.name, k, n)
+		}
+	}
+	for _, m := range []map[string]int{l.Kinds, l.KindPerKey} {
+		for c, n := range m {
+			if c == "" || strings.ContainsAny(c, "\x00 \t\r\n") || n < 1 {
+				return fmt.Errorf("inspect: flow limits of %s: kind %q capped at %d: name a kind and cap it at 1 or more", q.name, c, n)
+			}
 		}
 	}
 	if err := q.db.SetFlowLimits(ctx, l); err != nil {

@@ -79,8 +79,8 @@ func (q *Queue) locate(ctx context.Context, id string) (*Job, error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
-	if key, ok := strings.CutPrefix(loc, rdb.TrailWaiting); ok {
-		if j, err := q.asideJob(ctx, id, key); j != nil || err != nil {
+	if lane, ok := strings.CutPrefix(loc, rdb.TrailWaiting); ok {
+		if j, err := q.asideJob(ctx, id, lane); j != nil || err != nil {
 			return j, err
 		}
 	} else if loc != "" {

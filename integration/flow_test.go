@@ -16,7 +16,9 @@ import (
 )
 
 // Flow crash test settings: three workers of concurrency 8 (24 handler
-// slots, twice the global cap, so that the caps bind), jobs of 10 flow keys.
+// slots, twice the global cap, so that the caps bind), jobs of 10 flow keys
+// and two kinds (testworker.KindOf: one in ten is rare): the rare kind is
+// capped in all, the common one per key.
 const (
 	flowCrashJobs      = 30_000
 	flowCrashKeys      = 10
@@ -26,6 +28,8 @@ const (
 	flowCrashKillEvery = 2 * time.Second // mean time between kills (±20%)
 	flowCrashKillPhase = 14 * time.Second
 	flowCrashMaxKills  = 10
+	flowCrashRare      = 3 // cap of the rare kind
+	flowCrashCommon    = 1 // cap per key of the common kind
 )
 
 // TestFlow_CapsHoldWhileWorkersCrash runs worker processes that gauge, in
@@ -35,6 +39,7 @@ const (
 // was handled, and that no job was left waiting aside or slot left taken.
 // A killed worker's unfinished jobs are taken out of the gauge right after
 // the kill (they no longer run), before anyone may take them over. The
+// same holds for the caps per kind, in all and per key. The
 // gauge counts jobs, not runs: a job taken over from a worker that still
 // ran it counts once (and as a duplicate run).
 func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
@@ -43,16 +48,23 @@ func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
 	rdb := redistest.NewIsolatedClient(t)
 	q, p := relQueue(t, rdb, nil)
 	ctx := context.Background()
-	if err := q.SetFlowLimits(ctx, streamq.FlowLimits{Global: flowCrashGlobal, PerKey: flowCrashPerKey}); err != nil {
+	limits := streamq.FlowLimits{Global: flowCrashGlobal, PerKey: flowCrashPerKey,
+		Kinds: map[string]int{testworker.KindRare: flowCrashRare}, KindPerKey: map[string]int{testworker.KindCommon: flowCrashCommon}}
+	if err := q.SetFlowLimits(ctx, limits); err != nil {
 		t.Fatal(err)
 	}
-	byKey := make([][]string, flowCrashKeys)
+	type group struct{ key, kind string }
+	var groups []group
+	byGroup := map[group][]string{}
 	for n := range flowCrashJobs {
-		k := n % flowCrashKeys
-		byKey[k] = append(byKey[k], strconv.Itoa(n))
+		g := group{testworker.FlowKeyOf(n, flowCrashKeys), testworker.KindOf(n, flowCrashKeys)}
+		if _, ok := byGroup[g]; !ok {
+			groups = append(groups, g)
+		}
+		byGroup[g] = append(byGroup[g], strconv.Itoa(n))
 	}
-	for k, payloads := range byKey {
-		enqueueAll(t, p, payloads, streamq.FlowKey(testworker.FlowKeyOf(k, flowCrashKeys)))
+	for _, g := range groups {
+		enqueueAll(t, p, byGroup[g], streamq.FlowKey(g.key), streamq.WithKind(g.kind))
 	}
 	keys := core.Of(q).Keys
 	logDir := t.TempDir()
@@ -62,7 +74,7 @@ func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
 	gen := 0
 	start := func(slot int) *proctest.Proc {
 		gen++
-		w := crashStart(t, bin, q, fmt.Sprintf("w%d-g%d", slot, gen), logDir, "-flow-keys", strconv.Itoa(flowCrashKeys), "-work", "2ms-6ms")
+		w := crashStart(t, bin, q, fmt.Sprintf("w%d-g%d", slot, gen), logDir, "-flow-keys", strconv.Itoa(flowCrashKeys), "-flow-kinds", "-work", "2ms-6ms")
 		w.WaitReady(t, crashReady)
 		return w
 	}
@@ -95,7 +107,8 @@ func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
 		}
 		for _, ns := range unfinished {
 			n, _ := strconv.Atoi(ns)
-			if err := testworker.GaugeLeave.Run(ctx, rdb, testworker.GaugeKeys(keys.Part(""), n, flowCrashKeys), n).Err(); err != nil {
+			gk, args := testworker.Gauge(keys.Part(""), n, flowCrashKeys, true)
+			if err := testworker.GaugeLeave.Run(ctx, rdb, gk, args...).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -130,9 +143,18 @@ func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
 			t.Errorf("key %s ran at most %s jobs at once, cap %d (and %d duplicate runs)", key, most[key], flowCrashPerKey, dup)
 		}
 	}
+	if got, _ := strconv.Atoi(most["kind:"+testworker.KindRare]); got < 1 || got > flowCrashRare+dup {
+		t.Errorf("kind %s ran at most %d jobs at once, cap %d (and %d duplicate runs)", testworker.KindRare, got, flowCrashRare, dup)
+	}
+	for k := range flowCrashKeys {
+		f := "kind:" + testworker.KindCommon + ":" + testworker.FlowKeyOf(k, flowCrashKeys)
+		if got, _ := strconv.Atoi(most[f]); got < 1 || got > flowCrashCommon+dup {
+			t.Errorf("key %s of kind %s ran at most %d jobs at once, cap %d (and %d duplicate runs)", testworker.FlowKeyOf(k, flowCrashKeys), testworker.KindCommon, got, flowCrashCommon, dup)
+		}
+	}
 	if kills < 3 {
 		t.Errorf("only %d kills before all jobs were handled: make the work slower so the test kills mid-run", kills)
 	}
-	t.Logf("%d jobs of %d keys, global cap %d, per-key cap %d, %d workers x %d: %d kills (%d jobs handled by then), all handled after %s; most at once (and duplicate runs): %v",
+	t.Logf("%d jobs of %d keys and 2 kinds, global cap %d, per-key cap %d, %d workers x %d: %d kills (%d jobs handled by then), all handled after %s; most at once (and duplicate runs): %v",
 		flowCrashJobs, flowCrashKeys, flowCrashGlobal, flowCrashPerKey, flowCrashWorkers, crashConcurrency, kills, atKills, took.Round(time.Millisecond), most)
 }

@@ -14,15 +14,20 @@ import (
 
 // flowJSON is the JSON shape of flow show and flow set.
 type flowJSON struct {
-	Queue   string             `json:"queue"`
-	Global  int                `json:"global"`
-	PerKey  int                `json:"per_key"`
-	Keys    map[string]int     `json:"keys,omitempty"`
-	Rate    float64            `json:"rate"`
-	Rates   map[string]float64 `json:"rates,omitempty"`
-	Running int64              `json:"running"`
-	Slots   map[string]int64   `json:"slots"`
-	Waiting map[string]int64   `json:"waiting"`
+	Queue  string             `json:"queue"`
+	Global int                `json:"global"`
+	PerKey int                `json:"per_key"`
+	Keys   map[string]int     `json:"keys,omitempty"`
+	Rate   float64            `json:"rate"`
+	Rates  map[string]float64 `json:"rates,omitempty"`
+	// Kinds and KindPerKey: caps of single kinds, in all and per key.
+	Kinds      map[string]int   `json:"kinds,omitempty"`
+	KindPerKey map[string]int   `json:"kind_per_key,omitempty"`
+	KindSlots  map[string]int64 `json:"kind_slots,omitempty"`
+	Weights    map[string]int   `json:"weights,omitempty"`
+	Running    int64            `json:"running"`
+	Slots      map[string]int64 `json:"slots"`
+	Waiting    map[string]int64 `json:"waiting"`
 }
 
 func newFlowCmd(a *app) *cobra.Command {
@@ -41,7 +46,8 @@ func newFlowShowCmd(a *app) *cobra.Command {
 		Long: `Show a queue's flow-control caps, how many jobs run in all and per flow key,
 and how many wait aside per flow key (at most 1,000 keys).
 
-JSON: {"queue","global","per_key","keys","running","slots","waiting"}`,
+JSON: {"queue","global","per_key","keys","rate","rates","kinds","kind_per_key","weights",
+"running","slots","kind_slots","waiting"}`,
 		Example: `  streamq flow show orders`,
 		Args:    exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -53,7 +59,7 @@ JSON: {"queue","global","per_key","keys","running","slots","waiting"}`,
 func newFlowSetCmd(a *app) *cobra.Command {
 	var global, perKey int
 	var rate float64
-	var keys, rates []string
+	var keys, rates, kinds, kindPerKey, weights []string
 	cmd := &cobra.Command{
 		Use:   "set <queue>",
 		Short: "Set a queue's caps (replacing them); 0 removes a cap",
@@ -62,8 +68,10 @@ jobs they start; jobs waiting aside start at once into the room a raised cap
 made. A lowered cap never stops a running job. Caps not given are removed.
 
 JSON: as flow show, after the change`,
-		Example: `  streamq flow set orders --global 50 --per-key 2 --key customer:42=10 --rate 10`,
-		Args:    exactArgs(1, "<queue>"),
+		Example: `  streamq flow set orders --global 50 --per-key 2 --key customer:42=10 --rate 10
+  streamq flow set orders --kind report.build=2 --kind-per-key email.send=1
+  streamq flow set orders --global 50 --weight customer:42=3`,
+		Args: exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			l := inspect.FlowLimits{Global: global, PerKey: perKey}
 			for _, kv := range keys {
@@ -89,6 +97,16 @@ JSON: as flow show, after the change`,
 				}
 				l.Rates[k] = r
 			}
+			var err error
+			if l.Kinds, err = capFlags("--kind", "<kind>=<cap>", kinds); err != nil {
+				return err
+			}
+			if l.KindPerKey, err = capFlags("--kind-per-key", "<kind>=<cap per flow key>", kindPerKey); err != nil {
+				return err
+			}
+			if l.Weights, err = capFlags("--weight", "<flow key>=<weight>", weights); err != nil {
+				return err
+			}
 			if global < 0 || perKey < 0 || rate < 0 {
 				return usagef("caps must be 0 (none) or more")
 			}
@@ -110,7 +128,27 @@ JSON: as flow show, after the change`,
 	f.StringArrayVar(&keys, "key", nil, "cap of one flow key, <key>=<cap> (repeatable)")
 	f.Float64Var(&rate, "rate", 0, "the most jobs of each flow key to start per second (0: no limit)")
 	f.StringArrayVar(&rates, "key-rate", nil, "rate limit of one flow key, <key>=<jobs per second> (repeatable)")
+	f.StringArrayVar(&weights, "weight", nil, "weight of one flow key in the round robin, <key>=<weight> (repeatable; others weigh 1)")
+	f.StringArrayVar(&kinds, "kind", nil, "cap of the jobs of one kind, <kind>=<cap> (repeatable)")
+	f.StringArrayVar(&kindPerKey, "kind-per-key", nil, "cap per flow key of the jobs of one kind, <kind>=<cap> (repeatable)")
 	return cmd
+}
+
+// capFlags parses the values of a repeatable flag of "<name>=<cap>" pairs.
+func capFlags(flag, form string, vals []string) (map[string]int, error) {
+	var m map[string]int
+	for _, kv := range vals {
+		k, v, ok := strings.Cut(kv, "=")
+		n, err := strconv.Atoi(v)
+		if !ok || k == "" || err != nil || n < 1 {
+			return nil, usagef("%s %q: use %s, a cap of 1 or more", flag, kv, form)
+		}
+		if m == nil {
+			m = map[string]int{}
+		}
+		m[k] = n
+	}
+	return m, nil
 }
 
 func (a *app) showFlow(cmd *cobra.Command, name string) error {
@@ -126,6 +164,7 @@ func (a *app) showFlow(cmd *cobra.Command, name string) error {
 	}
 	if a.json {
 		return printJSON(a.stdout, flowJSON{Queue: name, Global: st.Limits.Global, PerKey: st.Limits.PerKey, Keys: st.Limits.Keys, Rate: st.Limits.Rate, Rates: st.Limits.Rates,
+			Kinds: st.Limits.Kinds, KindPerKey: st.Limits.KindPerKey, KindSlots: st.PerKind, Weights: st.Limits.Weights,
 			Running: st.Running, Slots: st.PerKey, Waiting: st.Waiting})
 	}
 	fmt.Fprintf(a.stdout, "queue %s: global cap %s, per-key cap %s, per-key rate %s, %d running\n", visible.Escape(name, false),
@@ -167,6 +206,34 @@ func (a *app) showFlow(cmd *cobra.Command, name string) error {
 			r = 0
 		}
 		t.row(k, st.PerKey[k], capText(c), rateText(r), st.Waiting[k])
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	return showKinds(a, st)
+}
+
+// showKinds prints the caps per kind and the jobs each kind runs.
+func showKinds(a *app, st *inspect.FlowState) error {
+	kinds := make([]string, 0, len(st.PerKind))
+	for k := range st.PerKind {
+		kinds = append(kinds, k)
+	}
+	for _, m := range []map[string]int{st.Limits.Kinds, st.Limits.KindPerKey} {
+		for k := range m {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	slices.Sort(kinds)
+	fmt.Fprintln(a.stdout)
+	t := newTable(a.stdout, "KIND", "RUNNING", "CAP", "CAP PER KEY")
+	for _, k := range kinds {
+		t.row(k, st.PerKind[k], capText(st.Limits.Kinds[k]), capText(st.Limits.KindPerKey[k]))
 	}
 	return t.flush()
 }

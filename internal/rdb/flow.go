@@ -28,18 +28,27 @@ import (
 //
 //	flow:limits  HASH  "global" -> cap of the queue, "cap" -> default cap per
 //	                   key, "cap:<key>" -> cap of one key, "rate" -> default
-//	                   rate per key (jobs/s), "rate:<key>" -> rate of one key
-//	flow:run     HASH  entry ID -> flow key ("" for a job without one): the
-//	                   slots taken (HLEN: the queue's running jobs)
+//	                   rate per key (jobs/s), "rate:<key>" -> rate of one key,
+//	                   "kind:<kind>" -> cap of one kind, "kkey:<kind>" -> cap
+//	                   per key of the jobs of one kind
+//	flow:run     HASH  entry ID -> tag of the job: its flow key ("" for a
+//	                   job without one), or for a job with a kind NUL kind
+//	                   NUL key: the slots taken (HLEN: the queue's running jobs)
 //	flow:cnt     HASH  flow key -> slots it holds
-//	flow:ring    LIST  flow keys with waiting jobs, in round-robin order
-//	flow:w:<key> LIST  the key's waiting jobs (MessagePack of their fields),
-//	                   oldest first
+//	flow:kcnt    HASH  kind -> slots its jobs hold; NUL kind NUL key -> slots
+//	                   the key's jobs of the kind hold
+//	flow:ring    LIST  wait lists (lanes) with waiting jobs, in round-robin order
+//	flow:w:<lane> LIST the lane's waiting jobs (MessagePack of their fields),
+//	                   oldest first. A lane is a flow key, or for the jobs
+//	                   of a kind with caps, NUL kind NUL key (its tag).
+//	flow:cred    HASH  lane -> jobs it released in its turn at the head
+//	                   of the ring (a queue with weights, "w:<key>" in
+//	                   flow:limits)
 //	flow:sweep   STRING the cursor of the sweep over flow:run
 //	flow:tb:<key> HASH the token bucket of a rate-limited key: "t" tokens,
 //	                   "at" when they were counted (Unix ms, Redis's clock)
 //
-// A waiting job is recorded in the trail as "w:<key>".
+// A waiting job is recorded in the trail as "w:<lane>".
 
 // RateLimitedPrefix starts the delayed-set ID of a job that its flow key's
 // rate limit delayed: "d-r" and the entry ID it had.
@@ -56,12 +65,34 @@ const (
 	FlowKeyPrefix  = "cap:"
 	FlowRate       = "rate"
 	FlowRatePrefix = "rate:"
+	FlowKindPrefix = "kind:"
+	FlowKindKey    = "kkey:"
+	FlowWeight     = "w:"
 )
+
+// SplitLane returns the kind and the flow key of a wait list's lane (or a
+// slot's tag): a flow key, or NUL kind NUL key.
+func SplitLane(lane string) (kind, key string) {
+	if rest, ok := strings.CutPrefix(lane, "\x00"); ok {
+		if kind, key, ok := strings.Cut(rest, "\x00"); ok {
+			return kind, key
+		}
+	}
+	return "", lane
+}
+
+// Lane returns the lane of the jobs of kind and key when the kind has caps.
+func Lane(kind, key string) string {
+	if kind == "" {
+		return key
+	}
+	return "\x00" + kind + "\x00" + key
+}
 
 // FlowKeys are the keys of a queue's flow control.
 type FlowKeys struct {
-	Limits, Run, Count, Ring, Sweep string
-	base                            string
+	Limits, Run, Count, KindCount, Ring, Sweep string
+	base                                       string
 }
 
 // Wait returns the key of the wait list of flow key k.
@@ -70,12 +101,13 @@ func (k FlowKeys) Wait(key string) string { return k.base + "flow:w:" + key }
 // Flow returns the keys of the queue's flow control.
 func (k Keys) Flow() FlowKeys {
 	return FlowKeys{
-		Limits: k.Part("flow:limits"),
-		Run:    k.Part("flow:run"),
-		Count:  k.Part("flow:cnt"),
-		Ring:   k.Part("flow:ring"),
-		Sweep:  k.Part("flow:sweep"),
-		base:   k.base,
+		Limits:    k.Part("flow:limits"),
+		Run:       k.Part("flow:run"),
+		Count:     k.Part("flow:cnt"),
+		KindCount: k.Part("flow:kcnt"),
+		Ring:      k.Part("flow:ring"),
+		Sweep:     k.Part("flow:sweep"),
+		base:      k.base,
 	}
 }
 
@@ -84,6 +116,7 @@ func (k Keys) Flow() FlowKeys {
 const flowLib = `
 local flow_base = string.sub(KEYS[1], 1, #KEYS[1] - 6) -- KEYS[1] ends with "stream"
 local flow_run, flow_cnt, flow_ring = flow_base .. 'flow:run', flow_base .. 'flow:cnt', flow_base .. 'flow:ring'
+local flow_kcnt = flow_base .. 'flow:kcnt'
 local flow_trail = flow_base .. 'trail'
 -- flow_scan bounds the keys of the ring one dispatch visits.
 local flow_scan = 32
@@ -111,17 +144,80 @@ local function flow_key_room(k)
   if not c then return 1 end
   return c - tonumber(redis.call('HGET', flow_cnt, k) or 0)
 end
-local function flow_take(id, k)
-  redis.call('HSET', flow_run, id, k)
-  redis.call('HINCRBY', flow_cnt, k, 1)
+-- flow_tag returns the tag of kind c and key k: k for a job without a
+-- kind, else NUL kind NUL key (a flow key holds no NUL).
+local function flow_tag(c, k)
+  if c == '' then return k end
+  return '\0' .. c .. '\0' .. k
 end
--- flow_give gives back the slot of entry id; returns its key, or nil when it held none.
-local function flow_give(id)
-  local k = redis.call('HGET', flow_run, id)
-  if not k then return nil end
-  redis.call('HDEL', flow_run, id)
-  if redis.call('HINCRBY', flow_cnt, k, -1) <= 0 then redis.call('HDEL', flow_cnt, k) end
+-- flow_split returns the kind and the key of a tag.
+local function flow_split(t)
+  if string.byte(t, 1) ~= 0 then return '', t end
+  local p = string.find(t, '\0', 2, true)
+  return string.sub(t, 2, p - 1), string.sub(t, p + 1)
+end
+-- flow_kinds reports whether the queue has caps per kind.
+local flow_kinds_on
+local function flow_kinds()
+  if flow_kinds_on == nil then
+    flow_kinds_on = false
+    for f in pairs(flow_limits()) do
+      local p = string.sub(f, 1, 5)
+      if p == 'kind:' or p == 'kkey:' then flow_kinds_on = true end
+    end
+  end
+  return flow_kinds_on
+end
+-- flow_lane returns the wait list name of a job of kind c and key k: its
+-- key's, or its own per kind and key when its kind has caps (so a kind at
+-- its cap holds up no other kind).
+local function flow_lane(c, k)
+  if c == '' or not flow_kinds() then return k end
+  local l = flow_limits()
+  if l['kind:' .. c] or l['kkey:' .. c] then return flow_tag(c, k) end
   return k
+end
+-- flow_kind_room reports whether kind c ("kind:<c>": its cap in all) and
+-- key k of kind c ("kkey:<c>": the cap per key of the kind) have room.
+local function flow_kind_room(c, k)
+  if c == '' or not flow_kinds() then return true end
+  local l = flow_limits()
+  local g, pk = l['kind:' .. c], l['kkey:' .. c]
+  if g and g - tonumber(redis.call('HGET', flow_kcnt, c) or 0) <= 0 then return false end
+  if pk and k ~= '' and pk - tonumber(redis.call('HGET', flow_kcnt, flow_tag(c, k)) or 0) <= 0 then return false end
+  return true
+end
+-- flow_room reports whether a job of kind c and key k may start.
+local function flow_room(c, k)
+  return flow_global_room() > 0 and flow_key_room(k) > 0 and flow_kind_room(c, k)
+end
+-- flow_take takes a slot for entry id of kind c and key k. A job with a
+-- kind counts in flow:kcnt (per kind, and per kind and key) whether or not
+-- its kind has caps, so that caps set later are exact at once.
+local function flow_take(id, c, k)
+  redis.call('HSET', flow_run, id, flow_tag(c, k))
+  redis.call('HINCRBY', flow_cnt, k, 1)
+  if c ~= '' then
+    redis.call('HINCRBY', flow_kcnt, c, 1)
+    if k ~= '' then redis.call('HINCRBY', flow_kcnt, flow_tag(c, k), 1) end
+  end
+end
+local function flow_decr(h, f)
+  if redis.call('HINCRBY', h, f, -1) <= 0 then redis.call('HDEL', h, f) end
+end
+-- flow_give gives back the slot of entry id; returns its key and kind, or
+-- nil when it held none.
+local function flow_give(id)
+  local t = redis.call('HGET', flow_run, id)
+  if not t then return nil end
+  redis.call('HDEL', flow_run, id)
+  local c, k = flow_split(t)
+  flow_decr(flow_cnt, k)
+  if c ~= '' then
+    flow_decr(flow_kcnt, c)
+    if k ~= '' then flow_decr(flow_kcnt, t) end
+  end
+  return k, c
 end
 local function flow_field(f, name)
   for i = 1, #f, 2 do
@@ -129,13 +225,14 @@ local function flow_field(f, name)
   end
   return nil
 end
--- flow_field2 returns the values of fields a and b of f (nil when absent).
-local function flow_field2(f, a, b)
-  local va, vb
+-- flow_field3 returns the values of fields a, b and c of f (nil when absent).
+local function flow_field3(f, a, b, c)
+  local va, vb, vc
   for i = 1, #f, 2 do
-    if f[i] == a then va = f[i + 1] elseif f[i] == b then vb = f[i + 1] end
+    local n = f[i]
+    if n == a then va = f[i + 1] elseif n == b then vb = f[i + 1] elseif n == c then vc = f[i + 1] end
   end
-  return va, vb
+  return va, vb, vc
 end
 -- flow_jid returns the stable ID of the job of entry id (fields f), adding
 -- it to f when f has none (a first copy's stable ID is its entry ID).
@@ -148,13 +245,18 @@ local function flow_jid(id, f)
   end
   return jid
 end
--- flow_park appends the job of entry id with fields f to its key's wait
--- list (with its stable ID) and records it in the trail. The caller
+-- flow_push appends packed job p to wait list lane, and records job jid
+-- there in the trail.
+local function flow_push(lane, jid, p)
+  if redis.call('RPUSH', flow_wait(lane), p) == 1 then redis.call('RPUSH', flow_ring, lane) end
+  redis.call('HSET', flow_trail, jid, 'w:' .. lane)
+end
+-- flow_park appends the job of entry id with fields f to wait list lane
+-- (with its stable ID) and records it in the trail. The caller
 -- acknowledges and deletes the entry.
-local function flow_park(id, k, f)
+local function flow_park(id, lane, f)
   local jid = flow_jid(id, f)
-  if redis.call('RPUSH', flow_wait(k), cmsgpack.pack(f)) == 1 then redis.call('RPUSH', flow_ring, k) end
-  redis.call('HSET', flow_trail, jid, 'w:' .. k)
+  flow_push(lane, jid, cmsgpack.pack(f))
 end
 -- flow_rate_wait takes a token of key k's rate limit ("rate:<k>", else
 -- "rate": jobs per second, burst max(1, rate)) and returns 0, or returns
@@ -201,58 +303,123 @@ end
 -- dead-letters it as malformed.
 local function flow_admit(id, f, fresh)
   if #f > 2000 then return true end
-  local k, slot = flow_field2(f, 'fk', 'fs')
-  k = k or ''
+  local k, slot, c = flow_field3(f, 'fk', 'fs', 'kind')
+  k, c = k or '', c or ''
   if slot == '1' or (not fresh and redis.call('HEXISTS', flow_run, id) == 1) then return true end
-  if flow_global_room() > 0 and flow_key_room(k) > 0 and redis.call('EXISTS', flow_wait(k)) == 0 then
+  local lane = flow_lane(c, k)
+  if flow_room(c, k) and redis.call('EXISTS', flow_wait(lane)) == 0 then
     local wait = flow_rate_wait(k)
     if wait > 0 then
       flow_delay(id, f, wait)
       return false
     end
-    flow_take(id, k)
+    flow_take(id, c, k)
     return true
   end
-  flow_park(id, k, f)
+  flow_park(id, lane, f)
   return false
 end
--- flow_release moves the oldest waiting job of key k into the stream with
--- a slot taken for it; returns false when k has none.
-local function flow_release(stream, k)
-  local w = flow_wait(k)
+-- flow_release moves the oldest waiting job of wait list lane into the
+-- stream with a slot taken for it; returns false when lane has none. A job
+-- that waited in its key's list while its kind gained caps moves to its
+-- kind's list instead (and counts as released: the caller's budget bounds
+-- the moves too).
+local function flow_release(stream, lane)
+  local w = flow_wait(lane)
   local p = redis.call('LPOP', w)
   if not p then
-    redis.call('LREM', flow_ring, 0, k)
+    redis.call('LREM', flow_ring, 0, lane)
     return false
   end
   local f = cmsgpack.unpack(p)
-  f[#f + 1] = 'fs'
-  f[#f + 1] = '1'
-  local id = redis.call('XADD', stream, '*', unpack(f))
-  flow_take(id, k)
-  redis.call('HSET', flow_trail, flow_field(f, 'jid'), 's:' .. id)
-  if redis.call('LLEN', w) == 0 then redis.call('LREM', flow_ring, 0, k) end
+  local c, k = flow_split(lane)
+  if c == '' then c = flow_field(f, 'kind') or '' end
+  local to = flow_lane(c, k)
+  if to ~= lane then
+    flow_push(to, flow_field(f, 'jid'), p)
+  else
+    f[#f + 1] = 'fs'
+    f[#f + 1] = '1'
+    local id = redis.call('XADD', stream, '*', unpack(f))
+    flow_take(id, c, k)
+    redis.call('HSET', flow_trail, flow_field(f, 'jid'), 's:' .. id)
+  end
+  if redis.call('LLEN', w) == 0 then redis.call('LREM', flow_ring, 0, lane) end
   return true
 end
--- flow_dispatch releases up to budget waiting jobs into free slots. After
--- a slot of key hint freed in a queue without a global cap, only hint can
--- have gained room; otherwise it visits up to flow_scan keys of the ring
--- round robin (the ring rotates by one per key visited), releasing from
--- each as many as its room allows.
-local function flow_dispatch(stream, hint, budget)
-  local n = 0
-  if hint and not flow_limits()['global'] then
-    if redis.call('EXISTS', flow_wait(hint)) == 0 then return 0 end
-    while n < budget and flow_key_room(hint) > 0 and flow_release(stream, hint) do n = n + 1 end
-    return n
+-- flow_weighted reports whether the queue has weights per key.
+local flow_weighted_on
+local function flow_weighted()
+  if flow_weighted_on == nil then
+    flow_weighted_on = false
+    for f in pairs(flow_limits()) do
+      if string.sub(f, 1, 2) == 'w:' then flow_weighted_on = true end
+    end
   end
-  for _ = 1, math.min(redis.call('LLEN', flow_ring), flow_scan) do
-    if n >= budget or flow_global_room() <= 0 then break end
-    local k = redis.call('LMOVE', flow_ring, flow_ring, 'LEFT', 'RIGHT')
-    if not k then break end
-    while n < budget and flow_global_room() > 0 and flow_key_room(k) > 0 and flow_release(stream, k) do n = n + 1 end
+  return flow_weighted_on
+end
+-- flow_turn releases up to budget jobs of lane, the head of the ring, in
+-- a queue with weights: a lane keeps the head until it released as many
+-- jobs as its key's weight ("w:<key>", else 1) in this turn (counted in
+-- flow:cred), or has no room or no job; then the ring rotates. Returns the
+-- jobs released.
+local function flow_turn(stream, lane, budget)
+  local cred = flow_base .. 'flow:cred'
+  local c, k = flow_split(lane)
+  local w = flow_limits()['w:' .. k] or 1
+  local used = tonumber(redis.call('HGET', cred, lane) or 0)
+  local n = 0
+  while n < budget and used + n < w and flow_room(c, k) and flow_release(stream, lane) do n = n + 1 end
+  if redis.call('LINDEX', flow_ring, 0) ~= lane then
+    redis.call('HDEL', cred, lane) -- its list emptied: it left the ring
+  elseif used + n >= w or n < budget then
+    redis.call('HDEL', cred, lane)
+    redis.call('LMOVE', flow_ring, flow_ring, 'LEFT', 'RIGHT')
+  else
+    redis.call('HSET', cred, lane, used + n)
   end
   return n
+end
+-- flow_dispatch releases up to budget waiting jobs into free slots. After
+-- a slot of key hint (and kind hkind) freed in a queue without a global
+-- cap, it first releases from the lists of hint (and of hkind and hint);
+-- without caps per kind no other list can have gained room. Otherwise it
+-- visits up to flow_scan lists of the ring round robin (the ring rotates by
+-- one per list visited), releasing from each as many as its room allows.
+local function flow_dispatch(stream, hint, budget, hkind)
+  local n = 0
+  if hint and not flow_limits()['global'] then
+    local lanes = {hint}
+    if hkind and hkind ~= '' and flow_kinds() then lanes[2] = flow_tag(hkind, hint) end
+    for _, lane in ipairs(lanes) do
+      if redis.call('EXISTS', flow_wait(lane)) == 1 then
+        local c, k = flow_split(lane)
+        while n < budget and flow_room(c, k) and flow_release(stream, lane) do n = n + 1 end
+      end
+    end
+    if not flow_kinds() then return n end
+  end
+  local weighted = flow_weighted()
+  for _ = 1, math.min(redis.call('LLEN', flow_ring), flow_scan) do
+    if n >= budget or flow_global_room() <= 0 then break end
+    if weighted then
+      local lane = redis.call('LINDEX', flow_ring, 0)
+      if not lane then break end
+      n = n + flow_turn(stream, lane, budget - n)
+    else
+      local lane = redis.call('LMOVE', flow_ring, flow_ring, 'LEFT', 'RIGHT')
+      if not lane then break end
+      local c, k = flow_split(lane)
+      while n < budget and flow_room(c, k) and flow_release(stream, lane) do n = n + 1 end
+    end
+  end
+  return n
+end
+-- flow_freed returns how many jobs a slot of kind c can make room for: one
+-- of its key and, with caps per kind, one of its kind.
+local function flow_freed(c)
+  if c ~= '' and flow_kinds() then return 2 end
+  return 1
 end
 -- flow_last_delivered returns the last delivered ID of group, or nil.
 local function flow_last_delivered(stream, group)
@@ -266,8 +433,8 @@ end
 -- flow_settled gives back the slot of a settled entry and releases the
 -- next waiting job into it.
 local function flow_settled(stream, id)
-  local k = flow_give(id)
-  if k then flow_dispatch(stream, k, 1) end
+  local k, c = flow_give(id)
+  if k then flow_dispatch(stream, k, flow_freed(c), c) end
 end
 `
 
@@ -386,15 +553,15 @@ local n = tonumber(ARGV[2])
 local freed = {}
 for i = 6, 5 + n do
   if owned(KEYS[1], ARGV[1], consumer, ARGV[i]) then
-    local k = flow_give(ARGV[i])
-    if k then freed[#freed + 1] = k end
+    local k, c = flow_give(ARGV[i])
+    if k then freed[#freed + 1] = {k, c} end
   end
 end
 local function ack()
 ` + ackBody + `
 end
 local acked = ack()
-for _, k in ipairs(freed) do flow_dispatch(KEYS[1], k, 1) end
+for _, kc in ipairs(freed) do flow_dispatch(KEYS[1], kc[1], flow_freed(kc[2]), kc[2]) end
 return acked
 `)
 
@@ -510,6 +677,12 @@ type FlowLimits struct {
 	// those of single keys, over Rate.
 	Rate  float64
 	Rates map[string]float64
+	// Kinds caps the running jobs of single kinds; KindPerKey caps the
+	// running jobs of each flow key among the jobs of single kinds.
+	Kinds      map[string]int
+	KindPerKey map[string]int
+	// Weights are the weights of single keys in the round robin (others: 1).
+	Weights map[string]int
 }
 
 // FlowActive reports whether the queue has flow-control limits.
@@ -550,18 +723,30 @@ func parseFlowLimits(m map[string]string) (FlowLimits, error) {
 			return l, fmt.Errorf("flow limit %q is %q, not a number", f, v)
 		}
 		switch {
+		case strings.HasPrefix(f, FlowKindPrefix):
+			l.Kinds = setIn(l.Kinds, strings.TrimPrefix(f, FlowKindPrefix), n)
+		case strings.HasPrefix(f, FlowWeight):
+			l.Weights = setIn(l.Weights, strings.TrimPrefix(f, FlowWeight), n)
+		case strings.HasPrefix(f, FlowKindKey):
+			l.KindPerKey = setIn(l.KindPerKey, strings.TrimPrefix(f, FlowKindKey), n)
 		case f == FlowGlobal:
 			l.Global = n
 		case f == FlowPerKey:
 			l.PerKey = n
 		case strings.HasPrefix(f, FlowKeyPrefix):
-			if l.Keys == nil {
-				l.Keys = make(map[string]int)
-			}
-			l.Keys[strings.TrimPrefix(f, FlowKeyPrefix)] = n
+			l.Keys = setIn(l.Keys, strings.TrimPrefix(f, FlowKeyPrefix), n)
 		}
 	}
 	return l, nil
+}
+
+// setIn sets m[k] = v, making m when it is nil, and returns m.
+func setIn[V any](m map[string]V, k string, v V) map[string]V {
+	if m == nil {
+		m = make(map[string]V)
+	}
+	m[k] = v
+	return m
 }
 
 // SetFlowLimits replaces the queue's limits (all of them zero: none) in one
@@ -584,6 +769,15 @@ func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
 	for k, r := range l.Rates {
 		fields = append(fields, FlowRatePrefix+k, strconv.FormatFloat(r, 'g', -1, 64))
 	}
+	for c, n := range l.Kinds {
+		fields = append(fields, FlowKindPrefix+c, n)
+	}
+	for c, n := range l.KindPerKey {
+		fields = append(fields, FlowKindKey+c, n)
+	}
+	for k, n := range l.Weights {
+		fields = append(fields, FlowWeight+k, n)
+	}
 	_, err := q.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
 		if len(fields) > 0 {
@@ -604,7 +798,18 @@ type FlowState struct {
 	Limits  FlowLimits
 	Running int64
 	PerKey  map[string]int64 // slots held per key
-	Waiting map[string]int64 // waiting jobs per key (the keys in the ring, at most MaxFlowKeys)
+	PerKind map[string]int64 // slots held per kind (jobs with a kind)
+	// Waiting counts waiting jobs per key (of the lanes in the ring, at
+	// most MaxFlowKeys); Lanes lists those lanes.
+	Waiting map[string]int64
+	Lanes   []FlowLane
+}
+
+// FlowLane is a wait list: the jobs of a flow key, or those of one kind
+// (with caps of its own) and a key.
+type FlowLane struct {
+	Kind, Key string
+	Waiting   int64
 }
 
 // MaxFlowKeys bounds the keys FlowStatus reports.
@@ -634,6 +839,9 @@ func (q *Queue) FlowStatus(ctx context.Context) (FlowState, error) {
 	if err != nil {
 		return st, err
 	}
+	if err := q.kindCounts(ctx, &st); err != nil {
+		return st, err
+	}
 	st.Waiting = make(map[string]int64, len(ring))
 	pipe := q.client.Pipeline()
 	lens := make([]*redis.IntCmd, len(ring))
@@ -643,8 +851,33 @@ func (q *Queue) FlowStatus(ctx context.Context) (FlowState, error) {
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return st, err
 	}
-	for i, k := range ring {
-		st.Waiting[k] = lens[i].Val()
+	for i, lane := range ring {
+		kind, key := SplitLane(lane)
+		st.Waiting[key] += lens[i].Val()
+		st.Lanes = append(st.Lanes, FlowLane{Kind: kind, Key: key, Waiting: lens[i].Val()})
 	}
 	return st, nil
+}
+
+// kindCounts reads the slots held per kind into st.PerKind (at most
+// MaxFlowKeys kinds and kind-key pairs are looked at).
+func (q *Queue) kindCounts(ctx context.Context, st *FlowState) error {
+	st.PerKind = map[string]int64{}
+	var cursor uint64
+	for seen := 0; seen < MaxFlowKeys; {
+		fs, next, err := q.client.HScan(ctx, q.keys.Flow().KindCount, cursor, "", 100).Result()
+		if err != nil {
+			return err
+		}
+		for i := 0; i+1 < len(fs); i += 2 {
+			if !strings.HasPrefix(fs[i], "\x00") {
+				st.PerKind[fs[i]], _ = strconv.ParseInt(fs[i+1], 10, 64)
+			}
+		}
+		seen += len(fs) / 2
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -284,5 +285,126 @@ func TestQueue_FlowDelete(t *testing.T) {
 	}
 	if res, err := e.q.FlowDelete(e.ctx, p); err != nil || res != ReplyGone {
 		t.Fatalf("deleting again: %q, %v", res, err)
+	}
+}
+
+// addKinded appends one job per "kind/key" of jobs (payload "<kind>/<key><i>")
+// and returns their IDs.
+func (e *env) addKinded(jobs ...string) []string {
+	e.t.Helper()
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		kind, key, _ := strings.Cut(j, "/")
+		f := (&wire.Job{Payload: []byte(j + string(rune('0'+i))), EnqMillis: 1}).Args()
+		if kind != "" {
+			f = append(f, wire.FieldKind, kind)
+		}
+		if key != "" {
+			f = append(f, "fk", key)
+		}
+		id, err := e.c.XAdd(e.ctx, &redis.XAddArgs{Stream: e.k.Stream, Values: f}).Result()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	return ids
+}
+
+func TestQueue_FlowKindCaps(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	// Kind "r" runs one at a time in all; kind "m" one per key; "x" and
+	// jobs without a kind are held only by the per-key cap of 2.
+	e.flowLimits(FlowLimits{PerKey: 2, Kinds: map[string]int{"r": 1}, KindPerKey: map[string]int{"m": 1}})
+	ids := e.addKinded("r/a", "r/b", "m/a", "m/a", "m/b", "x/a", "/a", "x/a")
+	got := e.flowRead("c", 10)
+	// r/b waits for kind r; the second m/a for key a of kind m; x/a and /a
+	// for key a (r/a and m/a hold its 2 slots), the later x/a behind them.
+	if want := []string{"r/a0", "m/a2", "m/b4"}; !slices.Equal(payloadsOf(got), want) {
+		t.Fatalf("admitted %v, want %v", got, want)
+	}
+	st := e.flowState()
+	if st.Running != 3 || st.PerKind["r"] != 1 || st.PerKind["m"] != 2 || st.PerKey["a"] != 2 {
+		t.Fatalf("state %+v", st)
+	}
+	if st.Waiting["a"] != 4 || st.Waiting["b"] != 1 {
+		t.Fatalf("waiting %v", st.Waiting)
+	}
+	lanes := map[FlowLane]bool{}
+	for _, l := range st.Lanes {
+		lanes[l] = true
+	}
+	for _, want := range []FlowLane{{Kind: "r", Key: "b", Waiting: 1}, {Kind: "m", Key: "a", Waiting: 1}, {Key: "a", Waiting: 3}} {
+		if !lanes[want] {
+			t.Errorf("no lane %+v in %+v", want, st.Lanes)
+		}
+	}
+	if at, _ := e.c.HGet(e.ctx, e.k.Trail, ids[1]).Result(); at != TrailWaiting+Lane("r", "b") {
+		t.Errorf("trail of r/b %q", at)
+	}
+	// Acknowledging r/a frees kind r (r/b starts) and a slot of key a (x/a
+	// starts: the oldest of key a's own list).
+	if err := e.q.Ack(e.ctx, &AckParams{IDs: []string{idOf(got[0])}, Flow: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	next := e.flowRead("c", 10)
+	if got, want := payloadsOf(next), []string{"r/b1", "x/a5"}; !slices.Equal(slices.Sorted(slices.Values(got)), want) {
+		t.Fatalf("after r/a: admitted %v, want %v", next, want)
+	}
+	// Key a holds 2 of 2 (m/a2, x/a5). Raising its cap to 3 and kind m's
+	// cap per key to 2 makes room for one more of key a: the head of one of
+	// its two lists (m/a3, or /a6 before x/a7).
+	e.flowLimits(FlowLimits{PerKey: 3, Kinds: map[string]int{"r": 1}, KindPerKey: map[string]int{"m": 2}})
+	more := payloadsOf(e.flowRead("c", 10))
+	if len(more) != 1 || (more[0] != "m/a3" && more[0] != "/a6") {
+		t.Fatalf("after raising: admitted %v, want m/a3 or /a6", more)
+	}
+	if st := e.flowState(); st.Running != 5 || st.PerKey["a"] != 3 || st.Waiting["a"] != 2 {
+		t.Fatalf("after raising: %+v", st)
+	}
+}
+
+func TestSplitLane(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ kind, key string }{{"", "a"}, {"k", "a"}, {"k", ""}, {"", ""}} {
+		if kind, key := SplitLane(Lane(tc.kind, tc.key)); kind != tc.kind || key != tc.key {
+			t.Errorf("SplitLane(Lane(%q, %q)) = %q, %q", tc.kind, tc.key, kind, key)
+		}
+	}
+}
+
+// TestQueue_FlowWeights checks the ratio of starts between two waiting
+// keys of weights 3 and 1 under a global cap of 1: every slot that frees
+// releases the next job of the round robin.
+func TestQueue_FlowWeights(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{Global: 1, Weights: map[string]int{"a": 3}})
+	var keys []string
+	for range 40 {
+		keys = append(keys, "a", "b")
+	}
+	e.addKeyed(keys...)
+	running := e.flowRead("c", 10)
+	starts := map[string]int{}
+	var order []string
+	for range 40 {
+		if len(running) != 1 {
+			t.Fatalf("running %v, want one job (global cap 1)", running)
+		}
+		if err := e.q.Ack(e.ctx, &AckParams{IDs: []string{idOf(running[0])}, Flow: "c"}); err != nil {
+			t.Fatal(err)
+		}
+		running = e.flowRead("c", 10)
+		for _, p := range payloadsOf(running) {
+			starts[p[:1]]++
+			order = append(order, p[:1])
+		}
+	}
+	if starts["a"] != 30 || starts["b"] != 10 {
+		t.Errorf("of 40 starts, key a (weight 3) had %d and b (weight 1) %d, want 30 and 10: %v", starts["a"], starts["b"], order)
 	}
 }

@@ -268,41 +268,59 @@ type Books struct {
 	pills                                         Pills
 	running                                       atomic.Int64
 	flowKeys                                      int
+	flowKinds                                     bool
 }
 
 // Keys of the flow gauge (see [Books.SetFlowKeys]).
 const (
-	// KeyFlowRunning + flow key ("" for all): set of the numbers of the
-	// jobs running now.
+	// KeyFlowRunning + gauge field: set of the numbers of the jobs running
+	// now.
 	KeyFlowRunning = "test:flow:running:"
 	// KeyFlowRuns: hash job number -> its runs in progress (more than one
 	// when a job was taken over from a worker that still ran it).
 	KeyFlowRuns = "test:flow:runs"
-	// KeyFlowMost: hash flow key ("" for all) -> the most jobs seen running
-	// at once; field "dup" counts the runs that started while another run
-	// of the same job was in progress.
+	// KeyFlowMost: hash gauge field -> the most jobs seen running at once;
+	// field "dup" counts the runs that started while another run of the
+	// same job was in progress. The gauge fields are "" (all jobs), the
+	// flow key, and with kinds "kind:<kind>" and "kind:<kind>:<key>".
 	KeyFlowMost = "test:flow:most"
 )
 
 // FlowKeyOf returns the flow key of job number n among keys keys.
 func FlowKeyOf(n, keys int) string { return "k" + strconv.Itoa(n%keys) }
 
+// Kinds of the flow gauge with kinds: one job in ten of each key is rare.
+const (
+	KindRare   = "rare"
+	KindCommon = "common"
+)
+
+// KindOf returns the kind of job number n among keys flow keys, when jobs
+// have kinds: [KindRare] for every tenth job of a key, else [KindCommon].
+func KindOf(n, keys int) string {
+	if (n/keys)%10 == 0 {
+		return KindRare
+	}
+	return KindCommon
+}
+
 // gaugeEnter counts a run of a job: the first run of a job in progress
-// adds it to the sets of its key and of all and raises the most seen of
+// adds it to the sets of its gauge fields and raises the most seen of
 // each; a second one counts as a duplicate run.
 //
-// KEYS[1] set of all, KEYS[2] set of the key, KEYS[3] hash of the most
-// seen, KEYS[4] hash of runs in progress
-// ARGV[1] job number, ARGV[2] flow key
+// KEYS[1] hash of runs in progress, KEYS[2] hash of the most seen, KEYS[3..]
+// the sets of the job's gauge fields
+// ARGV[1] job number, ARGV[2..] the gauge fields (one per set)
 var gaugeEnter = redis.NewScript(`
-if redis.call('HINCRBY', KEYS[4], ARGV[1], 1) > 1 then
-  redis.call('HINCRBY', KEYS[3], 'dup', 1)
+if redis.call('HINCRBY', KEYS[1], ARGV[1], 1) > 1 then
+  redis.call('HINCRBY', KEYS[2], 'dup', 1)
   return 0
 end
-for i, f in ipairs({'', ARGV[2]}) do
+for i = 3, #KEYS do
   redis.call('SADD', KEYS[i], ARGV[1])
   local n = redis.call('SCARD', KEYS[i])
-  if n > tonumber(redis.call('HGET', KEYS[3], f) or 0) then redis.call('HSET', KEYS[3], f, n) end
+  local f = ARGV[i - 1]
+  if n > tonumber(redis.call('HGET', KEYS[2], f) or 0) then redis.call('HSET', KEYS[2], f, n) end
 end
 return 1
 `)
@@ -310,39 +328,51 @@ return 1
 // GaugeLeave ends a run of a job: the last run in progress takes it out of
 // the sets. Tests call it for the unfinished jobs of a killed worker.
 //
-// KEYS as gaugeEnter's, ARGV[1] job number.
+// KEYS and ARGV as gaugeEnter's.
 var GaugeLeave = redis.NewScript(`
-if redis.call('HINCRBY', KEYS[4], ARGV[1], -1) <= 0 then
-  redis.call('HDEL', KEYS[4], ARGV[1])
-  redis.call('SREM', KEYS[1], ARGV[1])
-  redis.call('SREM', KEYS[2], ARGV[1])
+if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  for i = 3, #KEYS do redis.call('SREM', KEYS[i], ARGV[1]) end
 end
 return 1
 `)
 
-// GaugeKeys returns the keys of the flow gauge of job number n among keys
-// flow keys, under base (the queue's key prefix with its hash tag).
-func GaugeKeys(base string, n, keys int) []string {
-	return []string{base + KeyFlowRunning, base + KeyFlowRunning + FlowKeyOf(n, keys), base + KeyFlowMost, base + KeyFlowRuns}
+// Gauge returns the KEYS and ARGV of the flow gauge's scripts for job
+// number n among keys flow keys (with kinds: see [KindOf]), under base
+// (the queue's key prefix with its hash tag).
+func Gauge(base string, n, keys int, kinds bool) ([]string, []any) {
+	key := FlowKeyOf(n, keys)
+	fields := []string{"", key}
+	if kinds {
+		kind := KindOf(n, keys)
+		fields = append(fields, "kind:"+kind, "kind:"+kind+":"+key)
+	}
+	ks := []string{base + KeyFlowRuns, base + KeyFlowMost}
+	args := []any{n}
+	for _, f := range fields {
+		ks = append(ks, base+KeyFlowRunning+f)
+		args = append(args, f)
+	}
+	return ks, args
 }
 
 // SetFlowKeys makes b gauge the concurrency of flow keys: job number n
-// belongs to key FlowKeyOf(n, keys), and every start and end is recorded in
-// [KeyFlowRunning] sets, the most seen in [KeyFlowMost]. Call it before
-// the first job runs.
-func (b *Books) SetFlowKeys(keys int) {
-	b.flowKeys = keys
+// belongs to key FlowKeyOf(n, keys) (and with kinds to kind KindOf(n,
+// keys)), and every start and end is recorded in [KeyFlowRunning] sets,
+// the most seen in [KeyFlowMost]. Call it before the first job runs.
+func (b *Books) SetFlowKeys(keys int, kinds bool) {
+	b.flowKeys, b.flowKinds = keys, kinds
 }
 
 func (b *Books) gauge(ctx context.Context, n int, enter bool) error {
 	if b.flowKeys <= 0 {
 		return nil
 	}
-	keys := GaugeKeys(strings.TrimSuffix(b.started, KeyStarted), n, b.flowKeys)
+	keys, args := Gauge(strings.TrimSuffix(b.started, KeyStarted), n, b.flowKeys, b.flowKinds)
 	if enter {
-		return gaugeEnter.Run(ctx, b.rdb, keys, n, FlowKeyOf(n, b.flowKeys)).Err()
+		return gaugeEnter.Run(ctx, b.rdb, keys, args...).Err()
 	}
-	return GaugeLeave.Run(ctx, b.rdb, keys, n).Err()
+	return GaugeLeave.Run(ctx, b.rdb, keys, args...).Err()
 }
 
 // NewBooks returns Books for the jobs of q that work for a duration picked

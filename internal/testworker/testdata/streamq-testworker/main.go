@@ -18,7 +18,8 @@
 //	streamq-testworker -addr 127.0.0.1:6379 -queue crash -name w1 -work 1ms-5ms
 //
 // With -flow-keys n, it also gauges how many jobs run at once, in all and
-// per flow key (testworker.Books.SetFlowKeys).
+// per flow key (testworker.Books.SetFlowKeys); with -flow-kinds also per
+// kind, and per kind and key (testworker.KindOf).
 //
 // With -crash-on n, the job numbered n kills the worker (SIGKILL on itself)
 // each time it starts: a poison pill for testing MaxDeliveries after crashes.
@@ -57,6 +58,7 @@ func main() {
 	work := testworker.Range{Min: time.Millisecond, Max: 5 * time.Millisecond}
 	flag.Var(&work, "work", "simulated work per job: a duration or a range min-max, e.g. 1ms-5ms")
 	flowKeys := flag.Int("flow-keys", 0, "gauge the concurrency of this many flow keys (job n belongs to key k<n mod flow-keys>)")
+	flowKinds := flag.Bool("flow-kinds", false, "with -flow-keys, gauge per kind too (job n has kind testworker.KindOf(n, flow-keys))")
 	crashOn := flag.Int("crash-on", -1, "SIGKILL this process when it starts the job with this number (a poison pill), after recording the start")
 	pills := testworker.RegisterPillFlags()
 	testworker.Main("streamq-testworker", f, slog.LevelInfo, nil, func(ctx context.Context, log *slog.Logger, q *streamq.Queue) error {
@@ -64,7 +66,7 @@ func main() {
 		defer stop()
 		books := testworker.NewBooks(q, work)
 		books.CrashOn(*crashOn)
-		books.SetFlowKeys(*flowKeys)
+		books.SetFlowKeys(*flowKeys, *flowKinds)
 		c, err := streamq.NewConsumer(q, streamq.HandlerFunc(books.Handle), &streamq.ConsumerConfig{
 			Name:            f.Name,
 			Concurrency:     *concurrency,
