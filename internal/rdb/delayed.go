@@ -33,6 +33,7 @@ for j = 1, njobs do
   local n = tonumber(ARGV[i + 1])
   redis.call('HSET', KEYS[2], tok, cmsgpack.pack({unpack(ARGV, i + 2, i + 1 + n)}))
   redis.call('ZADD', KEYS[1], due, tok)
+  mark_retry(KEYS[1], tok, ARGV, i + 2, i + 1 + n)
   i = i + n + 2
 end
 return njobs
@@ -135,6 +136,7 @@ for _, tok in ipairs(due) do
     redis.call('HDEL', KEYS[3], tok)
   end
   redis.call('ZREM', KEYS[2], tok)
+  unmark_retry(KEYS[2], tok)
 end
 return {#due, dead}
 `)
@@ -226,6 +228,7 @@ func (q *Queue) DelayedKey(ctx context.Context, id string) (key, token string, f
 var scriptCancel = redis.NewScript(idempotent(streamLib, `
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+unmark_retry(KEYS[1], ARGV[1])
 if n == 1 and KEYS[3] then unlock(KEYS[3], ARGV[2]) end
 return n
 `))
