@@ -123,4 +123,3 @@ func TestQueue_RequestCancel(t *testing.T) {
 		t.Errorf("RequestCancel of a waiting job: %q", got)
 	}
 }
-
