@@ -171,7 +171,17 @@ func (d *DeadLetters) Purge(ctx context.Context, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := d.q.client.XDel(ctx, d.q.keys.Dead, ids...).Result()
+	// The markers of cancelled dead letters go in the same transaction
+	// (see inspect.Overview).
+	pipe := d.q.client.TxPipeline()
+	del := pipe.XDel(ctx, d.q.keys.Dead, ids...)
+	marks := make([]any, len(ids))
+	for i, id := range ids {
+		marks[i] = id
+	}
+	pipe.ZRem(ctx, d.q.keys.Cancelled, marks...)
+	_, err := pipe.Exec(ctx)
+	n := del.Val()
 	if err != nil {
 		return 0, fmt.Errorf("streamq: xdel %s: %w", d.q.keys.Dead, err)
 	}
@@ -181,7 +191,12 @@ func (d *DeadLetters) Purge(ctx context.Context, ids ...string) (int64, error) {
 // PurgeBefore deletes dead letters that were dead-lettered before t and
 // returns how many it deleted: the tool for explicit retention.
 func (d *DeadLetters) PurgeBefore(ctx context.Context, t time.Time) (int64, error) {
-	n, err := d.q.client.XTrimMinID(ctx, d.q.keys.Dead, strconv.FormatInt(t.UnixMilli(), 10)).Result()
+	ms := strconv.FormatInt(t.UnixMilli(), 10)
+	pipe := d.q.client.TxPipeline()
+	trim := pipe.XTrimMinID(ctx, d.q.keys.Dead, ms)
+	pipe.ZRemRangeByScore(ctx, d.q.keys.Cancelled, "-inf", "("+ms)
+	_, err := pipe.Exec(ctx)
+	n := trim.Val()
 	if err != nil {
 		return 0, fmt.Errorf("streamq: xtrim %s: %w", d.q.keys.Dead, err)
 	}
@@ -190,7 +205,7 @@ func (d *DeadLetters) PurgeBefore(ctx context.Context, t time.Time) (int64, erro
 
 // PurgeAll deletes every dead letter.
 func (d *DeadLetters) PurgeAll(ctx context.Context) error {
-	if err := d.q.client.Del(ctx, d.q.keys.Dead).Err(); err != nil {
+	if err := d.q.client.Del(ctx, d.q.keys.Dead, d.q.keys.Cancelled).Err(); err != nil {
 		return fmt.Errorf("streamq: del %s: %w", d.q.keys.Dead, err)
 	}
 	return nil

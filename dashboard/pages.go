@@ -202,7 +202,7 @@ type queueData struct {
 type stateTab struct {
 	State  inspect.State
 	Count  int64
-	Approx bool // estimated from a sample (Overview.Estimated)
+	Approx bool // a lower bound (Overview.Estimated, for waiting jobs)
 	URL    string
 }
 
@@ -281,7 +281,7 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	base := pathOf(s.opts.BasePath, "queues", q.Name())
 	for _, st := range []inspect.State{inspect.StateWaiting, inspect.StateRunning, inspect.StateDelayed, inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled} {
-		approx := ov.Estimated && st != inspect.StateWaiting && st != inspect.StateRunning
+		approx := ov.Estimated && st == inspect.StateWaiting
 		d.States = append(d.States, stateTab{State: st, Count: ov.Count(st), Approx: approx, URL: base + "?state=" + string(st)})
 	}
 	d.Rows = s.jobRows(q.Name(), d.Page.Jobs)

@@ -181,6 +181,7 @@ func structural(k rdb.Keys) []string {
 	return []string{
 		k.Stream, k.Dead, k.Delayed, k.DelayedJobs, k.Paused, k.Cancel, k.Trail, k.Workers,
 		pk.Ready, pk.Leases, pk.Delayed, pk.Jobs, k.Part(rdb.PartSchedules),
+		k.Retrying, k.Cancelled, pk.Retrying,
 	}
 }
 

@@ -10,10 +10,9 @@ import (
 	"github.com/streamq/streamq/internal/rdb"
 )
 
-// Count returns how many jobs are in state st. Waiting and running come
-// from the overview's counters; delayed, retrying, dead and cancelled too
-// when the overview told them apart exactly ([Overview.Estimated] false),
-// else from a walk over the delayed set or the dead letters that reads 200
+// Count returns how many jobs are in state st, from the overview's
+// counters; waiting jobs that the overview could only bound
+// ([Overview.Estimated]) come from a walk over the stream that reads 200
 // of them per Redis call: a bounded call each, so Redis is never blocked,
 // but as many calls as it takes. StateDone is not counted (0).
 func (q *Queue) Count(ctx context.Context, st State) (int64, error) {
@@ -24,7 +23,7 @@ func (q *Queue) Count(ctx context.Context, st State) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !ov.Estimated || st == StateWaiting || st == StateRunning || st == StateDone {
+	if !ov.Estimated || st != StateWaiting {
 		return ov.Count(st), nil
 	}
 	fetch, err := q.fetchFor(ctx, st)

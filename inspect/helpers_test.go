@@ -99,7 +99,8 @@ func (e *env) take(t *testing.T, consumer string) string {
 	return res[0].Messages[0].ID
 }
 
-// addDead writes a dead letter of a job with payload and reason.
+// addDead writes a dead letter of a job with payload and reason (and, for
+// a cancelled job, the overview's marker).
 func (e *env) addDead(t *testing.T, payload, reason, errText string) string {
 	t.Helper()
 	job := wire.Job{Payload: []byte(payload), EnqMillis: time.Now().UnixMilli()}
@@ -112,6 +113,13 @@ func (e *env) addDead(t *testing.T, payload, reason, errText string) string {
 	id, err := e.c.XAdd(context.Background(), &redis.XAddArgs{Stream: e.key("dead"), Values: wire.DeadLetterArgs(d, raw, nil)}).Result()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if reason == streamq.ReasonCancelled { // its marker, as the scripts that write dead letters add it
+		ms, _, _ := strings.Cut(id, "-")
+		score, _ := strconv.ParseFloat(ms, 64)
+		if err := e.c.ZAdd(context.Background(), e.key("dead:cancelled"), redis.Z{Score: score, Member: id}).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return id
 }

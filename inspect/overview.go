@@ -16,13 +16,13 @@ import (
 	"github.com/streamq/streamq/internal/wire"
 )
 
-// censusSample is the most delayed jobs and dead letters Overview examines
-// to split them into scheduled and retrying, dead and cancelled.
-const censusSample = 1000
-
-// Overview reads the queue's counts: a pipeline of counters (XLEN, XINFO
-// GROUPS, ZCARD, ...) and one bounded script that splits the delayed jobs
-// and dead letters (see Overview.Estimated).
+// Overview reads the queue's counts with O(1) and O(log n) commands only,
+// whatever the queue's size: one pipeline of counters (XLEN, ZCARD, SCARD,
+// ZCOUNT, ...), then XINFO GROUPS and the first waiting entry. The split of
+// the delayed jobs (scheduled, retrying) and of the dead letters (cancelled,
+// others) comes from markers the scripts keep beside them (see
+// Overview.Retrying). Only a stream whose lag Redis cannot tell costs more:
+// a bounded count (see Overview.Estimated).
 func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	c := q.rdb()
 	o := &Overview{Name: q.name, Kind: q.kind}
@@ -30,27 +30,29 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	paused := pipe.Exists(ctx, q.keys.Paused)
 	wb := pipe.HExists(ctx, q.in.wb, q.name)
 	dead := pipe.XLen(ctx, q.keys.Dead)
-	var xlen, delayed, ready, leases *redis.IntCmd
+	cancelled := pipe.ZCard(ctx, q.keys.Cancelled)
+	var xlen, delayed, retrying, ready, leases *redis.IntCmd
 	live := pipe.ZCount(ctx, q.keys.Workers, strconv.FormatInt(time.Now().Add(-LiveWithin).UnixMilli(), 10), "+inf")
 	if q.kind == KindPriority {
 		ready = pipe.ZCard(ctx, q.pkeys.Ready)
 		leases = pipe.ZCard(ctx, q.pkeys.Leases)
 		delayed = pipe.ZCard(ctx, q.pkeys.Delayed)
+		retrying = pipe.SCard(ctx, q.pkeys.Retrying)
 	} else {
 		xlen = pipe.XLen(ctx, q.keys.Stream)
 		delayed = pipe.ZCard(ctx, q.keys.Delayed)
+		retrying = pipe.SCard(ctx, q.keys.Retrying)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
 	}
 	o.Paused, o.WriteBehind = paused.Val() == 1, wb.Val()
-	retrying, dseen, cancelled, xseen, err := q.db.Census(ctx, rdb.CensusParams{Priority: q.kind == KindPriority, Sample: censusSample})
-	if err != nil {
-		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
-	}
-	o.Retrying, o.Cancelled = split(delayed.Val(), retrying, dseen), split(dead.Val(), cancelled, xseen)
+	// A marker left behind by a removal that does not know the markers (a
+	// dead letter deleted by hand) may make a split too high, never more
+	// than the whole.
+	o.Retrying, o.Cancelled = min(retrying.Val(), delayed.Val()), min(cancelled.Val(), dead.Val())
 	o.Delayed, o.Dead = delayed.Val()-o.Retrying, dead.Val()-o.Cancelled
-	o.Estimated = dseen < delayed.Val() || xseen < dead.Val()
+	var err error
 	if q.kind == KindPriority {
 		o.Waiting, o.Running, o.Consumers = ready.Val(), leases.Val(), int(live.Val())
 		o.Length = o.Waiting + o.Running + delayed.Val()
@@ -125,15 +127,6 @@ func (q *Queue) oldestReady(ctx context.Context) (time.Duration, error) {
 		return max(time.Since(j.EnqueuedAt), 0), nil
 	}
 	return 0, nil
-}
-
-// split returns the part of total that a sample of seen elements, of which
-// hit were of a kind, suggests: exact when the sample is everything.
-func split(total, hit, seen int64) int64 {
-	if seen >= total || seen == 0 {
-		return hit
-	}
-	return hit * total / seen
 }
 
 // Throughput returns the processed and failed counts of the last minutes

@@ -21,7 +21,13 @@ type Overview struct {
 	Length int64
 	// Waiting jobs are not yet delivered to a consumer (ready, for a
 	// priority queue); Running ones are delivered and not acknowledged
-	// (leased); Delayed are scheduled for later; Retrying wait for a retry.
+	// (leased); Delayed are scheduled for later; Retrying wait for a retry
+	// (their data has an attempt above 0 or an error). The split of the
+	// delayed set into Delayed and Retrying, and of the dead letters into
+	// Dead and Cancelled, comes from markers that the scripts moving jobs
+	// keep beside those structures (counted with SCARD and ZCARD); jobs
+	// that an older streamq retried or cancelled have none and count as
+	// Delayed and Dead.
 	Waiting, Running, Delayed, Retrying int64
 	// Dead letters, of which Cancelled were cancelled jobs (dl_reason
 	// "cancelled"); Dead counts the others.
@@ -32,10 +38,9 @@ type Overview struct {
 	// OldestWaiting is the age of the oldest waiting job; 0 when nothing
 	// waits.
 	OldestWaiting time.Duration
-	// Estimated is true when Delayed/Retrying or Dead/Cancelled were split
-	// from a sample (the first 1,000 delayed jobs by due time, the newest
-	// 1,000 dead letters) because there are more: the sums are exact, the
-	// split is estimated.
+	// Estimated is true when Waiting is a lower bound: Redis could not tell
+	// the group's lag (an entry after the last delivered one was deleted)
+	// and counting the entries after it stopped at Options.ScanLimit.
 	Estimated bool
 }
 

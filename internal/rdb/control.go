@@ -24,12 +24,19 @@ end
 // deadLib holds the helpers that write dead letters (with statsLib's
 // count).
 const deadLib = statsLib + `
--- xadd_capped appends an entry of the field/value arguments to stream key,
--- which MAXLEN ~ trims to about cap entries (0 or less: no cap). Returns its
--- ID.
+-- xadd_capped appends a dead letter of the field/value arguments to stream
+-- key, which MAXLEN ~ trims to about cap entries (0 or less: no cap), and
+-- keeps the overview's markers in step (see markLib). Returns its ID.
 local function xadd_capped(key, cap, ...)
-  if cap > 0 then return redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...) end
-  return redis.call('XADD', key, '*', ...)
+  local id
+  if cap > 0 then
+    id = redis.call('XADD', key, 'MAXLEN', '~', cap, '*', ...)
+    forget_trimmed(key)
+  else
+    id = redis.call('XADD', key, '*', ...)
+  end
+  mark_cancelled(key, id, ...)
+  return id
 end
 
 -- dead_letter appends a dead letter of the field/value arguments to stream

@@ -34,6 +34,7 @@ for j = 1, njobs do
   local n = tonumber(ARGV[i + 1])
   redis.call('HSET', KEYS[2], tok, cmsgpack.pack({unpack(ARGV, i + 2, i + 1 + n)}))
   redis.call('ZADD', KEYS[1], due, tok)
+  mark_retry(KEYS[1], tok, ARGV, i + 2, i + 1 + n)
   i = i + n + 2
 end
 return njobs
@@ -136,6 +137,7 @@ for _, tok in ipairs(due) do
     redis.call('HDEL', KEYS[3], tok)
   end
   redis.call('ZREM', KEYS[2], tok)
+  unmark_retry(KEYS[2], tok)
 end
 return {#due, dead}
 `)
@@ -227,6 +229,7 @@ func (q *Queue) DelayedKey(ctx context.Context, id string) (key, token string, f
 var scriptCancel = redis.NewScript(idempotent(streamLib, `
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
+unmark_retry(KEYS[1], ARGV[1])
 if n == 1 then
   if redis.call('HGET', KEYS[3], ARGV[3]) == 'd:' .. ARGV[1] then redis.call('HDEL', KEYS[3], ARGV[3]) end
   if KEYS[4] then unlock(KEYS[4], ARGV[2]) end

@@ -291,6 +291,7 @@ local function flow_delay(id, f, wait)
   local did = 'd-r' .. id
   redis.call('HSET', flow_base .. 'delayed:jobs', did, cmsgpack.pack(f))
   redis.call('ZADD', flow_base .. 'delayed', flow_now + wait, did)
+  mark_retry(flow_base .. 'delayed', did, f, 1)
   redis.call('HSET', flow_trail, jid, 'd:' .. did)
 end
 -- flow_admit takes a slot for entry id (fields f) and returns true, or

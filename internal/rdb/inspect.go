@@ -2,7 +2,6 @@ package rdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -114,6 +113,7 @@ func (q *Queue) DeleteWaiting(ctx context.Context, p DeleteParams) (string, erro
 var scriptDeleteDelayed = redis.NewScript(streamLib + inspectLib + `
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 'gone' end
 redis.call('HDEL', KEYS[2], ARGV[1])
+unmark_retry(KEYS[1], ARGV[1])
 if KEYS[4] then unlock(KEYS[4], ARGV[3]) end
 untrail(KEYS[3], ARGV[2], 'd:' .. ARGV[1])
 return 'ok'
@@ -141,6 +141,7 @@ for i = 1, math.min(#ARGV, ` + fmt.Sprint(MaxControlBatch) + `) do
   if #e > 0 then
     local jid = field(e[1][2], 'jid') or field(e[1][2], 'dl_id') or ''
     n = n + redis.call('XDEL', KEYS[1], ARGV[i])
+    redis.call('ZREM', KEYS[1] .. ':cancelled', ARGV[i]) -- see markLib
     untrail(KEYS[2], jid, 'x:' .. ARGV[i])
   end
 end
@@ -181,6 +182,7 @@ local id = redis.call('XADD', KEYS[1], '*', unpack(f))
 redis.call('HSET', KEYS[4], ARGV[2], 's:' .. id)
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
+unmark_retry(KEYS[2], ARGV[1])
 return id
 `)
 
@@ -247,7 +249,7 @@ if m ~= '' and redis.call('ZSCORE', KEYS[1], m) then where = 'waiting'
 elseif m ~= '' and redis.call('ZSCORE', KEYS[2], m) then where = 'delayed'
 elseif redis.call('HEXISTS', KEYS[3], id) == 1 then where = 'running' end
 if action == 'delete' and (where == 'waiting' or where == 'delayed') then
-  if where == 'waiting' then redis.call('ZREM', KEYS[1], m) else redis.call('ZREM', KEYS[2], m) end
+  if where == 'waiting' then redis.call('ZREM', KEYS[1], m) else redis.call('ZREM', KEYS[2], m) unmark_retry(KEYS[2], m) end
   redis.call('HDEL', KEYS[3], id)
   redis.call('HDEL', KEYS[4], id)
   untrail(KEYS[6], ARGV[4], 'p:' .. id)
@@ -256,6 +258,7 @@ end
 if action == 'run' and where == 'delayed' then
   redis.call('ZADD', KEYS[1], member_score(m), m)
   redis.call('ZREM', KEYS[2], m)
+  unmark_retry(KEYS[2], m)
   notify(KEYS[5])
   return 'ok'
 end
@@ -281,73 +284,6 @@ func (s *PrioritySet) Control(ctx context.Context, p PriorityControlParams) (str
 	k := &s.k
 	return scriptPriorityControl.Run(ctx, s.q.client, []string{k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Trail, k.Cancel},
 		p.Action, p.Member, p.ID, p.JobID, s.q.clock.Now().UnixMilli()).Text()
-}
-
-// scriptCensus splits the delayed set into scheduled and retrying jobs and
-// the dead letters into cancelled and others, from bounded samples: the
-// first ARGV[2] delayed jobs by due time and the newest ARGV[2] dead letters.
-// A retrying job carries an attempt or err field in its data.
-//
-// KEYS[1] delayed sorted set, KEYS[2] delayed job hash, KEYS[3] dead-letter
-// stream
-// ARGV[1] "stream" or "priority" (the delayed members of a priority set are
-// "<seq>:<score>:<id>", its job hash is keyed by id), ARGV[2] sample size
-// Returns {retrying, delayed examined, cancelled, dead letters examined}.
-var scriptCensus = redis.NewScript(priorityLib + `
-local n = tonumber(ARGV[2])
-local retrying, cancelled = 0, 0
-local members = redis.call('ZRANGE', KEYS[1], 0, n - 1)
-for _, m in ipairs(members) do
-  local id = m
-  if ARGV[1] == 'priority' then id = member_id(m) or m end
-  local data = redis.call('HGET', KEYS[2], id)
-  if data then
-    local ok, f = pcall(cmsgpack.unpack, data)
-    if ok and type(f) == 'table' then
-      for k = 1, #f - 1, 2 do
-        if (f[k] == 'attempt' and tonumber(f[k + 1]) and tonumber(f[k + 1]) > 0) or f[k] == 'err' then
-          retrying = retrying + 1
-          break
-        end
-      end
-    end
-  end
-end
-local dead = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', n)
-for _, e in ipairs(dead) do
-  local f = e[2]
-  for k = 1, #f - 1, 2 do
-    if f[k] == 'dl_reason' then
-      if f[k + 1] == 'cancelled' then cancelled = cancelled + 1 end
-      break
-    end
-  end
-end
-return {retrying, #members, cancelled, #dead}
-`)
-
-// CensusParams are one call of scriptCensus.
-type CensusParams struct {
-	Priority bool // the priority set's delayed jobs, not the stream's
-	Sample   int  // how many delayed jobs and dead letters to examine
-}
-
-// Census runs scriptCensus.
-func (q *Queue) Census(ctx context.Context, p CensusParams) (retrying, delayedSeen, cancelled, deadSeen int64, err error) {
-	keys := []string{q.keys.Delayed, q.keys.DelayedJobs, q.keys.Dead}
-	kind := "stream"
-	if p.Priority {
-		keys = []string{q.prio.k.Delayed, q.prio.k.Jobs, q.keys.Dead}
-		kind = "priority"
-	}
-	res, err := scriptCensus.Run(ctx, q.client, keys, kind, p.Sample).Int64Slice()
-	if err != nil {
-		return 0, 0, 0, 0, err
-	}
-	if len(res) != 4 {
-		return 0, 0, 0, 0, errors.New("unexpected census reply")
-	}
-	return res[0], res[1], res[2], res[3], nil
 }
 
 // Parts of the periodic scheduler's keys that the inspector reads.

@@ -123,26 +123,3 @@ func TestQueue_RequestCancel(t *testing.T) {
 		t.Errorf("RequestCancel of a waiting job: %q", got)
 	}
 }
-
-// TestQueue_Census counts from bounded samples.
-func TestQueue_Census(t *testing.T) {
-	t.Parallel()
-	e := setup(t, Config{})
-	e.schedule(time.Now().Add(time.Hour), Memo{}, "a", "b", "c")
-	retried := wire.Job{Payload: []byte("r"), Attempt: 1}
-	var p ScheduleParams
-	p.Due = time.Now().Add(time.Minute)
-	p.Add("d-r", retried.Args())
-	if err := e.q.Schedule(e.ctx, &p); err != nil {
-		t.Fatal(err)
-	}
-	e.c.XAdd(e.ctx, &redis.XAddArgs{Stream: e.k.Dead, Values: []any{"dl_reason", "cancelled"}})
-	e.c.XAdd(e.ctx, &redis.XAddArgs{Stream: e.k.Dead, Values: []any{"dl_reason", "permanent"}})
-	r, ds, c, xs, err := e.q.Census(e.ctx, CensusParams{Sample: 10})
-	if err != nil || r != 1 || ds != 4 || c != 1 || xs != 2 {
-		t.Errorf("Census: %d %d %d %d %v", r, ds, c, xs, err)
-	}
-	if _, ds, _, xs, _ := e.q.Census(e.ctx, CensusParams{Sample: 1}); ds != 1 || xs != 1 {
-		t.Errorf("Census with a sample of 1 examined %d and %d", ds, xs)
-	}
-}

@@ -10,6 +10,8 @@ type Keys struct {
 	Dead        string // the dead-letter stream
 	Delayed     string // delayed jobs (scheduled and retrying), scored by due time (Unix ms)
 	DelayedJobs string // the fields of delayed jobs, by delayed-set ID
+	Retrying    string // SET the delayed-set IDs of the delayed jobs that wait for a retry (see markLib)
+	Cancelled   string // ZSET the IDs of the cancelled dead letters, scored by time (Unix ms; see markLib)
 
 	// Inspection and control (see docs/operations.md, "Progress, results and
 	// cancellation").
@@ -67,6 +69,8 @@ func NewKeys(prefix, name string) Keys {
 	k.Dead = k.Part("dead")
 	k.Delayed = k.Part("delayed")
 	k.DelayedJobs = k.Part("delayed:jobs")
+	k.Retrying = k.Delayed + ":retrying"
+	k.Cancelled = k.Dead + ":cancelled"
 	k.Paused = k.Part("paused")
 	k.Cancel = k.Part("cancel")
 	k.Trail = k.Part("trail")
@@ -105,6 +109,7 @@ type PriorityKeys struct {
 	Leases     string // leased jobs, scored by lease deadline (server time, ms)
 	Waiting    string // leases whose start is not charged yet (see scriptUncharge)
 	Delayed    string // jobs waiting for a retry, scored by due time
+	Retrying   string // SET the members of Delayed that wait for a retry (see markLib)
 	Jobs       string // job fields by job ID
 	Deliveries string // charged starts of each job's current copy that ended in crashes
 	Seq        string // sequence counter (FIFO order and job IDs)
@@ -126,6 +131,7 @@ func (k Keys) Priority() PriorityKeys {
 		Leases:     k.Part("leases"),
 		Waiting:    k.Part("priority:waiting"),
 		Delayed:    k.Part("priority:delayed"),
+		Retrying:   k.Part("priority:delayed:retrying"),
 		Jobs:       k.Part("priority:jobs"),
 		Deliveries: k.Part("priority:deliveries"),
 		Seq:        k.Part("priority:seq"),

@@ -1,8 +1,9 @@
 package rdb
 
 // timeLib holds the Lua helpers of due times, which are Redis's clock (TIME),
-// never a process's: a worker whose clock is off moves no job early.
-const timeLib = `
+// never a process's: a worker whose clock is off moves no job early. It
+// starts with markLib (the overview's markers).
+const timeLib = markLib + `
 -- now_ms returns the server's time in Unix milliseconds.
 local function now_ms()
   local t = redis.call('TIME')

@@ -104,6 +104,7 @@ local function finish(leases, ready, delayed, jobs, deliveries, waiting, args, f
     else
       local m = lease_member(lms[i])
       if m and (redis.call('ZREM', ready, m) == 1 or redis.call('ZREM', delayed, m) == 1) then
+        unmark_retry(delayed, m)
         ids[#ids + 1] = args[from + n + i - 1]
       else
         left = left + 1
@@ -577,6 +578,7 @@ for _, m in ipairs(due) do
   local score = member_score(m)
   if score then redis.call('ZADD', KEYS[3], score, m) end
   redis.call('ZREM', KEYS[2], m)
+  unmark_retry(KEYS[2], m)
 end
 if #expired + #due > 0 then notify(KEYS[4]) end
 return {ids, #due}
@@ -664,6 +666,8 @@ else return 0 end
 local delay = tonumber(ARGV[2])
 if delay > 0 then
   redis.call('ZADD', KEYS[3], now_ms() + delay, m)
+  local ok, f = pcall(cmsgpack.unpack, ARGV[3])
+  if ok and type(f) == 'table' then mark_retry(KEYS[3], m, f, 1) end
 else
   redis.call('ZADD', KEYS[2], member_score(m), m)
 end

@@ -132,8 +132,8 @@ func (e *env) pending(consumer string) []string {
 	return ids
 }
 
-// card returns the number of members of a sorted set, or fields of a
-// hash, at key.
+// card returns the number of members of a set or sorted set, fields of a
+// hash, or entries of a stream at key.
 func (e *env) card(key string) int64 {
 	e.t.Helper()
 	typ, err := e.c.Type(e.ctx, key).Result()
@@ -143,6 +143,8 @@ func (e *env) card(key string) int64 {
 	switch typ {
 	case "zset":
 		return e.c.ZCard(e.ctx, key).Val()
+	case "set":
+		return e.c.SCard(e.ctx, key).Val()
 	case "hash":
 		return e.c.HLen(e.ctx, key).Val()
 	case "stream":

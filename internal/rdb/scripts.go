@@ -44,7 +44,6 @@ func Scripts() map[string]*redis.Script {
 		"run_now":               scriptRunNow,
 		"request_cancel":        scriptRequestCancel,
 		"priority_control":      scriptPriorityControl,
-		"census":                scriptCensus,
 		"level_heads":           scriptLevelHeads,
 		"drop_cancels":          scriptDropCancels,
 		"priority_drop_cancels": scriptPriorityDropCancels,

@@ -38,6 +38,7 @@ local due = due_at(ARGV[4])
 if due > 0 then
   redis.call('HSET', KEYS[3], ARGV[5], cmsgpack.pack({unpack(ARGV, 8)}))
   redis.call('ZADD', KEYS[2], due, ARGV[5])
+  mark_retry(KEYS[2], ARGV[5], ARGV, 8)
   at = 'd:' .. ARGV[5]
 else
   at = 's:' .. redis.call('XADD', KEYS[1], '*', unpack(ARGV, 8))
@@ -185,6 +186,7 @@ for i = 1, #ARGV do
     out[i] = redis.call('XADD', KEYS[2], '*', unpack(fields))
     if jid then redis.call('HSET', KEYS[3], jid, 's:' .. out[i]) end
     redis.call('XDEL', KEYS[1], ARGV[i])
+    redis.call('ZREM', KEYS[1] .. ':cancelled', ARGV[i]) -- see markLib
   end
 end
 return out
