@@ -56,5 +56,10 @@ func Scripts() map[string]*redis.Script {
 		"flow_dead_letter":      scriptFlowDeadLetter,
 		"flow_kick":             scriptFlowKick,
 		"flow_delete":           scriptFlowDelete,
+		"workflow_create":       scriptWorkflowCreate,
+		"workflow_complete":     scriptWorkflowComplete,
+		"workflow_released":     scriptWorkflowReleased,
+		"workflow_cancel":       scriptWorkflowCancel,
+		"workflow_results":      scriptWorkflowResults,
 	}
 }
