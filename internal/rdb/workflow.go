@@ -216,8 +216,10 @@ return out
 `)
 
 // scriptWorkflowReleased marks runnable nodes as released into their
-// queues, with their jobs. A node cancelled in between keeps its state, and
-// its job is returned to be cancelled.
+// queues, and records their jobs (also of a node whose job already ran and
+// was recorded: a fast worker can finish it before this call). A node
+// cancelled in between keeps its state, and its job is returned to be
+// cancelled.
 //
 // KEYS: WorkflowKeys
 // ARGV: pairs of node and job reference ("<queue>\t<job ID>").
@@ -226,9 +228,9 @@ var scriptWorkflowReleased = redis.NewScript(workflowLib + `
 local out = {}
 for i = 1, #ARGV, 2 do
   local st = redis.call('HGET', K_STATE, ARGV[i])
+  if st then redis.call('HSETNX', K_JOBS, ARGV[i], ARGV[i + 1]) end
   if st == 'r' then
     redis.call('HSET', K_STATE, ARGV[i], 'q')
-    redis.call('HSET', K_JOBS, ARGV[i], ARGV[i + 1])
   elseif st == 'c' then
     table.insert(out, ARGV[i + 1])
   end
