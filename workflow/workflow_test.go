@@ -367,3 +367,27 @@ func TestClient_Redrive(t *testing.T) {
 		t.Fatalf("second Redrive: %+v, %v; want nothing done", got, err)
 	}
 }
+
+// TestClient_FanOutFanIn_10000 runs a 10,000-wide fan-out/fan-in on a Redis
+// server of its own.
+func TestClient_FanOutFanIn_10000(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 10,000-job workflow; runs without -short")
+	}
+	t.Parallel()
+	const width = 10_000
+	e := setup(t, redistest.NewIsolatedClient(t), nil)
+	e.consume(nil)
+	w, deps := fanOut(e, "fan10k", width)
+	start := time.Now()
+	if err := e.wc.Enqueue(context.Background(), w); err != nil {
+		t.Fatal(err)
+	}
+	info := e.waitEnded("fan10k", 120*time.Second)
+	t.Logf("%d jobs through a %d-wide fan-out/fan-in in %s", width+2, width, time.Since(start))
+	if info.Progress.Succeeded != width+2 {
+		t.Fatalf("progress %+v, want %d succeeded", info.Progress, width+2)
+	}
+	e.checkOrder(deps, nil)
+	e.checkRunsOnce()
+}
