@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
@@ -101,7 +103,15 @@ type Info struct {
 
 // Show returns workflow id with the state of each node, or [ErrNotFound].
 func (c *Client) Show(ctx context.Context, id string) (*Info, error) {
-	wf := rdb.NewWorkflow(c.rdb, c.prefix, id)
+	return Show(ctx, c.rdb, c.prefix, id)
+}
+
+// Show returns workflow id of key prefix prefix (QueueConfig.KeyPrefix) on
+// client with the state of each node, or [ErrNotFound]: for tools that
+// read workflows without running them (the streamq command). It reads the
+// workflow in one MULTI, and the parents of its waiting nodes.
+func Show(ctx context.Context, client redis.UniversalClient, prefix, id string) (*Info, error) {
+	wf := rdb.NewWorkflow(client, prefix, id)
 	st, err := wf.Read(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("streamq: workflow %s: read: %w", id, err)
@@ -126,7 +136,7 @@ func (c *Client) Show(ctx context.Context, id string) (*Info, error) {
 		info.Progress.add(n.State)
 	}
 	slices.SortFunc(info.Nodes, func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
-	if err := c.waitingFor(ctx, wf, info, st.State, waiting); err != nil {
+	if err := waitingFor(ctx, client, wf, info, st.State, waiting); err != nil {
 		return nil, fmt.Errorf("streamq: workflow %s: %w", id, err)
 	}
 	for _, js := range st.Batches {
@@ -145,11 +155,11 @@ func (c *Client) Show(ctx context.Context, id string) (*Info, error) {
 }
 
 // waitingFor fills the parents each waiting node waits for.
-func (c *Client) waitingFor(ctx context.Context, wf *rdb.Workflow, info *Info, states map[string]string, waiting []string) error {
+func waitingFor(ctx context.Context, client redis.UniversalClient, wf *rdb.Workflow, info *Info, states map[string]string, waiting []string) error {
 	if len(waiting) == 0 {
 		return nil
 	}
-	vals, err := c.rdb.HMGet(ctx, wf.Keys().Parents, waiting...).Result()
+	vals, err := client.HMGet(ctx, wf.Keys().Parents, waiting...).Result()
 	if err != nil {
 		return fmt.Errorf("read parents: %w", err)
 	}
