@@ -25,6 +25,12 @@ const (
 	WaitRateLimited  = "rate_limited"  // its flow key is over its rate until Until
 	WaitBehind       = "behind"        // Ahead jobs are before it
 	WaitNoConsumer   = "no_consumer"   // no consumer read the queue lately
+	// WaitParent: a workflow node waits for its parent Parent to end (see
+	// [Inspector.ExplainNode]); it has no job in a queue yet.
+	WaitParent = "parent"
+	// WaitRelease: a workflow node's parents allow it and its job is being
+	// enqueued (the workflow re-drive enqueues it if a crash cut that short).
+	WaitRelease = "release"
 )
 
 // WaitReasons lists the reasons a job waits, in the order Explain reports
@@ -39,6 +45,8 @@ type WaitReason struct {
 	Detail string // the reason and its evidence in words
 	// Key is the flow key (WaitKeyCap, WaitBehind of a job waiting aside).
 	Key string
+	// Parent is the workflow node waited for (WaitParent).
+	Parent string
 	// Running and Cap: the jobs running and the cap (WaitKeyCap,
 	// WaitGlobalCap).
 	Running, Cap int64

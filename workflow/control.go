@@ -136,7 +136,7 @@ func Show(ctx context.Context, client redis.UniversalClient, prefix, id string) 
 		info.Progress.add(n.State)
 	}
 	slices.SortFunc(info.Nodes, func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
-	if err := waitingFor(ctx, client, wf, info, st.State, waiting); err != nil {
+	if err := waitingFor(ctx, wf, info, st.State, waiting); err != nil {
 		return nil, fmt.Errorf("streamq: workflow %s: %w", id, err)
 	}
 	for _, js := range st.Batches {
@@ -155,24 +155,10 @@ func Show(ctx context.Context, client redis.UniversalClient, prefix, id string) 
 }
 
 // waitingFor fills the parents each waiting node waits for.
-func waitingFor(ctx context.Context, client redis.UniversalClient, wf *rdb.Workflow, info *Info, states map[string]string, waiting []string) error {
-	if len(waiting) == 0 {
-		return nil
-	}
-	vals, err := client.HMGet(ctx, wf.Keys().Parents, waiting...).Result()
+func waitingFor(ctx context.Context, wf *rdb.Workflow, info *Info, states map[string]string, waiting []string) error {
+	by, err := wf.WaitingFor(ctx, waiting, states)
 	if err != nil {
-		return fmt.Errorf("read parents: %w", err)
-	}
-	by := make(map[string][]string, len(waiting))
-	for i, v := range vals {
-		s, _ := v.(string)
-		var parents []string
-		_ = json.Unmarshal([]byte(s), &parents)
-		for _, p := range parents {
-			if st := states[p]; st != "s" && st != "d" && st != "c" {
-				by[waiting[i]] = append(by[waiting[i]], p)
-			}
-		}
+		return err
 	}
 	for i := range info.Nodes {
 		info.Nodes[i].WaitingFor = by[info.Nodes[i].Name]

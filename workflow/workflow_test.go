@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/workflow"
@@ -390,4 +391,37 @@ func TestClient_FanOutFanIn_10000(t *testing.T) {
 	}
 	e.checkOrder(deps, nil)
 	e.checkRunsOnce()
+}
+
+func TestInspector_ExplainNode(t *testing.T) {
+	t.Parallel()
+	e := setup(t, redistest.NewClient(t), nil)
+	a, b := e.qs[0], e.qs[1]
+	ctx := context.Background()
+	w := workflow.New("why").Add("p1", a, step{"p1"}).Add("p2", b, step{"p2"}).Add("kid", a, step{"kid"}, workflow.After("p1", "p2"))
+	if err := e.wc.Enqueue(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inspect.New(e.c, &inspect.Options{Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	why, err := in.ExplainNode(ctx, "why", "kid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why.State != "waiting" || len(why.Reasons) != 2 || why.Reasons[0].Reason != inspect.WaitParent || why.Reasons[0].Parent != "p1" ||
+		why.Reasons[0].Detail != "waiting for parent p1 (enqueued)" || why.Reasons[1].Parent != "p2" {
+		t.Fatalf("ExplainNode(kid): %+v", why)
+	}
+	why, err = in.ExplainNode(ctx, "why", "p2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why.State != "enqueued" || why.Queue != "b" || why.Job == nil || len(why.Job.Reasons) == 0 {
+		t.Fatalf("ExplainNode(p2): %+v", why)
+	}
+	if _, err := in.ExplainNode(ctx, "nope", "kid"); err == nil || !strings.Contains(err.Error(), `workflow "nope" not found`) {
+		t.Fatalf("unknown workflow: %v", err)
+	}
 }

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -437,6 +438,30 @@ func (w *Workflow) Specs(ctx context.Context, nodes []string) ([]Runnable, error
 		out = append(out, Runnable{Name: nodes[i], Spec: s})
 	}
 	return out, nil
+}
+
+// WaitingFor returns, for each of nodes (waiting ones), the parents that
+// have not ended, by states (the workflow's node states).
+func (w *Workflow) WaitingFor(ctx context.Context, nodes []string, states map[string]string) (map[string][]string, error) {
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	vals, err := w.client.HMGet(ctx, w.keys.Parents, nodes...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read parents: %w", err)
+	}
+	by := make(map[string][]string, len(nodes))
+	for i, v := range vals {
+		s, _ := v.(string)
+		var parents []string
+		_ = json.Unmarshal([]byte(s), &parents)
+		for _, p := range parents {
+			if st := states[p]; st != "s" && st != "d" && st != "c" {
+				by[nodes[i]] = append(by[nodes[i]], p)
+			}
+		}
+	}
+	return by, nil
 }
 
 // runnables parses name/spec pairs.
