@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/workflow"
@@ -67,6 +68,8 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	go func() { _ = wc.Run(ctx) }() // repairs what crashes leave
-	_ = consumer.Run(ctx)
+	var g errgroup.Group
+	g.Go(func() error { return wc.Run(ctx) }) // repairs what crashes leave
+	g.Go(func() error { return consumer.Run(ctx) })
+	_ = g.Wait()
 }
