@@ -65,7 +65,9 @@ func (c *Client) Middleware() streamq.Middleware {
 }
 
 // record records the outcome of a workflow job's attempt and releases the
-// children it made runnable.
+// children it made runnable. It returns an error only when the outcome was
+// not recorded; a release that fails (the queue full, Redis unreachable)
+// is logged and left to the re-drive, since the job need not run again.
 func (c *Client) record(ctx context.Context, js *jobState, msg *streamq.Message, herr error) error {
 	outcome := c.outcomeOf(msg, herr)
 	if outcome == "" {
@@ -81,7 +83,9 @@ func (c *Client) record(ctx context.Context, js *jobState, msg *streamq.Message,
 		return nil
 	}
 	if err := c.release(ctx, js.id, wf, run); err != nil {
-		return err
+		// The outcome is recorded: running the job again would not help.
+		// The re-drive (or a rerun) releases the children.
+		c.log.ErrorContext(ctx, "streamq: cannot enqueue the children of a workflow job; the re-drive will", "workflow", js.id, "node", js.node, "error", err)
 	}
 	if finished {
 		c.unregister(ctx, js.id)
