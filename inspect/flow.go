@@ -26,6 +26,12 @@ const (
 	WaitRateLimited  = "rate_limited"  // its flow key is over its rate until Until
 	WaitBehind       = "behind"        // Ahead jobs are before it
 	WaitNoConsumer   = "no_consumer"   // no consumer read the queue lately
+	// WaitParent: a workflow node waits for its parent Parent to end (see
+	// [Inspector.ExplainNode]); it has no job in a queue yet.
+	WaitParent = "parent"
+	// WaitRelease: a workflow node's parents allow it and its job is being
+	// enqueued (the workflow re-drive enqueues it if a crash cut that short).
+	WaitRelease = "release"
 )
 
 // WaitReasons lists the reasons a job waits, in the order Explain reports
@@ -43,6 +49,8 @@ type WaitReason struct {
 	Key string
 	// Kind is the kind whose cap holds the job (WaitKindCap).
 	Kind string
+	// Parent is the workflow node waited for (WaitParent).
+	Parent string
 	// Running and Cap: the jobs running and the cap (WaitKeyCap,
 	// WaitKindCap, WaitGlobalCap).
 	Running, Cap int64

@@ -44,6 +44,7 @@ var commands = []func(*app) *cobra.Command{
 	newDashCmd,
 	newFlowCmd,
 	newWhyCmd,
+	newWorkflowCmd,
 }
 
 // app is the state every subcommand shares: its streams, the global flags

@@ -57,5 +57,10 @@ func Scripts() map[string]*redis.Script {
 		"flow_delete":           scriptFlowDelete,
 		"start_lease":           scriptStartLease,
 		"start_leases":          scriptLeases,
+		"workflow_create":       scriptWorkflowCreate,
+		"workflow_complete":     scriptWorkflowComplete,
+		"workflow_released":     scriptWorkflowReleased,
+		"workflow_cancel":       scriptWorkflowCancel,
+		"workflow_results":      scriptWorkflowResults,
 	}
 }

@@ -18,7 +18,7 @@ func TestPrograms(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, goBin, "vet", StreamqWorker, PriorityWorker, WritebehindWorker)
+	cmd := exec.CommandContext(ctx, goBin, "vet", StreamqWorker, PriorityWorker, WritebehindWorker, WorkflowWorker)
 	cmd.WaitDelay = 5 * time.Second
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go vet of the helper programs: %v\n%s", err, out)

@@ -56,6 +56,9 @@ const (
 	// WritebehindWorker runs a write-behind handler into SQLite or
 	// PostgreSQL (writebehind crash tests).
 	WritebehindWorker = "github.com/streamq/streamq/internal/testworker/testdata/writebehind-crash-worker"
+	// WorkflowWorker runs consumers of two queues with the workflow
+	// middleware (integration workflow crash test).
+	WorkflowWorker = "github.com/streamq/streamq/internal/testworker/testdata/workflow-testworker"
 )
 
 // Flags are the flags every helper takes.

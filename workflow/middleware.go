@@ -1,0 +1,171 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
+)
+
+type ctxKey struct{}
+
+// jobState is what the middleware puts in a workflow job's context.
+type jobState struct {
+	c      *Client
+	id     string
+	node   string
+	result []byte
+	has    bool
+}
+
+// Middleware returns the middleware that runs the workflow side of jobs:
+// put it in the ConsumerConfig.Middleware of every consumer that runs
+// workflow jobs. Jobs without the workflow headers pass through untouched,
+// at no cost (no Redis command).
+//
+// When a workflow job's handler returns, the middleware records the
+// outcome in the workflow (one script on its slot) before it returns, so
+// before the job is acknowledged, and enqueues the children that the
+// outcome made runnable: a success (nil) releases the children; a final
+// failure (a [streamq.Permanent] error, a cancel, or the job's last
+// attempt) cancels or releases them by the policy of each dependency; a
+// failure that will be retried records nothing but the failed attempt. If
+// recording fails, the middleware returns an error, so the job runs again
+// and records again (recording twice changes nothing).
+func (c *Client) Middleware() streamq.Middleware {
+	return func(next streamq.Handler) streamq.Handler {
+		return streamq.HandlerFunc(func(ctx context.Context, msg *streamq.Message) (err error) {
+			id, node := msg.Headers[HeaderWorkflow], msg.Headers[HeaderNode]
+			if id == "" || node == "" {
+				return next.Handle(ctx, msg)
+			}
+			js := &jobState{c: c, id: id, node: node}
+			defer func() {
+				if r := recover(); r != nil {
+					// Record the failed attempt, then let the consumer
+					// recover the panic as it does for any handler.
+					c.record(context.WithoutCancel(ctx), js, msg, &streamq.PanicError{Value: r})
+					panic(r)
+				}
+			}()
+			herr := next.Handle(context.WithValue(ctx, ctxKey{}, js), msg)
+			if rerr := c.record(context.WithoutCancel(ctx), js, msg, herr); rerr != nil {
+				if herr == nil {
+					// The job runs again and records again.
+					return fmt.Errorf("streamq: workflow %s node %s succeeded but was not recorded (it runs again): %w", id, node, rerr)
+				}
+				c.log.ErrorContext(ctx, "streamq: cannot record a workflow job's failure; the re-drive will", "workflow", id, "node", node, "error", rerr)
+			}
+			return herr
+		})
+	}
+}
+
+// record records the outcome of a workflow job's attempt and releases the
+// children it made runnable. It returns an error only when the outcome was
+// not recorded; a release that fails (the queue full, Redis unreachable)
+// is logged and left to the re-drive, since the job need not run again.
+func (c *Client) record(ctx context.Context, js *jobState, msg *streamq.Message, herr error) error {
+	outcome := c.outcomeOf(msg, herr)
+	if outcome == "" {
+		return nil
+	}
+	wf := rdb.NewWorkflow(c.rdb, c.prefix, js.id)
+	found, finished, run, err := wf.Complete(ctx, js.node, outcome, js.result, js.has)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", outcome, err)
+	}
+	if !found {
+		c.log.WarnContext(ctx, "streamq: a workflow job finished, but its workflow is gone (expired or never stored)", "workflow", js.id, "node", js.node)
+		return nil
+	}
+	if err := c.release(ctx, js.id, wf, run); err != nil {
+		// The outcome is recorded: running the job again would not help.
+		// The re-drive (or a rerun) releases the children.
+		c.log.ErrorContext(ctx, "streamq: cannot enqueue the children of a workflow job; the re-drive will", "workflow", js.id, "node", js.node, "error", err)
+	}
+	if finished {
+		c.unregister(ctx, js.id)
+	}
+	return nil
+}
+
+// outcomeOf classifies the end of an attempt as the consumer will: "s"
+// success, "d" a final failure, "f" a failure to retry, "" nothing to
+// record (a postponement, an unknown kind, a shutdown: the job comes back
+// uncharged).
+func (c *Client) outcomeOf(msg *streamq.Message, err error) string {
+	if err == nil {
+		return "s"
+	}
+	var pe *streamq.PermanentError
+	var po *streamq.PostponeError
+	switch {
+	case errors.As(err, &po), errors.Is(err, streamq.ErrUnknownKind), errors.Is(err, streamq.ErrShutdown), errors.Is(err, streamq.ErrClaimLost):
+		return ""
+	case errors.As(err, &pe), errors.Is(err, streamq.ErrMalformed), errors.Is(err, streamq.ErrCancelled):
+		return "d"
+	}
+	budget := DefaultMaxAttempts
+	if q := c.queues[msg.Queue]; q != nil {
+		if n := core.Of(q).MessageOpts(msg).MaxAttempts; n > 0 {
+			budget = n
+		}
+	}
+	if msg.Attempt >= budget {
+		return "d"
+	}
+	return "f"
+}
+
+// SetResult records the result of the running workflow job whose handler
+// got ctx: stored with the node's success, it is what its children read
+// with [ParentResults]. At most [MaxResultBytes]; a later call replaces
+// it. Outside a workflow job (without the [Client.Middleware]) it returns
+// an error.
+func SetResult(ctx context.Context, result []byte) error {
+	js, _ := ctx.Value(ctxKey{}).(*jobState)
+	switch {
+	case js == nil:
+		return errors.New("streamq: workflow.SetResult: not in a workflow job: add Client.Middleware to the consumer")
+	case len(result) > MaxResultBytes:
+		return fmt.Errorf("%w: workflow result of %d bytes, more than %d: store it elsewhere and record a reference", streamq.ErrTooLarge, len(result), MaxResultBytes)
+	}
+	js.result, js.has = append([]byte(nil), result...), true
+	return nil
+}
+
+// ParentResults returns the results of the parents of the running workflow
+// job whose handler got ctx, by node name (a parent that set none, or did
+// not succeed, is absent). One script call.
+func ParentResults(ctx context.Context) (map[string][]byte, error) {
+	js, _ := ctx.Value(ctxKey{}).(*jobState)
+	if js == nil {
+		return nil, errors.New("streamq: workflow.ParentResults: not in a workflow job: add Client.Middleware to the consumer")
+	}
+	res, err := rdb.NewWorkflow(js.c.rdb, js.c.prefix, js.id).Results(ctx, js.node)
+	if err != nil {
+		return nil, fmt.Errorf("streamq: workflow %s: parent results of %s: %w", js.id, js.node, err)
+	}
+	return res, nil
+}
+
+// Node returns the workflow ID and node name of the running workflow job
+// whose handler got ctx (ok false outside one).
+func Node(ctx context.Context) (id, node string, ok bool) {
+	js, _ := ctx.Value(ctxKey{}).(*jobState)
+	if js == nil {
+		return "", "", false
+	}
+	return js.id, js.node, true
+}
+
+// unregister removes a finished workflow from the registry.
+func (c *Client) unregister(ctx context.Context, id string) {
+	if err := c.rdb.ZRem(ctx, rdb.WorkflowRegistry(c.prefix), id).Err(); err != nil {
+		c.log.WarnContext(ctx, "streamq: cannot remove a finished workflow from the registry; the re-drive will", "workflow", id, "error", err)
+	}
+}
