@@ -24,14 +24,16 @@ const (
 	// cgroupRoot is the cgroup v1 cpu controller; each master gets a
 	// directory of its own under it.
 	cgroupRoot = "/sys/fs/cgroup/cpu"
-	// quotaUS is each master's CPU quota per 100 ms period: 10 % of a core,
-	// low enough that Redis, not this process, is the bottleneck on a
-	// machine of two cores.
-	quotaUS = 5000
+	// periodUS and quotaUS are each master's CPU quota: 5 % of a core, low
+	// enough that Redis, not this process, is the bottleneck on a machine
+	// of two cores, in short periods so that a throttled server answers
+	// again within 20 ms (the kernel refuses a quota below 1 ms).
+	periodUS = 20000
+	quotaUS  = 1000
 	// jobsPerMaster is the number of jobs of one run per partition.
 	jobsPerMaster = 8000
 	// producers is the number of goroutines that enqueue.
-	producers = 16
+	producers = 64
 	// batch is the size of a batch in the batch and keyed modes.
 	batch = 50
 	// keys is the number of partition keys in the keyed mode.
@@ -59,7 +61,8 @@ func limitCPU(b *testing.B, masters []*redistest.ClusterNode) {
 				b.Errorf("remove cgroup %s: %v", dir, err)
 			}
 		})
-		for f, v := range map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": strconv.Itoa(quotaUS), "cgroup.procs": strconv.Itoa(pid)} {
+		for _, fv := range [][2]string{{"cpu.cfs_period_us", strconv.Itoa(periodUS)}, {"cpu.cfs_quota_us", strconv.Itoa(quotaUS)}, {"cgroup.procs", strconv.Itoa(pid)}} {
+			f, v := fv[0], fv[1]
 			if err := os.WriteFile(filepath.Join(dir, f), []byte(v), 0); err != nil {
 				b.Fatalf("write %s/%s: %v", dir, f, err)
 			}
@@ -188,7 +191,7 @@ func run(ctx context.Context, b *testing.B, cl *redistest.Cluster, c *redis.Clus
 			close(finished)
 		}
 		return nil
-	}), &streamq.PartitionedWorkerConfig{Concurrency: 64})
+	}), &streamq.PartitionedWorkerConfig{Concurrency: 128})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -323,6 +326,6 @@ func BenchmarkPartitions(b *testing.B) {
 			fmt.Fprintf(&sb, "| %s | %d | %.0f | %.2f | %s | ±%.0f %% | %.1f |\n", r.mode, r.n, r.rate(), r.rate()/base[r.mode], strings.Join(cells, " / "), spread, float64(r.clientPerJb.Nanoseconds())/1000)
 			b.ReportMetric(r.rate(), fmt.Sprintf("jobs/s_%s_%d", r.mode, r.n))
 		}
-		b.Log(sb.String())
+		fmt.Print(sb.String()) // b.Log would cut the table short
 	}
 }
