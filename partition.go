@@ -344,3 +344,43 @@ func (pq *PartitionedQueue) Cancel(ctx context.Context, id string) (bool, error)
 	}
 	return false, nil
 }
+
+// SetFlowLimits sets the flow-control limits of every partition the
+// workers read (see [Queue.SetFlowLimits]). Per-key caps and rates apply
+// as given: a flow key routes to one partition, so they stay exact. The
+// global cap is split into per-partition budgets that sum to l.Global
+// (partition k gets Global/N, the first Global%N one more), so the queue
+// never runs more than l.Global jobs at once; a partition cannot lend its
+// unused budget to another (see docs/guarantees.md, "Partitioned queues").
+// A global cap below the number of partitions is refused: a partition's
+// cap of 0 would mean no cap.
+func (pq *PartitionedQueue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
+	if err := l.validate(); err != nil {
+		return err
+	}
+	lay, err := pq.Layout(ctx)
+	if err != nil {
+		return err
+	}
+	n := lay.Read()
+	if l.Global > 0 && l.Global < n {
+		return configErr("FlowLimits.Global", "%d is below the %d partitions of %s, each of which needs a cap of 1 or more: use at least %d, or fewer partitions", l.Global, n, pq.name, n)
+	}
+	qs, err := pq.partitions(n)
+	if err != nil {
+		return err
+	}
+	for k, q := range qs {
+		pl := l
+		if l.Global > 0 {
+			pl.Global = l.Global / n
+			if k < l.Global%n {
+				pl.Global++
+			}
+		}
+		if err := q.SetFlowLimits(ctx, pl); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -324,3 +324,31 @@ func TestPartitionedQueue_Resize(t *testing.T) {
 		t.Fatalf("layout after FinishDrain: %+v", fin)
 	}
 }
+
+func TestPartitionedQueue_SetFlowLimits(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	pq := partSetup(t, c, 3, nil)
+	ctx := context.Background()
+	if err := pq.SetFlowLimits(ctx, streamq.FlowLimits{Global: 2}); err == nil {
+		t.Fatal("SetFlowLimits with a global cap below the partitions: no error")
+	}
+	if err := pq.SetFlowLimits(ctx, streamq.FlowLimits{Global: 10, PerKey: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sum := 0
+	for k := range 3 {
+		q, _ := pq.Partition(k)
+		l, err := q.FlowLimits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.PerKey != 1 || l.Global < 3 || l.Global > 4 {
+			t.Fatalf("partition %d: limits %+v, want PerKey 1 and Global 3 or 4", k, l)
+		}
+		sum += l.Global
+	}
+	if sum != 10 {
+		t.Fatalf("global caps sum to %d, want 10", sum)
+	}
+}

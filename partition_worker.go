@@ -194,15 +194,7 @@ func (w *PartitionedWorker) Stats() ConsumerStats {
 	defer w.mu.Unlock()
 	var s ConsumerStats
 	for _, c := range w.cons {
-		t := c.Stats()
-		s.Processed += t.Processed
-		s.Failed += t.Failed
-		s.Retried += t.Retried
-		s.DeadLettered += t.DeadLettered
-		s.Reclaimed += t.Reclaimed
-		s.Deleted += t.Deleted
-		s.ClaimsLost += t.ClaimsLost
-		s.Postponed += t.Postponed
+		s.add(c.Stats())
 	}
 	return s
 }
