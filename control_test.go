@@ -640,3 +640,76 @@ func TestConsumer_QueueDeletedUnderIt(t *testing.T) {
 	}
 	stop()
 }
+
+// TestConsumer_StoppedRightAfterABlockedRead stops a consumer at the worst
+// moment for guarantee 6: right after a blocking read delivered a job (Redis
+// counted the delivery) and before the consumer looked at the pause flag.
+// The job must either start or be handed back uncharged; a job left counted
+// as started by a consumer that never started it would be charged an
+// attempt it never made once another consumer takes it over.
+func TestConsumer_StoppedRightAfterABlockedRead(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewIsolatedClient(t) // its blocked clients are the consumer's
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var cut atomic.Bool
+	c.AddHook(redistest.AfterEach(func(cmd redis.Cmder) {
+		xr, ok := cmd.(*redis.XStreamSliceCmd)
+		if !ok || len(xr.Val()) == 0 || len(xr.Val()[0].Messages) == 0 {
+			return
+		}
+		for _, a := range cmd.Args() {
+			if s, ok := a.(string); ok && strings.EqualFold(s, "block") {
+				cut.Store(true)
+				cancel() // the run ends while the read's reply is in hand
+			}
+		}
+	}))
+	q, err := streamq.NewQueue(c, "jobs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started atomic.Int64
+	cons, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		started.Add(1)
+		return nil
+	}), &streamq.ConsumerConfig{Name: "c1", Block: 5 * time.Second, ControlInterval: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	redistest.WaitFor(t, 10*time.Second, "the consumer to block in its read", func() bool {
+		info, err := c.Info(context.Background(), "clients").Result()
+		return err == nil && !strings.Contains(info, "blocked_clients:0\r")
+	})
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := p.Enqueue(context.Background(), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Run did not return within 15 s of its context's end")
+	}
+	if !cut.Load() {
+		t.Fatal("the job was not delivered by a blocking read; the test did not reach the moment it is about")
+	}
+	if started.Load() == 1 {
+		return // it started: its delivery is its start
+	}
+	pend, err := c.XPendingExt(context.Background(), &redis.XPendingExtArgs{Stream: core.Of(q).Keys.Stream, Group: core.Of(q).Group, Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pend) == 1 && pend[0].RetryCount != 0 {
+		t.Fatalf("job %s never started but is left counted as started %d time(s) by %s", id, pend[0].RetryCount, pend[0].Consumer)
+	}
+}

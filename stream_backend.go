@@ -203,7 +203,12 @@ func (b *streamBackend) read(ctx context.Context, n int, block time.Duration) ([
 		}
 		args.Block = block
 		if streams, err = b.q.client.XReadGroup(ctx, args).Result(); err == nil {
-			paused = b.q.client.Exists(ctx, b.q.keys.Paused)
+			// Redis counted the deliveries: look at the flag even when the
+			// run ended meanwhile (the entries start or are put back
+			// uncharged, never left counted as a crashed start).
+			fctx, cancel := handBackContext(ctx)
+			paused = b.q.client.Exists(fctx, b.q.keys.Paused)
+			cancel()
 		}
 	}
 	if err != nil {
@@ -247,9 +252,25 @@ func (b *streamBackend) putBack(ctx context.Context, ds []engine.Delivery) {
 	for i := range ds {
 		ids[i] = ds[i].ID
 	}
+	ctx, cancel := handBackContext(ctx)
+	defer cancel()
 	if _, _, err := b.q.db.Adopt(ctx, rdb.AdoptParams{Consumer: b.c.cfg.Name, IDs: ids}); err != nil && !errors.Is(err, rdb.ErrPaused) {
 		b.c.run.Mon.Log.WarnContext(ctx, "streamq: cannot take back the deliveries of jobs read during a pause; they run later, counted as crashed once", "count", len(ids), "error", err)
 	}
+}
+
+// handBackTimeout bounds the calls that settle what a read delivered after
+// the run's context may have ended (see handBackContext).
+const handBackTimeout = 5 * time.Second
+
+// handBackContext returns a context for a call that must still be made
+// once Redis delivered entries, even if ctx ended meanwhile (a worker that
+// stops or quiesces): without it the entries stay counted as started by a
+// worker that never started them, and an attempt is charged without a
+// start (guarantee 6). It keeps ctx's values, not its cancellation, and
+// ends after handBackTimeout.
+func handBackContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), handBackTimeout)
 }
 
 // blockFor returns how long a read may wait for new entries: at most wait,

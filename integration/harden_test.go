@@ -314,7 +314,7 @@ func TestCap_BoundedWorkPerCall(t *testing.T) {
 	const (
 		capLen  = 1000
 		over    = 300_000
-		perCall = 1000 // trim_budget in internal/rdb
+		perCall = 64 // enqueue_trim_min in internal/rdb: an enqueue of one job deletes that much history
 		calls   = 20
 	)
 	srv := redistest.StartServer(t, "--slowlog-log-slower-than", "0", "--slowlog-max-len", "1024")

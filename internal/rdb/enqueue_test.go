@@ -143,11 +143,12 @@ func TestQueue_Enqueue_Cap(t *testing.T) {
 }
 
 // TestQueue_Enqueue_CapBound: an enqueue at the cap deletes at most
-// trim_budget (1,000) acknowledged entries per call, even when more are
-// there behind an older pending entry (which XTRIM MINID cannot pass).
+// max(enqueue_trim_per_job (4) × its jobs, enqueue_trim_min (64))
+// acknowledged entries per call, even when more are there behind an older
+// pending entry (which XTRIM MINID cannot pass).
 func TestQueue_Enqueue_CapBound(t *testing.T) {
 	t.Parallel()
-	e := setup(t, Config{MaxLen: 5})
+	e := setup(t, Config{MaxLen: 30})
 	e.group()
 	e.add("long job")
 	e.read("c", 1) // pending: the oldest entry
@@ -159,8 +160,20 @@ func TestQueue_Enqueue_CapBound(t *testing.T) {
 	if _, err := e.enqueue(Memo{}, "new"); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.card(e.k.Stream); n != 1+500+1 {
-		t.Errorf("stream holds %d entries after one call, want %d: 1,000 deleted", n, 1+500+1)
+	want := int64(1 + 1500 - 64 + 1)
+	if n := e.card(e.k.Stream); n != want {
+		t.Errorf("stream holds %d entries after an enqueue of one job, want %d: 64 deleted", n, want)
+	}
+	jobs := make([]string, 20)
+	for i := range jobs {
+		jobs[i] = "batch"
+	}
+	if _, err := e.enqueue(Memo{}, jobs...); err != nil {
+		t.Fatal(err)
+	}
+	want += 20 - 4*20
+	if n := e.card(e.k.Stream); n != want {
+		t.Errorf("stream holds %d entries after an enqueue of 20 jobs, want %d: 80 deleted", n, want)
 	}
 }
 

@@ -36,6 +36,9 @@ end
 -- one page stays near that bound).
 local trim_nodes = 10000
 local trim_budget = 1000
+-- An enqueue over the cap deletes at most max(enqueue_trim_per_job * n,
+-- enqueue_trim_min) entries of history behind a pending entry (see no_room).
+local enqueue_trim_per_job, enqueue_trim_min = 4, 64
 local scan_budget = 2000
 local scan_bytes = 4 * 1024 * 1024
 
@@ -216,7 +219,11 @@ local function no_room(stream, cap, n)
   if u + n > cap then
     return 'QUEUEFULL ' .. u .. ' unacknowledged jobs, cap ' .. cap .. ', batch of ' .. n
   end
-  drop_acked(stream, states, want, '-')
+  -- The jobs fit: delete a few times what this call adds, not a whole
+  -- budget, so that an enqueue on a stream far over its cap (history
+  -- behind a long job) costs about what the jobs cost, and the history
+  -- shrinks by every call. Queue.Trim and MINID trimming free the rest.
+  drop_acked(stream, states, math.min(want, math.max(enqueue_trim_per_job * n, enqueue_trim_min)), '-')
   return nil
 end
 
