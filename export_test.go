@@ -25,3 +25,10 @@ func SkewClock(q *Queue, d time.Duration) { q.db.SetClock(skewedClock(d)) }
 type skewedClock time.Duration
 
 func (c skewedClock) Now() time.Time { return time.Now().Add(time.Duration(c)) }
+
+// PartitionOf exposes the routing of keys to the tests of package
+// streamq_test: the partition of key among n.
+func PartitionOf(key string, n int) int { return rdb.PartitionOf(key, n) }
+
+// StreamKeyOf returns the key of q's stream.
+func StreamKeyOf(q *Queue) string { return q.keys.Stream }

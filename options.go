@@ -70,6 +70,10 @@ type EnqueueOptions struct {
 	DebounceQuiet time.Duration
 	// FlowKey is the job's flow-control key ("": none). Set by [FlowKey].
 	FlowKey string
+	// PartitionKey routes the job of a [PartitionedProducer] to the
+	// partition of the key's hash ("": the unique key's, else the flow
+	// key's, else round robin). Set by [PartitionKey].
+	PartitionKey string
 	// Priority is the job's priority in the priority set its queue is
 	// forwarded to (nil: the set's default). Set by priority.WithPriority;
 	// a [Producer] whose queue has no priority set refuses it.
@@ -111,6 +115,23 @@ func Unique(key string, ttl time.Duration) EnqueueOption {
 			return configErr("Unique ttl", "%s: use at least 1ms, longer than the job is expected to wait and run", ttl)
 		}
 		o.UniqueKey, o.UniqueTTL = key, ttl
+		return nil
+	}
+}
+
+// PartitionKey routes the job to the partition of key's hash when a
+// [PartitionedProducer] enqueues it, so that jobs with the same key stay in
+// one partition and keep their order. A job without one goes to the
+// partition of its [Unique] key, else of its [FlowKey], else round robin.
+// A unique or flow key stays exact as long as every job with it carries
+// the same partition key. On a [Producer] (one partition) it changes
+// nothing. key must be 1 to MaxUniqueKeyLen bytes.
+func PartitionKey(key string) EnqueueOption {
+	return func(o *EnqueueOptions) error {
+		if key == "" || len(key) > MaxUniqueKeyLen {
+			return configErr("PartitionKey", "is %d bytes long: use 1 to %d bytes that name what must stay in order, e.g. \"customer:42\"", len(key), MaxUniqueKeyLen)
+		}
+		o.PartitionKey = key
 		return nil
 	}
 }

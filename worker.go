@@ -186,17 +186,21 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) Stats() ConsumerStats {
 	var s ConsumerStats
 	for _, q := range w.queues {
-		t := q.src.Run.Mon.Stats()
-		s.Processed += t.Processed
-		s.Failed += t.Failed
-		s.Retried += t.Retried
-		s.DeadLettered += t.DeadLettered
-		s.Reclaimed += t.Reclaimed
-		s.Deleted += t.Deleted
-		s.ClaimsLost += t.ClaimsLost
-		s.Postponed += t.Postponed
+		s.add(ConsumerStats(q.src.Run.Mon.Stats()))
 	}
 	return s
+}
+
+// add adds t's counters to s.
+func (s *ConsumerStats) add(t ConsumerStats) {
+	s.Processed += t.Processed
+	s.Failed += t.Failed
+	s.Retried += t.Retried
+	s.DeadLettered += t.DeadLettered
+	s.Reclaimed += t.Reclaimed
+	s.Deleted += t.Deleted
+	s.ClaimsLost += t.ClaimsLost
+	s.Postponed += t.Postponed
 }
 
 // Health reports the state of the worker, for readiness and liveness

@@ -43,6 +43,7 @@ var commands = []func(*app) *cobra.Command{
 	newDashboardCmd,
 	newDashCmd,
 	newFlowCmd,
+	newPartitionsCmd,
 	newWhyCmd,
 	newWorkflowCmd,
 }

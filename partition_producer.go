@@ -1,0 +1,222 @@
+package streamq
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/streamq/streamq/internal/rdb"
+)
+
+// PartitionedProducer enqueues jobs into a [PartitionedQueue]: a job with a
+// key (see [PartitionKey]) goes to the partition of the key's hash, a
+// keyless job to the next partition in round robin. It is safe for
+// concurrent use.
+type PartitionedProducer struct {
+	pq  *PartitionedQueue
+	cfg ProducerConfig
+
+	mu     sync.Mutex
+	prods  map[int]*Producer
+	layout atomic.Pointer[cachedLayout]
+	rr     atomic.Uint64
+}
+
+// cachedLayout is a layout and when to read it again.
+type cachedLayout struct {
+	n    int
+	next time.Time
+}
+
+// KeyedJob is a job of [PartitionedProducer.EnqueueKeyed] with its
+// partition key ("": round robin).
+type KeyedJob struct {
+	Job
+	Key string
+}
+
+// NewPartitionedProducer returns a producer for pq with the settings cfg
+// (nil: defaults), which every partition's [Producer] uses.
+func NewPartitionedProducer(pq *PartitionedQueue, cfg *ProducerConfig) (*PartitionedProducer, error) {
+	if pq == nil {
+		return nil, configErr("queue", "pq is nil: create one with streamq.NewPartitionedQueue")
+	}
+	p := &PartitionedProducer{pq: pq, prods: map[int]*Producer{}}
+	if cfg != nil {
+		p.cfg = *cfg
+	}
+	if _, err := p.producer(0); err != nil { // validates cfg
+		return nil, err
+	}
+	return p, nil
+}
+
+// producer returns the producer of partition k.
+func (p *PartitionedProducer) producer(k int) (*Producer, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pr, ok := p.prods[k]; ok {
+		return pr, nil
+	}
+	q, err := p.pq.Partition(k)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := NewProducer(q, &p.cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.prods[k] = pr
+	return pr, nil
+}
+
+// partitions returns the number of partitions to write to, read from Redis
+// at most once per Refresh. When the read fails it keeps the last layout
+// until the next Refresh (so the master of partition 0 being down does not
+// stop enqueues to the others), and fails only if it never read one.
+func (p *PartitionedProducer) partitions(ctx context.Context) (int, error) {
+	c := p.layout.Load()
+	now := time.Now()
+	if c != nil && now.Before(c.next) {
+		return c.n, nil
+	}
+	l, err := rdb.ReadLayout(ctx, p.pq.client, p.pq.key)
+	if err != nil {
+		if c != nil {
+			p.layout.Store(&cachedLayout{n: c.n, next: now.Add(p.pq.refresh)})
+			return c.n, nil
+		}
+		return 0, fmt.Errorf("streamq: read partitions of %s: %w", p.pq.name, err)
+	}
+	p.layout.Store(&cachedLayout{n: l.N, next: now.Add(p.pq.refresh)})
+	return l.N, nil
+}
+
+// route returns the partition of a job with options o (key: its own
+// partition key in a keyed batch) among n.
+func (p *PartitionedProducer) route(o *EnqueueOptions, key string, n int) int {
+	if k := routeKey(o, key); k != "" {
+		return rdb.PartitionOf(k, n)
+	}
+	return int((p.rr.Add(1) - 1) % uint64(n))
+}
+
+// routeKey returns the key a job routes by: key, else the options'
+// partition key, unique key or flow key ("": none, round robin).
+func routeKey(o *EnqueueOptions, key string) string {
+	for _, k := range []string{key, o.PartitionKey, o.UniqueKey, o.FlowKey} {
+		if k != "" {
+			return k
+		}
+	}
+	return ""
+}
+
+// Enqueue adds one job to its partition and returns its ID, as
+// [Producer.Enqueue] does. The ID is unique within the partition; a
+// [PartitionedQueue] and package inspect find the job by it alone.
+func (p *PartitionedProducer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
+	var o EnqueueOptions
+	if err := buildOptions(&o, opts); err != nil {
+		return "", fmt.Errorf("streamq: enqueue on %s: %w", p.pq.name, err)
+	}
+	n, err := p.partitions(ctx)
+	if err != nil {
+		return "", err
+	}
+	pr, err := p.producer(p.route(&o, "", n))
+	if err != nil {
+		return "", err
+	}
+	ids, err := pr.enqueueWith(ctx, []Job{{Payload: payload}}, &o)
+	if len(ids) == 0 {
+		return "", err
+	}
+	return ids[0], err
+}
+
+// EnqueueBatch adds many jobs with the options opts: all to one partition
+// when the options name a key, else spread evenly over the partitions.
+// Each partition's share is written as [Producer.EnqueueBatch] writes a
+// batch, the partitions concurrently. On error, ids[i] is "" for every job
+// that was not enqueued, and the error is the first one met.
+func (p *PartitionedProducer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) ([]string, error) {
+	keyed := make([]KeyedJob, len(jobs))
+	for i, j := range jobs {
+		keyed[i].Job = j
+	}
+	return p.EnqueueKeyed(ctx, keyed, opts...)
+}
+
+// EnqueueKeyed adds many jobs, each to the partition of its Key (keyless
+// ones as [PartitionedProducer.EnqueueBatch] spreads them), with the
+// options opts. Jobs of one key keep their order. See EnqueueBatch for the
+// IDs and errors.
+func (p *PartitionedProducer) EnqueueKeyed(ctx context.Context, jobs []KeyedJob, opts ...EnqueueOption) ([]string, error) {
+	var o EnqueueOptions
+	if err := buildOptions(&o, opts); err != nil {
+		return nil, fmt.Errorf("streamq: enqueue on %s: %w", p.pq.name, err)
+	}
+	ids := make([]string, len(jobs))
+	if len(jobs) == 0 {
+		return ids, nil
+	}
+	n, err := p.partitions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Keyless jobs of a batch go in runs, one per partition, starting at
+	// the round robin's next partition.
+	keyless := 0
+	for _, j := range jobs {
+		if routeKey(&o, j.Key) == "" {
+			keyless++
+		}
+	}
+	per := (keyless + n - 1) / n
+	start := int((p.rr.Add(uint64(n)) - uint64(n)) % uint64(n))
+	shares := make(map[int][]int, n)
+	seen := 0
+	for i, j := range jobs {
+		k := (start + seen/max(per, 1)) % n
+		if rk := routeKey(&o, j.Key); rk != "" {
+			k = rdb.PartitionOf(rk, n)
+		} else {
+			seen++
+		}
+		shares[k] = append(shares[k], i)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for k, idx := range shares {
+		pr, err := p.producer(k)
+		if err != nil {
+			return ids, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub := make([]Job, len(idx))
+			for i, x := range idx {
+				sub[i] = jobs[x].Job
+			}
+			oo := o
+			got, err := pr.enqueueWith(ctx, sub, &oo)
+			for i, x := range idx {
+				if i < len(got) {
+					ids[x] = got[i]
+				}
+			}
+			errs[k] = err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return ids, err
+		}
+	}
+	return ids, nil
+}

@@ -1,0 +1,354 @@
+package streamq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/redistest"
+)
+
+// partSetup returns a partitioned queue of n partitions under the test's
+// own key prefix, with cfg's other settings.
+func partSetup(t *testing.T, c redis.UniversalClient, n int, cfg *streamq.PartitionedQueueConfig) *streamq.PartitionedQueue {
+	t.Helper()
+	prefix := "t-" + redistest.Name(t)
+	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
+	var pc streamq.PartitionedQueueConfig
+	if cfg != nil {
+		pc = *cfg
+	}
+	qc := streamq.QueueConfig{KeyPrefix: prefix}
+	if pc.Queue != nil {
+		qc = *pc.Queue
+		qc.KeyPrefix = prefix
+	}
+	pc.Queue = &qc
+	pq, err := streamq.NewPartitionedQueue(c, "orders", &pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := pq.SetPartitions(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := pq.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return pq
+}
+
+// seen records handled jobs by payload, and the order of each key.
+type seen struct {
+	mu     sync.Mutex
+	count  map[string]int
+	byKey  map[string][]int
+	queue  map[string]string // key -> partition queue that ran it
+	total  int
+	want   int
+	enough chan struct{}
+	bad    []string
+}
+
+func newSeen(want int) *seen {
+	return &seen{count: map[string]int{}, byKey: map[string][]int{}, queue: map[string]string{}, want: want, enough: make(chan struct{})}
+}
+
+// add records a payload "<key>/<seq>".
+func (s *seen) add(m *streamq.Message) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := string(m.Payload)
+	s.count[p]++
+	if s.count[p] > 1 {
+		s.bad = append(s.bad, "twice: "+p)
+	}
+	if key, seq, ok := strings.Cut(p, "/"); ok {
+		n, _ := strconv.Atoi(seq)
+		s.byKey[key] = append(s.byKey[key], n)
+		if q, ok := s.queue[key]; ok && q != m.Queue {
+			s.bad = append(s.bad, fmt.Sprintf("key %s ran in %s and %s", key, q, m.Queue))
+		}
+		s.queue[key] = m.Queue
+	}
+	s.total++
+	if s.total == s.want {
+		close(s.enough)
+	}
+}
+
+func (s *seen) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.enough:
+	case <-time.After(workerWait):
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.Fatalf("handled %d jobs of %d", s.total, s.want)
+	}
+}
+
+// check fails the test on a duplicate, a key in two partitions, or a key
+// out of order.
+func (s *seen) check(t *testing.T) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.bad) > 0 {
+		t.Fatalf("%d problems, first: %s", len(s.bad), s.bad[0])
+	}
+	for k, seqs := range s.byKey {
+		for i := 1; i < len(seqs); i++ {
+			if seqs[i] < seqs[i-1] {
+				t.Fatalf("key %s ran out of order: %v", k, seqs)
+			}
+		}
+	}
+}
+
+// runWorker runs a partitioned worker of h until the test ends.
+func runWorker(t *testing.T, pq *streamq.PartitionedQueue, h streamq.HandlerFunc, cfg *streamq.PartitionedWorkerConfig) *streamq.PartitionedWorker {
+	t.Helper()
+	w, err := streamq.NewPartitionedWorker(pq, h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- w.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return w
+}
+
+// keyedJobs returns keys*per jobs "k<i>/<seq>" in order of seq.
+func keyedJobs(keys, per int) []streamq.KeyedJob {
+	var jobs []streamq.KeyedJob
+	for s := range per {
+		for k := range keys {
+			key := "k" + strconv.Itoa(k)
+			jobs = append(jobs, streamq.KeyedJob{Key: key, Job: streamq.Job{Payload: []byte(key + "/" + strconv.Itoa(s))}})
+		}
+	}
+	return jobs
+}
+
+func TestPartitionedProducer_Routing(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	pq := partSetup(t, c, 4, nil)
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.EnqueueKeyed(ctx, keyedJobs(100, 3)); err != nil {
+		t.Fatal(err)
+	}
+	jobs := make([]streamq.Job, 400)
+	for i := range jobs {
+		jobs[i].Payload = []byte("free-" + strconv.Itoa(i))
+	}
+	if _, err := p.EnqueueBatch(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		if _, err := p.Enqueue(ctx, []byte("one-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyed := make([]int64, 4)
+	for k := range 100 {
+		keyed[streamq.PartitionOf("k"+strconv.Itoa(k), 4)] += 3
+	}
+	for k := range 4 {
+		q, _ := pq.Partition(k)
+		n, err := c.XLen(ctx, streamq.StreamKeyOf(q)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 400 keyless batch jobs spread in runs of 100, 40 single ones
+		// round robin: 110 per partition, besides the keyed ones.
+		if n-keyed[k] != 110 {
+			t.Errorf("partition %d holds %d jobs, %d of them keyed: want 110 keyless", k, n, keyed[k])
+		}
+	}
+	s, err := pq.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Lag != 740 {
+		t.Fatalf("Stats().Lag = %d, want 740", s.Lag)
+	}
+}
+
+func TestPartitionedWorker_Run(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	pq := partSetup(t, c, 4, nil)
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := keyedJobs(50, 4)
+	s := newSeen(len(jobs) + 2)
+	failed := map[string]bool{}
+	var mu sync.Mutex
+	runWorker(t, pq, func(_ context.Context, m *streamq.Message) error {
+		if string(m.Payload) == "fail-once" {
+			mu.Lock()
+			first := !failed["x"]
+			failed["x"] = true
+			mu.Unlock()
+			if first {
+				return streamq.RetryAfter(time.Millisecond, errors.New("first try fails"))
+			}
+		}
+		s.add(m)
+		return nil
+	}, &streamq.PartitionedWorkerConfig{Concurrency: 8, Consumer: &streamq.ConsumerConfig{Concurrency: 1, SchedulerInterval: 20 * time.Millisecond}})
+	if _, err := p.EnqueueKeyed(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(ctx, []byte("later"), streamq.ProcessIn(50*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(ctx, []byte("fail-once"), streamq.PartitionKey("k7")); err != nil {
+		t.Fatal(err)
+	}
+	s.wait(t)
+	s.check(t)
+}
+
+func TestPartitionedProducer_Unique(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	pq := partSetup(t, c, 8, nil)
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		key := "invoice:" + strconv.Itoa(i)
+		id, err := p.Enqueue(ctx, []byte("a"), streamq.Unique(key, time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Many producers, one key: every one routes to the same partition.
+		p2, _ := streamq.NewPartitionedProducer(pq, nil)
+		id2, err := p2.Enqueue(ctx, []byte("b"), streamq.Unique(key, time.Minute))
+		if !errors.Is(err, streamq.ErrDuplicate) || id2 != id {
+			t.Fatalf("second enqueue of %s: %q, %v; want %q, ErrDuplicate", key, id2, err, id)
+		}
+	}
+}
+
+func TestPartitionedQueue_Resize(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	pq := partSetup(t, c, 4, &streamq.PartitionedQueueConfig{Refresh: 20 * time.Millisecond, DrainGrace: 100 * time.Millisecond})
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := keyedJobs(40, 5)
+	if _, err := p.EnqueueKeyed(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	// Shrink to 2 before any worker ran: partitions 2 and 3 hold jobs.
+	l, err := pq.SetPartitions(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.N != 2 || l.Draining != 4 || l.Read() != 4 {
+		t.Fatalf("layout after shrinking: %+v", l)
+	}
+	if _, err := pq.FinishDrain(ctx); !errors.Is(err, streamq.ErrDraining) {
+		t.Fatalf("FinishDrain with jobs in dropped partitions: %v, want ErrDraining", err)
+	}
+	second := make([]streamq.Job, 100)
+	for i := range second {
+		second[i].Payload = []byte("after-" + strconv.Itoa(i))
+	}
+	s := newSeen(len(first) + len(second))
+	// One job at a time per partition: jobs of a key run in their order.
+	w := runWorker(t, pq, func(_ context.Context, m *streamq.Message) error {
+		s.add(m)
+		return nil
+	}, &streamq.PartitionedWorkerConfig{Consumer: &streamq.ConsumerConfig{Concurrency: 1}})
+	// Grow to 8 while the worker runs; it follows.
+	if _, err := pq.SetPartitions(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; w.Partitions() != 8; i++ {
+		if i > 1000 {
+			t.Fatalf("worker reads %d partitions, want 8", w.Partitions())
+		}
+		time.Sleep(10 * time.Millisecond) // bounded wait for the worker's refresh
+	}
+	if _, err := p.EnqueueBatch(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	s.wait(t)
+	s.check(t)
+	if _, err := pq.SetPartitions(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	var fin streamq.PartitionLayout
+	for i := 0; ; i++ {
+		fin, err = pq.FinishDrain(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, streamq.ErrDraining) || i > 500 {
+			t.Fatalf("FinishDrain: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if fin.N != 3 || fin.Draining != 0 {
+		t.Fatalf("layout after FinishDrain: %+v", fin)
+	}
+}
+
+func TestPartitionedQueue_SetFlowLimits(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	pq := partSetup(t, c, 3, nil)
+	ctx := context.Background()
+	if err := pq.SetFlowLimits(ctx, streamq.FlowLimits{Global: 2}); err == nil {
+		t.Fatal("SetFlowLimits with a global cap below the partitions: no error")
+	}
+	if err := pq.SetFlowLimits(ctx, streamq.FlowLimits{Global: 10, PerKey: 1}); err != nil {
+		t.Fatal(err)
+	}
+	sum := 0
+	for k := range 3 {
+		q, _ := pq.Partition(k)
+		l, err := q.FlowLimits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.PerKey != 1 || l.Global < 3 || l.Global > 4 {
+			t.Fatalf("partition %d: limits %+v, want PerKey 1 and Global 3 or 4", k, l)
+		}
+		sum += l.Global
+	}
+	if sum != 10 {
+		t.Fatalf("global caps sum to %d, want 10", sum)
+	}
+}
