@@ -58,6 +58,7 @@ func depRules() map[string][]string {
 		"periodic":             with("github.com/robfig/cron/v3"),
 		"priority":             coreModules,
 		"writebehind":          coreModules,
+		"workflow":             coreModules,
 		"writebehind/sqlite":   with("modernc.org/sqlite"),
 		"writebehind/postgres": with("github.com/jackc/pgx/v5"),
 		// outbox links no SQL driver; outbox/sqlite neither (the caller
