@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq/dashboard"
+	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -435,13 +436,17 @@ func TestQueuePage_NoHistoryAsBacklog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ov, err := q.Overview(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ov.Length <= ov.Waiting+ov.Running {
-		t.Fatalf("the fixture has no acknowledged history: %+v", ov)
-	}
+	// The finished jobs' acknowledgements are batched: wait for them, so
+	// that the stream holds acknowledged history.
+	var ov *inspect.Overview
+	redistest.WaitFor(t, waitTimeout, "the fixture's finished jobs to be acknowledged (history in the stream)", func() bool {
+		o, err := q.Overview(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ov = o
+		return ov.Length > ov.Waiting+ov.Running
+	})
 	c := newClient(t, newDashboard(t, f, dashboard.Options{}))
 	r := c.mustGet("/queues/work", fmt.Sprintf(`id="stat-waiting">%d<`, ov.Waiting), fmt.Sprintf(`id="stat-running">%d<`, ov.Running))
 	if strings.Contains(r.Body, "Depth") {

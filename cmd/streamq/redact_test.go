@@ -47,6 +47,8 @@ func commandLines(t *testing.T) [][]string {
 					line = append(line, "1-1")
 				case strings.HasPrefix(w, "[payload"):
 					line = append(line, "{}")
+				case w == "<n>":
+					line = append(line, "2")
 				}
 			}
 			lines = append(lines, line)
