@@ -36,8 +36,9 @@ var aclCommands = []string{
 	"zrank", "zscan", // the inspector (package inspect): paging sorted sets, finding priority jobs
 	"wait",                                      // replicated writes (MinReplicas)
 	"watch", "unwatch", "type", "multi", "exec", // writebehind Writer.Resync
-	"incrby", // writebehind Writer.EnsureVersionAtLeast
-	"info",   // the maxmemory-policy check at start (optional: denied, it is skipped)
+	"incrby",                // writebehind Writer.EnsureVersionAtLeast
+	"sadd", "srem", "scard", // the retrying markers of the delayed set (the overview counts them)
+	"info", // the maxmemory-policy check at start (optional: denied, it is skipped)
 }
 
 // TestACL_LeastPrivilege runs a producer (plain, batched, delayed, unique,

@@ -62,5 +62,7 @@ func Scripts() map[string]*redis.Script {
 		"workflow_released":     scriptWorkflowReleased,
 		"workflow_cancel":       scriptWorkflowCancel,
 		"workflow_results":      scriptWorkflowResults,
+		"set_partitions":        scriptSetPartitions,
+		"set_drain":             scriptSetDrain,
 	}
 }
