@@ -779,3 +779,90 @@ func TestConsumer_StoppedRightAfterABlockedRead(t *testing.T) {
 		t.Fatalf("job %s never started but is left counted as started %d time(s) by %s", id, pend[0].RetryCount, pend[0].Consumer)
 	}
 }
+
+// TestConsumer_PauseHoldsAJobWaitingAlone: a job whose earlier runs crashed
+// waits to make its last attempt alone while another job runs; the queue is
+// paused meanwhile. When the other job ends, the waiting one must not start
+// until the resume: after Pause returned, no job starts.
+func TestConsumer_PauseHoldsAJobWaitingAlone(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	prefix := "t-" + redistest.Name(t)
+	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
+	ctx := context.Background()
+	q, err := streamq.NewQueue(c, "jobs", &streamq.QueueConfig{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := core.Of(q).Keys
+	// The suspect: read by a consumer that "crashed" twice running it.
+	suspect, err := p.Enqueue(ctx, []byte("suspect"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "ghost", Streams: []string{k.Stream, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "XCLAIM", k.Stream, q.Group(), "ghost", 0, suspect, "RETRYCOUNT", 2, "JUSTID").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Enqueue(ctx, []byte("blocker")); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var suspectStarted atomic.Bool
+	blockerStarted := make(chan struct{}, 1)
+	h := streamq.HandlerFunc(func(ctx context.Context, m *streamq.Message) error {
+		if string(m.Payload) == "suspect" {
+			suspectStarted.Store(true)
+			return nil
+		}
+		blockerStarted <- struct{}{}
+		<-release
+		return nil
+	})
+	cons, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Name: "c1", Concurrency: 2, MaxDeliveries: 3,
+		MinIdle: 200 * time.Millisecond, ReclaimInterval: 50 * time.Millisecond, Block: 50 * time.Millisecond, ControlInterval: ctlInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.Background(t, "Consumer.Run", 10*time.Second, cons.Run)
+	select {
+	case <-blockerStarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocker did not start")
+	}
+	redistest.WaitFor(t, 10*time.Second, "the suspect to wait to run alone", func() bool { return cons.Health().Waiting == 1 })
+	in, err := inspect.New(c, &inspect.Options{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iq, err := in.Queue(ctx, "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := iq.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	redistest.WaitFor(t, 10*time.Second, "the blocker to finish", func() bool { return cons.Health().Jobs == 1 })
+	// The slots are free now: before the fix the suspect started at once.
+	// Watch it for ten control intervals.
+	for range 10 {
+		time.Sleep(ctlInterval) // an observation window for something that must not happen
+		if suspectStarted.Load() {
+			t.Fatal("a job waiting to run alone started while the queue was paused")
+		}
+	}
+	if err := iq.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the suspect to start after the resume", suspectStarted.Load)
+}

@@ -367,6 +367,9 @@ func (r *run[F]) fetchLoop(ctx context.Context) error {
 	var jobs []*pool.Job[slot[F]] // of one fetch, reused
 	for {
 		if len(r.alone) > 0 {
+			if !r.waitResumed(ctx) { // a job waiting alone starts no sooner than a read
+				return nil
+			}
 			if !r.runAlone(ctx) {
 				return nil
 			}
@@ -599,17 +602,55 @@ func (r *run[F]) runAlone(ctx context.Context) bool {
 		}
 		share = g.s.size
 	}
-	if r.pool.WaitHeld(ctx, len(r.alone)) != nil {
+	giveBack := func() {
 		r.pool.Release(int64(r.cfg.Concurrency))
 		if share > 0 {
 			r.cfg.Gate.Release(share)
 		}
+	}
+	if r.pool.WaitHeld(ctx, len(r.alone)) != nil {
+		giveBack()
 		return false
+	}
+	if r.leasing() {
+		// The start must come before a pause ends, as a read's do: hold
+		// the start lease over the launch, or, without one (a pause may be
+		// under way, or the lease lapsed), wait for the control loop.
+		if !r.mon.HoldLease() {
+			giveBack()
+			return r.waitLease(ctx)
+		}
+		defer r.mon.lease.release()
 	}
 	r.alone = r.alone[1:]
 	r.mon.waiting.Store(int64(len(r.alone)))
 	j.Val.share = share
 	r.pool.Launch(j, int64(r.cfg.Concurrency), time.Now())
+	return true
+}
+
+// leasing reports whether the run takes start leases (see renewLease).
+func (r *run[F]) leasing() bool {
+	return r.cfg.StartLease && r.cfg.Heartbeat != "" && r.cfg.DB != nil && r.cfg.ControlInterval > 0
+}
+
+// waitLease waits, for a job that must run alone, until the run holds a
+// start lease again or is paused (the fetch loop then waits for the
+// resume), looking every 10 ms for at most a control interval. It reports
+// false if ctx ended first.
+func (r *run[F]) waitLease(ctx context.Context) bool {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for range max(int(r.cfg.ControlInterval/(10*time.Millisecond)), 1) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+		if r.mon.Leased() || r.mon.paused.Load() {
+			break
+		}
+	}
 	return true
 }
 

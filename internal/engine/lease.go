@@ -81,7 +81,7 @@ func (m *Monitor) HoldLease() bool {
 // paused, revokes it and then gives it back in Redis. On an error the
 // lease runs out on its own.
 func (r *run[F]) renewLease(ctx context.Context) {
-	if !r.cfg.StartLease || r.cfg.Heartbeat == "" || r.cfg.DB == nil {
+	if !r.leasing() {
 		return
 	}
 	sent := time.Now() // the lease counts from before Redis granted it
@@ -93,6 +93,7 @@ func (r *run[F]) renewLease(ctx context.Context) {
 		r.mon.lease.extend(sent.Add(rdb.StartLease - rdb.StartLeaseSlack))
 		return
 	}
+	r.setPaused(true) // before the revoke: no job waiting alone starts after it
 	r.mon.lease.revoke()
 	if err := r.cfg.DB.DropStartLease(ctx, r.cfg.Heartbeat); err != nil && ctx.Err() == nil {
 		r.mon.Log.WarnContext(ctx, "streamq: cannot give back the start lease; a pause waits until it runs out", "error", err)
