@@ -496,7 +496,6 @@ func TestEngine_Shutdown(t *testing.T) {
 func TestEngine_ClaimLost(t *testing.T) {
 	t.Parallel()
 	f := newFake(job("j"))
-	f.lost["j"] = true
 	var events atomic.Int64
 	got := make(chan error, 1)
 	start(t, f, Config{OnEvent: func(_ context.Context, e Event) {
@@ -504,6 +503,11 @@ func TestEngine_ClaimLost(t *testing.T) {
 			events.Add(1)
 		}
 	}}, func(ctx context.Context, _ *Run) error {
+		// The claim is lost once the job runs: lost before it starts, it
+		// would not run at all.
+		f.mu.Lock()
+		f.lost["j"] = true
+		f.mu.Unlock()
 		<-ctx.Done()
 		got <- context.Cause(ctx)
 		return ctx.Err()
