@@ -53,22 +53,8 @@ func (h refuseLeases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // first attempt.
 func TestConsumer_PauseExactAfterTheLeaseLapsed(t *testing.T) {
 	t.Parallel()
-	c := redistest.NewClient(t)
-	prefix := "t-" + redistest.Name(t)
-	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
+	c, q, p, k := ctlSetup(t)
 	ctx := context.Background()
-	q, err := streamq.NewQueue(c, "jobs", &streamq.QueueConfig{KeyPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := q.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p, err := streamq.NewProducer(q, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := core.Of(q).Keys
 	var refuse atomic.Bool
 	var refused atomic.Int64
 	c.AddHook(refuseLeases{paused: k.Paused, leases: k.StartLeases, on: &refuse, refused: &refused})
