@@ -43,6 +43,7 @@ func TestDefault_Allocs(t *testing.T) {
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil)) // Info: failures only
 	silent := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelError + 4}))
 	untraced := &middleware.DefaultConfig{Logger: quiet, Metrics: m, NoTracing: true}
+	silentUntraced := &middleware.DefaultConfig{Logger: silent, Metrics: m, NoTracing: true}
 	traced := &middleware.DefaultConfig{Logger: quiet, Metrics: m,
 		Tracing: &middleware.TracingConfig{TracerProvider: unsampled, Propagator: prop}}
 	late := &middleware.DefaultConfig{Logger: quiet, Metrics: m,
@@ -61,7 +62,7 @@ func TestDefault_Allocs(t *testing.T) {
 	withTrace := plain
 	withTrace.Headers = headers
 
-	errJob := errors.New("boom")
+	errJob := streamq.Permanent(errors.New("boom")) // classified: error.type permanent
 	for _, tt := range []struct {
 		name string
 		mws  []streamq.Middleware
@@ -75,6 +76,7 @@ func TestDefault_Allocs(t *testing.T) {
 		{"metrics, job done", []streamq.Middleware{m.Middleware()}, &plain, false, 0},
 		{"metrics, job failed", []streamq.Middleware{m.Middleware()}, &plain, true, 0},
 		{"default without tracing", middleware.Default(untraced), &plain, false, 0},
+		{"default without tracing, job failed, logging disabled", middleware.Default(silentUntraced), &plain, true, 0},
 		{"default, span not sampled", middleware.Default(traced), &plain, false, 3},
 		{"default, span not sampled, trace context in headers", middleware.Default(traced), &withTrace, false, 5},
 		{"default, span not sampled, NoStartAttributes", middleware.Default(late), &withTrace, false, 4},
