@@ -218,8 +218,9 @@ func (s *server) setFlow(ctx context.Context, _ http.ResponseWriter, r *http.Req
 		}
 		return nil, err
 	}
-	return &done{msg: "Set the flow limits of " + q.Name() + ": " + limitsText(l) + ". Consumers apply them to the next jobs they start.",
-		next: pathOf(s.opts.BasePath, "queues", q.Name(), "flow"), count: -1}, nil
+	text := limitsText(l)
+	return &done{msg: "Set the flow limits of " + q.Name() + ": " + text + ". Consumers apply them to the next jobs they start.",
+		next: pathOf(s.opts.BasePath, "queues", q.Name(), "flow"), count: -1, detail: text}, nil
 }
 
 // limitsText sums limits up for the flash message and the audit log.
