@@ -324,3 +324,33 @@ func TestOutbox_Backlog(t *testing.T) {
 		}
 	}
 }
+
+// pagesFixture is what the browser test adds to the fixture for the pages
+// of flow control, partitions and the outbox.
+type pagesFixture struct {
+	outboxes []dashboard.Outbox
+	pages    map[string]string // screenshot name -> path
+}
+
+// newPagesFixture sets flow limits on "idle", makes the partitioned queue
+// "shard" and an outbox table with rows waiting.
+func newPagesFixture(t testing.TB, f *fixture) *pagesFixture {
+	t.Helper()
+	ctx := context.Background()
+	q, err := f.in.Queue(ctx, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = q.SetFlowLimits(ctx, inspect.FlowLimits{Global: 20, PerKey: 2, Rate: 5, Keys: map[string]int{"customer:42": 8, "customer:7": 1},
+		Rates: map[string]float64{"customer:42": 20}, Weights: map[string]int{"customer:42": 3}, Kinds: map[string]int{"report.build": 2}, KindPerKey: map[string]int{"email.send": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	partitioned(t, f, "shard", 4, 40)
+	ob := newOutbox(t, f.idle, "a", "b", "c", "d")
+	return &pagesFixture{
+		outboxes: []dashboard.Outbox{{Name: "app-db", Store: ob}},
+		pages: map[string]string{"flow": "/queues/idle/flow", "why": "/queues/idle/jobs/" + escapeID(f.waiting[3]),
+			"partitions": "/queues/shard/partitions", "outbox": "/outbox"},
+	}
+}

@@ -11,12 +11,12 @@ import (
 
 // partitionsData is the partitions page of a queue.
 type partitionsData struct {
-	Name         string
-	Write, Read  int   // partitions producers write to, and read
-	Epoch        int64 // changes of the number of partitions
-	Total        *inspect.Overview
-	Partitions   []partitionRow
-	Last         int   // the last partition read (Read - 1)
+	Name        string
+	Write, Read int   // partitions producers write to, and read
+	Epoch       int64 // changes of the number of partitions
+	Total       *inspect.Overview
+	Partitions  []partitionRow
+	Last        int // the last partition read (Read - 1)
 }
 
 // partitionRow is one partition of the partitions page.
