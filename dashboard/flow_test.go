@@ -203,7 +203,7 @@ func TestPartitions_Page(t *testing.T) {
 	if strings.Contains(r.Body, `href="/queues/idle/partitions"`) {
 		t.Errorf("the overview marks idle as partitioned:\n%s", r.Body)
 	}
-	r = c.mustGet("/queues/shard/partitions", `<b id="partitions-write">3</b> partitions`, `<tr data-partition="2">`, `href="/queues/shard%232"`,
+	c.mustGet("/queues/shard/partitions", `<b id="partitions-write">3</b> partitions`, `<tr data-partition="2">`, `href="/queues/shard%232"`,
 		`id="partitions-total"><th class="n">all</th><th>shard</th><td class="n">12</td>`)
 	c.mustGet("/queues/idle/partitions", "is not partitioned", `<tr data-partition="0">`)
 	c.mustGet("/queues/shard%231/partitions", "is not partitioned")
