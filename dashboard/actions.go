@@ -36,6 +36,7 @@ type done struct {
 	msg, next string
 	count     int
 	bulk      *bulkRun
+	detail    string // for the audit log: what the action set
 }
 
 // bulkRun is a confirmed bulk action: the progress page's data and the run.
@@ -99,7 +100,7 @@ func (s *server) action(prefix string, do actionFunc) http.HandlerFunc {
 			return
 		}
 		if res != nil {
-			e.count = res.count
+			e.count, e.detail = res.count, res.detail
 		}
 		s.logAction(r, e, err)
 		if err != nil {

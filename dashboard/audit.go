@@ -35,6 +35,7 @@ type auditEntry struct {
 	job    string // one job's ID, if the action had one
 	count  int    // jobs the action touched (-1: not a count)
 	filter string // the dead-letter filter of a bulk action
+	detail string // what the action set (the flow limits)
 }
 
 // logAction writes e, done by the client of r, to the audit log: at INFO
@@ -54,6 +55,9 @@ func (s *server) logAction(r *http.Request, e auditEntry, err error) {
 	}
 	if e.filter != "" {
 		attrs = append(attrs, slog.String("filter", e.filter))
+	}
+	if e.detail != "" {
+		attrs = append(attrs, slog.String("detail", e.detail))
 	}
 	level := slog.LevelInfo
 	if err != nil {

@@ -80,8 +80,9 @@ func TestBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDead(t, work, 7)
+	newPages := newPagesFixture(t, f)
 
-	srv := httptest.NewServer(newDashboard(t, f, dashboard.Options{Refresh: time.Second}))
+	srv := httptest.NewServer(newDashboard(t, f, dashboard.Options{Refresh: time.Second, Outboxes: newPages.outboxes}))
 	t.Cleanup(srv.Close)
 	dir := *screenshots
 	if dir == "" {
@@ -151,7 +152,7 @@ func TestBrowser(t *testing.T) {
 		"/", "/queues/work", "/queues/work?state=running", "/queues/work?state=retrying", "/queues/idle",
 		"/queues/idle?state=delayed", "/queues/work/jobs/" + escapeID(f.running), "/queues/work/dead",
 		"/queues/work/consumers", "/queues/work/priority", "/queues/work/writebehind", "/schedules",
-		"/queues/work/history", "/redis",
+		"/queues/work/history", "/redis", "/queues/idle/flow", "/queues/shard/partitions", "/outbox",
 	} {
 		do("load "+p, chromedp.Navigate(srv.URL+p), chromedp.WaitVisible(chromedp.CSS("main")))
 		noError(p)
@@ -233,7 +234,14 @@ func TestBrowser(t *testing.T) {
 	}
 	waitDead(t, work, 0)
 
-	shotsOf(t, bctx, srv.URL, f.retrying, shot)
+	// Set the flow limits on the form: the page shows them.
+	do("set flow limits", chromedp.Navigate(srv.URL+"/queues/idle/flow"), chromedp.SetValue(chromedp.ID("flow-global"), "12"),
+		chromedp.Click(chromedp.ID("flow-set")), chromedp.WaitVisible(chromedp.ID("flash")))
+	if got := text("#flow-global-cap"); got != "12" {
+		t.Errorf("after the form, the global cap shows %q, want 12", got)
+	}
+
+	shotsOf(t, bctx, srv.URL, f.retrying, newPages.pages, shot)
 
 	// Delete every waiting job of idle: the confirmation counts them, the
 	// page shows the result.
@@ -295,18 +303,23 @@ func waitDead(t *testing.T, q *inspect.Queue, n int) {
 // shotsOf loads the main pages at desktop and phone width, in light and dark
 // mode: none may be wider than the window (tables scroll in their own box),
 // dark mode must apply, and it saves the screenshots the docs show.
-func shotsOf(t *testing.T, bctx context.Context, base, job string, shot func(string)) {
+func shotsOf(t *testing.T, bctx context.Context, base, job string, extra map[string]string, shot func(string)) {
 	t.Helper()
 	pages := map[string]string{
 		"overview": "/", "queue": "/queues/work?state=dead", "job": "/queues/work/jobs/" + escapeID(job),
 		"dead": "/queues/work/dead", "consumers": "/queues/work/consumers", "history": "/queues/work/history",
 		"redis": "/redis", "schedules": "/schedules",
 	}
+	maps.Copy(pages, extra)
 	// The screenshots the docs use, by width and scheme.
 	want := map[string]string{
 		"desktop/light/history": "history", "desktop/light/redis": "redis", "desktop/dark/overview": "overview-dark",
 		"desktop/dark/job": "job-dark", "phone/light/overview": "overview-phone", "phone/light/queue": "queue-phone",
 		"phone/dark/overview": "overview-phone-dark", "phone/dark/history": "history-phone-dark",
+		"desktop/light/flow": "flow", "desktop/dark/flow": "flow-dark", "phone/light/flow": "flow-phone", "phone/dark/flow": "flow-phone-dark",
+		"desktop/light/why": "why", "phone/dark/why": "why-phone-dark",
+		"desktop/light/partitions": "partitions", "phone/dark/partitions": "partitions-phone-dark",
+		"desktop/light/outbox": "outbox", "phone/light/outbox": "outbox-phone",
 	}
 	for _, size := range []struct {
 		name          string

@@ -111,6 +111,12 @@ type Options struct {
 	// token (Auth.Token) after it signed in on the form; "Sign out" ends the
 	// session at once. Defaults to DefaultSessionTTL; at least MinSessionTTL.
 	SessionTTL time.Duration
+
+	// Outboxes are SQL outbox tables (package outbox) whose backlog the
+	// "Outbox" page and a panel of the overview show. The dashboard reads
+	// each table once per page load or live refresh, in one query. Defaults
+	// to none (no outbox page).
+	Outboxes []Outbox
 }
 
 // DefaultSessionTTL is Options.SessionTTL when it is zero.
@@ -297,6 +303,10 @@ func (o *Options) withDefaults() error {
 		if err := checkAllowedHost(h); err != nil {
 			return err
 		}
+	}
+	o.Outboxes = slices.Clone(o.Outboxes)
+	if err := checkOutboxes(o.Outboxes); err != nil {
+		return err
 	}
 	o.TrustedOrigins = slices.Clone(o.TrustedOrigins)
 	for _, origin := range o.TrustedOrigins {

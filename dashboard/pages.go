@@ -40,6 +40,10 @@ func (s *server) routes() {
 	m.HandleFunc("GET /queues/{queue}/priority", s.priority)
 	m.HandleFunc("GET /queues/{queue}/writebehind", s.writeBehind)
 	m.HandleFunc("GET /queues/{queue}/history", s.history)
+	m.HandleFunc("GET /queues/{queue}/flow", s.flow)
+	m.HandleFunc("GET /queues/{queue}/partitions", s.partitions)
+	m.HandleFunc("GET /outbox", s.outbox)
+	m.HandleFunc("POST /queues/{queue}/flow", s.action("flow-limits", s.setFlow))
 	m.HandleFunc("POST /queues/{queue}/{action}", s.action("", s.queueAction))
 	m.HandleFunc("POST /queues/{queue}/delete", s.action("delete-queue", s.deleteQueue))
 	m.HandleFunc("POST /queues/{queue}/jobs/{id}/{action}", s.action("", s.jobAction))
@@ -126,6 +130,10 @@ type overviewRow struct {
 	Overview *inspect.Overview
 	Points   []inspect.Point
 	Err      string
+	// PartOf is the partitioned queue this one is a partition of (k ≥ 1);
+	// Partitioned is set on a queue whose partitions are listed too.
+	PartOf      string
+	Partitioned bool
 }
 
 // overviewData is the overview page.
@@ -133,6 +141,8 @@ type overviewData struct {
 	Rows      []overviewRow
 	Truncated int  // queues not shown
 	Estimated bool // some counts are estimated (Overview.Estimated)
+	// Outboxes is the backlog of each outbox table (Options.Outboxes).
+	Outboxes []outboxRow
 }
 
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +180,14 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 			return nil
 		})
 	}
+	if len(s.opts.Outboxes) > 0 {
+		g.Go(func() error {
+			d.Outboxes = s.outboxBacklogs(gctx)
+			return nil
+		})
+	}
 	_ = g.Wait()
+	markPartitions(d.Rows)
 	for _, row := range d.Rows {
 		d.Estimated = d.Estimated || (row.Overview != nil && row.Overview.Estimated)
 	}
@@ -336,6 +353,9 @@ type jobData struct {
 	CanCancel, CanDelete  bool
 	CanRunNow, CanRequeue bool
 	QueueURL              string
+	// Why lists why a waiting, delayed or retrying job has not started,
+	// each reason with its evidence (inspect.Queue.Explain).
+	Why []inspect.WaitReason
 }
 
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
@@ -362,6 +382,10 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	slices.SortFunc(d.Headers, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	if d.Why, err = s.explain(ctx, q, j); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	switch j.State {
 	case inspect.StateRunning:
 		d.CanCancel = true

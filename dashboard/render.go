@@ -26,7 +26,7 @@ var assets embed.FS
 var pageNames = []string{
 	"overview", "queue", "job", "dead", "confirm", "consumers",
 	"schedules", "priority", "writebehind", "login", "error",
-	"progress", "history", "redis",
+	"progress", "history", "redis", "flow", "partitions", "outbox",
 }
 
 // progressMarker is where the page of a bulk action (progress.html) is cut
@@ -46,6 +46,7 @@ type view struct {
 	Flash        string
 	Error        string
 	Queue        *inspect.Overview // the queue of a queue page (sub-navigation)
+	Outbox       bool              // Options.Outboxes is set: link the outbox page
 	Tab          string
 	Next         string // this page's path and query, where actions come back to
 	Data         any
@@ -139,6 +140,7 @@ func (s *server) renderPage(w http.ResponseWriter, r *http.Request, page string,
 	v.Base = s.opts.BasePath
 	v.ReadOnly = s.opts.ReadOnly
 	v.HidePayloads = s.opts.HidePayloads
+	v.Outbox = len(s.opts.Outboxes) > 0
 	if s.opts.Refresh > 0 {
 		v.RefreshMS = s.opts.Refresh.Milliseconds()
 	} else {

@@ -22,6 +22,9 @@ var (
 	// ErrQueueInUse: DeleteQueue refused a queue whose consumers or
 	// workers are live (see [InUseError]).
 	ErrQueueInUse = errors.New("inspect: queue in use")
+	// ErrInvalidFlowLimits: [Queue.SetFlowLimits] refused limits (a
+	// negative cap, an unnamed key, a cap below 1); the error says which.
+	ErrInvalidFlowLimits = errors.New("inspect: invalid flow limits")
 )
 
 // InUseError says which live consumers and workers kept

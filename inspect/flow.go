@@ -330,27 +330,27 @@ func (q *Queue) Flow(ctx context.Context) (*FlowState, error) {
 // consumers apply them to the next jobs they start.
 func (q *Queue) SetFlowLimits(ctx context.Context, l FlowLimits) error {
 	if l.Global < 0 || l.PerKey < 0 || l.Rate < 0 {
-		return fmt.Errorf("inspect: flow limits of %s: negative cap or rate (use 0 for none)", q.name)
+		return fmt.Errorf("%w of %s: negative cap or rate (use 0 for none)", ErrInvalidFlowLimits, q.name)
 	}
 	for k, r := range l.Rates {
 		if k == "" || r <= 0 {
-			return fmt.Errorf("inspect: flow limits of %s: key %q limited at %g/s: name a key and a rate above 0", q.name, k, r)
+			return fmt.Errorf("%w of %s: key %q limited at %g/s: name a key and a rate above 0", ErrInvalidFlowLimits, q.name, k, r)
 		}
 	}
 	for k, n := range l.Keys {
 		if k == "" || n < 1 {
-			return fmt.Errorf("inspect: flow limits of %s: key %q capped at %d: name a key and cap it at 1 or more", q.name, k, n)
+			return fmt.Errorf("%w of %s: key %q capped at %d: name a key and cap it at 1 or more", ErrInvalidFlowLimits, q.name, k, n)
 		}
 	}
 	for k, n := range l.Weights {
 		if k == "" || n < 1 {
-			return fmt.Errorf("inspect: flow limits of %s: key %q weighs %d: name a key and weigh it 1 or more", q.name, k, n)
+			return fmt.Errorf("%w of %s: key %q weighs %d: name a key and weigh it 1 or more", ErrInvalidFlowLimits, q.name, k, n)
 		}
 	}
 	for _, m := range []map[string]int{l.Kinds, l.KindPerKey} {
 		for c, n := range m {
 			if c == "" || strings.ContainsAny(c, "\x00 \t\r\n") || n < 1 {
-				return fmt.Errorf("inspect: flow limits of %s: kind %q capped at %d: name a kind and cap it at 1 or more", q.name, c, n)
+				return fmt.Errorf("%w of %s: kind %q capped at %d: name a kind and cap it at 1 or more", ErrInvalidFlowLimits, q.name, c, n)
 			}
 		}
 	}

@@ -31,6 +31,7 @@ func newDashboardCmd(a *app) *cobra.Command {
 		tlsCert, tlsKey string
 		sessionTTL      time.Duration
 		secureCookies   bool
+		ob              outboxFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dashboard",
@@ -55,7 +56,10 @@ for every action (who, what, which queue and job, how many).
 
 Beyond loopback, serve TLS with --tls-cert and --tls-key (cookies are then
 Secure), or put it behind a TLS proxy (--secure-cookies; --trusted-origin for
-the public origin when the proxy rewrites Host).`,
+the public origin when the proxy rewrites Host).
+
+With --outbox-postgres or --outbox-sqlite (and --outbox-table), the Outbox page
+and a panel of the overview show that outbox table's backlog.`,
 		Example: `  streamq dashboard
   streamq dashboard --listen 127.0.0.1:9090 --read-only --hide-payloads
   STREAMQ_DASHBOARD_TOKEN=$(openssl rand -hex 24) streamq dashboard --listen :8443 \
@@ -85,11 +89,21 @@ the public origin when the proxy rewrites Host).`,
 				}
 				tlsConf = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 			}
+			var outboxes []dashboard.Outbox
+			if ob.postgres != "" || ob.sqlite != "" {
+				db, store, err := ob.open()
+				if err != nil {
+					return err
+				}
+				defer db.Close()
+				outboxes = []dashboard.Outbox{{Name: ob.name(), Store: store}}
+			}
 			client, err := a.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			h, err := dashboard.New(client, &dashboard.Options{
+				Outboxes:       outboxes,
 				Prefix:         a.conn.prefix, // resolved by connect (flag, env, default)
 				Group:          a.conn.group,
 				BasePath:       basePath,
@@ -162,6 +176,7 @@ the public origin when the proxy rewrites Host).`,
 	f.StringVar(&tlsCert, "tls-cert", "", "serve HTTPS with this certificate (PEM file, with its chain); needs --tls-key")
 	f.StringVar(&tlsKey, "tls-key", "", "the private key of --tls-cert (PEM file)")
 	f.BoolVar(&secureCookies, "secure-cookies", false, "mark cookies Secure on plain HTTP too (a proxy in front terminates TLS)")
+	ob.registerAs(cmd, "outbox-")
 	f.DurationVar(&sessionTTL, "session-ttl", dashboard.DefaultSessionTTL, "how long a browser stays signed in with the token")
 	return cmd
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/streamq/streamq/internal/redistest"
+	"github.com/streamq/streamq/outbox/sqlite"
+	wbsqlite "github.com/streamq/streamq/writebehind/sqlite"
 )
 
 // dashboardProc is a `streamq dashboard` process of a test.
@@ -236,5 +239,48 @@ func TestCLI_DashboardRefusesOpenListen(t *testing.T) {
 	}
 	if r := e.run("", "dashboard", "--tls-cert", "x.pem"); r.code != 2 || !strings.Contains(r.stderr, "--tls-key") {
 		t.Errorf("--tls-cert alone: exit code %d, stderr %s", r.code, r.stderr)
+	}
+}
+
+// TestCLI_DashboardOutbox serves the dashboard with --outbox-sqlite: the
+// Outbox page shows the table's rows waiting; both databases at once are a
+// usage error naming the dashboard's flags.
+func TestCLI_DashboardOutbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	file := filepath.Join(t.TempDir(), "app.db")
+	e.ok("outbox", "migrate", "--sqlite", file)
+	db, err := wbsqlite.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	ob, err := sqlite.New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := mustQueue(t, e.rdb, e.prefix, "orders")
+	for _, p := range []string{"a", "b"} {
+		if _, err := ob.Enqueue(ctx, db, q, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := e.startDashboard(ctx, nil, "--outbox-sqlite", file)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url+"outbox", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `<b class="outbox-rows">2</b>`) || !strings.Contains(string(body), "streamq_outbox ("+file+")") {
+		t.Errorf("GET %soutbox: %s:\n%.3000s", p.url, resp.Status, body)
+	}
+	p.stop()
+	r := e.run("", "dashboard", "--listen", "127.0.0.1:0", "--outbox-sqlite", file, "--outbox-postgres", "postgres://127.0.0.1/test")
+	if r.code != 2 || !strings.Contains(r.stderr, "--outbox-postgres DSN or --outbox-sqlite FILE") {
+		t.Errorf("both outbox databases: exit code %d, stderr %q; want a usage error naming the flags", r.code, r.stderr)
 	}
 }

@@ -22,13 +22,28 @@ import (
 // outboxFlags name the outbox table of the outbox commands.
 type outboxFlags struct {
 	postgres, sqlite, table string
+	prefix                  string // of the flags' names (registerAs)
 }
 
-func (f *outboxFlags) register(cmd *cobra.Command) {
+func (f *outboxFlags) register(cmd *cobra.Command) { f.registerAs(cmd, "") }
+
+// registerAs registers the flags with names that start with prefix
+// ("outbox-" for --outbox-postgres of the dashboard).
+func (f *outboxFlags) registerAs(cmd *cobra.Command, prefix string) {
+	f.prefix = prefix
 	fs := cmd.Flags()
-	fs.StringVar(&f.postgres, "postgres", "", "PostgreSQL DSN of the database that holds the outbox table")
-	fs.StringVar(&f.sqlite, "sqlite", "", "SQLite file that holds the outbox table")
-	fs.StringVar(&f.table, "table", outbox.DefaultTable, "outbox table")
+	fs.StringVar(&f.postgres, prefix+"postgres", "", "PostgreSQL DSN of the database that holds the outbox table")
+	fs.StringVar(&f.sqlite, prefix+"sqlite", "", "SQLite file that holds the outbox table")
+	fs.StringVar(&f.table, prefix+"table", outbox.DefaultTable, "outbox table")
+}
+
+// name labels the table of the flags on the dashboard (never with the
+// DSN, which may hold a password).
+func (f *outboxFlags) name() string {
+	if f.postgres != "" {
+		return f.table + " (PostgreSQL)"
+	}
+	return f.table + " (" + f.sqlite + ")"
 }
 
 // outboxStore is the outbox table of the flags.
@@ -41,7 +56,7 @@ type outboxStore interface {
 // closes the database.
 func (f *outboxFlags) open() (*sql.DB, outboxStore, error) {
 	if (f.postgres == "") == (f.sqlite == "") {
-		return nil, nil, usagef("give the outbox's database: --postgres DSN or --sqlite FILE")
+		return nil, nil, usagef("give the outbox's database: --%spostgres DSN or --%ssqlite FILE", f.prefix, f.prefix)
 	}
 	var db *sql.DB
 	var ob outboxStore
