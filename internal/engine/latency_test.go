@@ -113,3 +113,19 @@ func TestReadyMillis(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkLatency_Record is the recording's cost per job, from parallel
+// handlers (the engine's BenchmarkEngine_RunLatency measures it in place).
+func BenchmarkLatency_Record(b *testing.B) {
+	var l latency
+	r := &run[struct{}]{lat: &l}
+	d := &Delivery{Key: "1700000000000-1", Fields: map[string]any{}}
+	wj := &wire.Job{Opts: wire.Opts{Kind: "email"}}
+	start := time.Now()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.recordRun(d, wj, start, true)
+		}
+	})
+}
