@@ -129,3 +129,17 @@ func BenchmarkLatency_Record(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLatency_RecordSerial is BenchmarkLatency_Record from one
+// goroutine: the recording without contention.
+func BenchmarkLatency_RecordSerial(b *testing.B) {
+	var l latency
+	r := &run[struct{}]{lat: &l}
+	d := &Delivery{Key: "1700000000000-1", Fields: map[string]any{}}
+	wj := &wire.Job{Opts: wire.Opts{Kind: "email"}}
+	start := time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		r.recordRun(d, wj, start, true)
+	}
+}
