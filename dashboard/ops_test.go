@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/streamq/streamq/dashboard"
 )
@@ -18,8 +19,14 @@ func TestPages_HistoryAndRedis(t *testing.T) {
 	f := newFixture(t, true)
 	f.settle(t)
 	c := newClient(t, newDashboard(t, f, dashboard.Options{}))
-	c.mustGet("/queues/work/history", `id="history-minutes"`, `id="history-hours"`, "per minute", "per hour", "-120m", "-168h", "streamq stats --rollup")
 	ctx := context.Background()
+	// A minute of histograms as the workers write them, of kind "email".
+	m := time.Now().Unix() / 60
+	lat := fmt.Sprintf("%s:{work}:stats:lat:%d", f.prefix, m)
+	f.rdb.HSet(ctx, lat, "w:100", 3, "r:120", 3, "w:100:email", 3, "r:120:email", 3, "p:email", 3)
+	f.rdb.Expire(ctx, lat, time.Hour)
+	c.mustGet("/queues/work/history", `id="history-minutes"`, `id="history-hours"`, "per minute", "per hour", "-120m", "-168h", "streamq stats --rollup",
+		`id="history-latency-minutes"`, `id="history-latency-hours"`, "<title>wait p95</title>", `id="history-kind-0">kind`, `kind &#34;email&#34;</h3>`)
 	keys, _, err := f.rdb.Scan(ctx, 0, f.prefix+":{work}:stats:hour:*", 1000).Result()
 	if err != nil || len(keys) == 0 {
 		t.Errorf("the history page rolled no hour counter up: %v, %v", keys, err)

@@ -69,6 +69,7 @@ func parseTemplates(base string) (map[string]*template.Template, error) {
 		"ts":      timestamp,
 		"chart":   throughputChart,
 		"history": historyChart,
+		"latency": latencyChart,
 		"bulk": func(v *view, action, state, before, after, class string) bulkButton {
 			return bulkButton{V: v, Action: action, State: state, Before: before, After: after, Class: class}
 		},
@@ -372,6 +373,61 @@ func throughputChart(points []inspect.Point, width, height int) template.HTML {
 // historyChart draws a History, per minute or per hour.
 func historyChart(h *inspect.History, width, height int) template.HTML {
 	return lineChart(h.Points, h.Step, width, height)
+}
+
+// latencyLines are the lines of latencyChart: a field of Point, its class
+// and its stroke (SVG attributes, not inline CSS, for the pages' CSP).
+var latencyLines = []struct {
+	name, stroke, dash string
+	v                  func(inspect.Point) time.Duration
+}{
+	{"wait p50", "#2f80ed", "", func(p inspect.Point) time.Duration { return p.WaitP50 }},
+	{"wait p95", "#2f80ed", "4 3", func(p inspect.Point) time.Duration { return p.WaitP95 }},
+	{"run p50", "#e67e22", "", func(p inspect.Point) time.Duration { return p.RunP50 }},
+	{"run p95", "#e67e22", "4 3", func(p inspect.Point) time.Duration { return p.RunP95 }},
+}
+
+// latencyChart draws the wait and run time percentiles of points (steps
+// where no job ran are left out of the lines) as an inline SVG line chart
+// on a linear scale up to the largest. Numbers and fixed text only.
+func latencyChart(points []inspect.Point, step time.Duration, width, height int) template.HTML {
+	const pad = 22
+	span := "m"
+	if step == time.Hour {
+		span = "h"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="chart" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="wait and run time percentiles">`, width, height, width, height)
+	maxV := time.Millisecond
+	for _, p := range points {
+		maxV = max(maxV, p.WaitP95, p.RunP95, p.WaitP50, p.RunP50)
+	}
+	fmt.Fprintf(&b, `<title>last %d%s: wait and run time p50 and p95, up to %s</title>`, len(points), span, maxV.Round(time.Millisecond))
+	plotW, plotH := float64(width-2*pad), float64(height-2*pad)
+	fmt.Fprintf(&b, `<line class="axis" x1="%d" y1="%d" x2="%d" y2="%d"/>`, pad, height-pad, width-pad, height-pad)
+	fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">%s</text>`, pad, pad-8, maxV.Round(time.Millisecond))
+	n := len(points)
+	if n > 0 {
+		fmt.Fprintf(&b, `<text class="label" x="%d" y="%d">-%d%s</text>`, pad, height-6, n, span)
+		fmt.Fprintf(&b, `<text class="label" x="%d" y="%d" text-anchor="end">now</text>`, width-pad, height-6)
+	}
+	for _, l := range latencyLines {
+		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="1.5" stroke-dasharray="%s" points="`, l.stroke, l.dash)
+		for i, p := range points {
+			if p.RunP50 == 0 && p.WaitP50 == 0 {
+				continue // no job ran
+			}
+			x := float64(pad)
+			if n > 1 {
+				x += plotW * float64(i) / float64(n-1)
+			}
+			y := float64(height-pad) - plotH*float64(l.v(p))/float64(maxV)
+			fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
+		}
+		fmt.Fprintf(&b, `"><title>%s</title></polyline>`, l.name)
+	}
+	b.WriteString(`</svg>`)
+	return template.HTML(b.String()) //nolint:gosec // numbers and fixed text only
 }
 
 // lineChart draws processed and failed jobs per step (a minute or an hour)

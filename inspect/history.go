@@ -25,12 +25,20 @@ const (
 // days and the hour itself.
 const hourTTL = HourHistory + time.Hour
 
-// History is processed and failed jobs over a span of time.
+// History is processed and failed jobs, wait and run times over a span of
+// time, for the queue and for each kind.
 type History struct {
 	// Step is the time each Point covers: a minute or an hour.
 	Step time.Duration
 	// Points, oldest first, the current minute or hour last.
 	Points []Point
+	// Kinds are the histories of the kinds that ran in the span, by kind.
+	// A worker tracks up to 32 kinds a minute (the first that run); runs of
+	// further kinds count in Points and in Untracked, not in Kinds.
+	Kinds []KindHistory
+	// Untracked counts the handler runs of the span whose kind was not
+	// tracked.
+	Untracked int64
 }
 
 // hourKey returns the key of the hour counters of hour (Unix seconds /
@@ -52,7 +60,16 @@ func (q *Queue) hourKey(hour int64) string {
 // while its counter exists, so something must call it at least every two
 // hours: the dashboard does on its pages (at most once a minute per
 // queue), `streamq stats` does, and `streamq stats --rollup` from cron.
+//
+// The wait and run time histograms are rolled up as sums per hour: each
+// of the hours the last 120 minutes touch gets the sum of its minutes,
+// unless its hour hash holds more runs already. An hour is complete in the
+// 7-day history if RollUp ran in the hour after it ended (its minutes are
+// all there then), so run it hourly to keep every hour's percentiles.
 func (q *Queue) RollUp(ctx context.Context) error {
+	if err := q.rollUpLat(ctx); err != nil {
+		return err
+	}
 	pts, err := q.Throughput(ctx, MaxThroughputMinutes)
 	if err != nil {
 		return err
@@ -106,7 +123,10 @@ func (in *Inspector) RollUp(ctx context.Context) (int, error) {
 // longer one up to HourHistory (seven days), rounded up to whole minutes or
 // hours. The hours come from the hour counters [Queue.RollUp] wrote and,
 // for the last two hours, from the minute counters themselves, so they are
-// current even when RollUp has not run lately. One pipeline.
+// current even when RollUp has not run lately. The wait and run time
+// percentiles and the kinds' histories come from the latency histograms
+// the workers write per minute and RollUp sums per hour, the same way.
+// Three pipelines.
 func (q *Queue) History(ctx context.Context, span time.Duration) (*History, error) {
 	switch {
 	case span <= 0 || span > HourHistory:
@@ -117,7 +137,14 @@ func (q *Queue) History(ctx context.Context, span time.Duration) (*History, erro
 		if err != nil {
 			return nil, err
 		}
-		return &History{Step: time.Minute, Points: pts}, nil
+		last := pts[len(pts)-1].At.Unix() / 60
+		sets, err := q.minuteLat(ctx, last-int64(minutes)+1, last)
+		if err != nil {
+			return nil, err
+		}
+		h := &History{Step: time.Minute, Points: pts}
+		h.apply(sets)
+		return h, nil
 	}
 	hours := int((span + time.Hour - 1) / time.Hour)
 	now := time.Now().Unix() / 3600
@@ -170,5 +197,10 @@ func (q *Queue) History(ctx context.Context, span time.Duration) (*History, erro
 			out.Points[i].Failed += minutes[m].f
 		}
 	}
+	sets, err := q.hourLat(ctx, now-int64(hours-1), now)
+	if err != nil {
+		return nil, err
+	}
+	out.apply(sets)
 	return out, nil
 }

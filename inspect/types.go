@@ -48,6 +48,16 @@ type Overview struct {
 type Point struct {
 	At                time.Time // start of the minute
 	Processed, Failed int64
+	// WaitP50 and WaitP95 are the median and the 95th percentile of the
+	// time the jobs that ran waited ready before their handler started
+	// (from their stream entry's time, or the enqueue time on a priority
+	// queue); RunP50 and RunP95 those of the handlers' run times. Only
+	// [Queue.History] sets them (0: no job ran). Each is read from a
+	// histogram whose buckets are at most 1/8 of their value wide: it is
+	// within 6.25 % of the wait or run time of the job of its rank (within
+	// 0.5 µs below 8 µs), and times from about 19 hours on all read as 19
+	// hours.
+	WaitP50, WaitP95, RunP50, RunP95 time.Duration
 }
 
 // MaxThroughputMinutes is the most minutes Throughput returns: the counters

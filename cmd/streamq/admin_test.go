@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/hist"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -158,10 +160,48 @@ func TestCLI_StatsHistory(t *testing.T) {
 		{[]string{"stats"}, "--rollup"},
 		{[]string{"stats", "orders", "--history", "8d"}, "--history"},
 		{[]string{"stats", "orders", "--history", "soon"}, "1m to 7d"},
+		{[]string{"stats", "orders", "--kind", "email"}, "--history"},
 	} {
 		if r := e.run("", c.args...); r.code != exitUsage || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("streamq %s: exit code %d, stderr %q; want %d and %q", strings.Join(c.args, " "), r.code, r.stderr, exitUsage, c.want)
 		}
+	}
+}
+
+// TestCLI_StatsLatency shows the wait and run time percentiles of a queue
+// and of one kind, from histograms written as the workers write them.
+func TestCLI_StatsLatency(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	e.ok("enqueue", "orders", "x")
+	k := e.keys("orders")
+	m := time.Now().Unix() / 60
+	// email: 9 waits of 2 ms and runs of 40 ms, 1 of 1 s and 400 ms; sms: 1 run.
+	w2, w1s := hist.Index(2*time.Millisecond), hist.Index(time.Second)
+	r40, r400 := hist.Index(40*time.Millisecond), hist.Index(400*time.Millisecond)
+	f := rdb.LatencyField
+	// The minutes around now hold the same, so a minute turning while the
+	// test runs changes no output.
+	for i := m - 1; i <= m+1; i++ {
+		e.rdb.HSet(ctx, k.Latency(i),
+			f('w', w2, "", false), 10, f('w', w1s, "", false), 1, f('r', r40, "", false), 10, f('r', r400, "", false), 1,
+			f('w', w2, "email", true), 9, f('w', w1s, "email", true), 1, f('r', r40, "email", true), 9, f('r', r400, "email", true), 1,
+			f('w', w2, "sms", true), 1, f('r', r40, "sms", true), 1, "p:email", 9, "f:email", 1, "p:sms", 1)
+		e.rdb.Expire(ctx, k.Latency(i), time.Hour)
+	}
+	golden(t, "stats_kind", e.ok("stats", "orders", "--history", "2m", "--kind", "email", "--json"))
+	out := e.ok("stats", "orders", "--history", "2m")
+	for _, want := range []string{"WAIT P50", "RUN P95", "1.98ms", "1.02s", "38.91ms", "409.6ms", `Kinds: "email", "sms"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stats --history 2m lacks %q:\n%s", want, out)
+		}
+	}
+	if out := e.ok("stats", "orders", "--history", "2m", "--kind", "sms"); !strings.Contains(out, `History of kind "sms" per minute (UTC), 2 processed and 0 failed`) {
+		t.Errorf("stats --kind sms:\n%s", out)
+	}
+	if r := e.run("", "stats", "orders", "--history", "2m", "--kind", "fax"); r.code != exitUsage || !strings.Contains(r.stderr, `kinds that ran: "email", "sms"`) {
+		t.Errorf("stats --kind fax: exit code %d, stderr %q", r.code, r.stderr)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -151,8 +152,64 @@ type pointJSON struct {
 
 // historyJSON is the JSON shape of stats --history.
 type historyJSON struct {
-	StepS  int64       `json:"step_s"`
-	Points []pointJSON `json:"points"`
+	StepS     int64              `json:"step_s"`
+	Kind      *string            `json:"kind,omitempty"` // with --kind: the kind the points are of
+	Points    []historyPointJSON `json:"points"`
+	Kinds     []kindHistoryJSON  `json:"kinds"`
+	Untracked int64              `json:"untracked"`
+}
+
+// historyPointJSON is a point of stats --history: a pointJSON with the
+// wait and run time percentiles in milliseconds.
+type historyPointJSON struct {
+	pointJSON
+	WaitP50MS float64 `json:"wait_p50_ms"`
+	WaitP95MS float64 `json:"wait_p95_ms"`
+	RunP50MS  float64 `json:"run_p50_ms"`
+	RunP95MS  float64 `json:"run_p95_ms"`
+}
+
+type kindHistoryJSON struct {
+	Kind   string             `json:"kind"`
+	Points []historyPointJSON `json:"points"`
+}
+
+// fms is d in milliseconds, to the microsecond.
+func fms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func historyPointsJSON(pts []inspect.Point) []historyPointJSON {
+	base := pointsJSON(pts)
+	out := make([]historyPointJSON, len(pts))
+	for i, p := range pts {
+		out[i] = historyPointJSON{pointJSON: base[i], WaitP50MS: fms(p.WaitP50), WaitP95MS: fms(p.WaitP95), RunP50MS: fms(p.RunP50), RunP95MS: fms(p.RunP95)}
+	}
+	return out
+}
+
+// newHistoryJSON is h as JSON; with kind, its points are those of kind.
+func newHistoryJSON(h *inspect.History, kind *string) *historyJSON {
+	out := &historyJSON{StepS: int64(h.Step / time.Second), Kind: kind, Points: historyPointsJSON(h.Points), Kinds: []kindHistoryJSON{}, Untracked: h.Untracked}
+	for _, k := range h.Kinds {
+		out.Kinds = append(out.Kinds, kindHistoryJSON{Kind: k.Kind, Points: historyPointsJSON(k.Points)})
+	}
+	return out
+}
+
+// kindOnly returns h with the points of kind only (no Kinds), or an error
+// naming the kinds that ran if kind did not.
+func kindOnly(h *inspect.History, kind string, span time.Duration) (*inspect.History, error) {
+	var names []string
+	for _, k := range h.Kinds {
+		if k.Kind == kind {
+			return &inspect.History{Step: h.Step, Points: k.Points}, nil
+		}
+		names = append(names, strconv.Quote(k.Kind))
+	}
+	ran := "no kind ran"
+	if len(names) > 0 {
+		ran = "kinds that ran: " + strings.Join(names, ", ")
+	}
+	return nil, usagef("--kind %q: no job of that kind ran in the last %s (%s); untyped jobs are kind \"\"", kind, span, ran)
 }
 
 type levelJSON struct {
@@ -170,7 +227,7 @@ type writeBehindJSON struct {
 
 func newStatsCmd(a *app) *cobra.Command {
 	var minutes int
-	var history string
+	var history, kind string
 	var rollup bool
 	cmd := &cobra.Command{
 		Use:   "stats <queue> | stats --rollup",
@@ -180,19 +237,26 @@ and failed per minute over the last --minutes, the jobs per priority (priority
 queues) and the write-behind backlog (queues fed by a writebehind.Writer).
 
 --history SPAN shows processed and failed jobs over SPAN instead: per minute
-up to 2h, per hour up to 7d (SPAN like 90m, 2h, 24h, 7d). Consumers count per
-minute, and those counters are kept 2 hours; each run of stats (and the
-dashboard) copies them into hour counters kept 7 days. Without a dashboard
-open, run 'streamq stats --rollup' at least every 2 hours (cron) to keep the
-7-day history complete: it rolls up every queue and prints how many.
+up to 2h, per hour up to 7d (SPAN like 90m, 2h, 24h, 7d), with the median and
+95th percentile of the time jobs waited before a handler started (WAIT) and
+of the handlers' run times (RUN), each within 6.25 %. --kind KIND shows the
+jobs of one kind (processed and failed are then the handler runs that
+returned nil and an error). Consumers count per minute, and those counters
+are kept 2 hours; each run of stats (and the dashboard) copies them into hour
+counters kept 7 days. Without a dashboard open, run 'streamq stats --rollup'
+hourly (cron) to keep the 7-day history complete: it rolls up every queue and
+prints how many (the counts need it every 2 hours, the percentiles hourly).
 
 JSON: {"queue":{...as in queues...},"throughput":[{"at","processed","failed"}],
-"history":{"step_s":60|3600,"points":[{"at","processed","failed"}]},
+"history":{"step_s":60|3600,"kind"(with --kind),"points":[{"at","processed",
+"failed","wait_p50_ms","wait_p95_ms","run_p50_ms","run_p95_ms"}],
+"kinds":[{"kind","points":[...]}],"untracked"},
 "levels":[{"priority","count"}],"write_behind":{"unpersisted","oldest_age_ms",
 "retrying","dead","last_error"}}; with --rollup: {"rolled_up":<queues>}`,
 		Example: `  streamq stats orders
   streamq stats orders --minutes 60 --json
   streamq stats orders --history 7d
+  streamq stats orders --history 2h --kind email
   streamq stats --rollup    # from cron, hourly: 0 * * * *`,
 		Args: rangeArgs(0, 1, "<queue> (or --rollup alone)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -202,6 +266,13 @@ JSON: {"queue":{...as in queues...},"throughput":[{"at","processed","failed"}],
 			span, err := parseSpan(history)
 			if err != nil {
 				return err
+			}
+			var kindp *string
+			if cmd.Flags().Changed("kind") {
+				if span == 0 {
+					return usagef("--kind wants --history SPAN: the kinds' histories are shown over a span")
+				}
+				kindp = &kind
 			}
 			if len(args) == 0 {
 				if !rollup {
@@ -218,11 +289,12 @@ JSON: {"queue":{...as in queues...},"throughput":[{"at","processed","failed"}],
 			if err := q.RollUp(ctx); err != nil {
 				fmt.Fprintf(a.stderr, "streamq: warning: %v (the 7-day history misses these minutes until a roll-up succeeds)\n", err)
 			}
-			return a.stats(ctx, q, minutes, span)
+			return a.stats(ctx, q, minutes, span, kindp)
 		},
 	}
 	cmd.Flags().IntVar(&minutes, "minutes", 10, "minutes of throughput to show (1..120)")
 	cmd.Flags().StringVar(&history, "history", "", "show processed and failed jobs over this span: per minute up to 2h, per hour up to 7d")
+	cmd.Flags().StringVar(&kind, "kind", "", "with --history: show the jobs of this kind only (\"\" for untyped jobs)")
 	cmd.Flags().BoolVar(&rollup, "rollup", false, "without a queue: copy every queue's minute counters into the 7-day hour counters (cron)")
 	return cmd
 }
@@ -264,7 +336,7 @@ func (a *app) rollUpAll(cmd *cobra.Command) error {
 	return nil
 }
 
-func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int, span time.Duration) error {
+func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int, span time.Duration, kind *string) error {
 	o, err := q.Overview(ctx)
 	if err != nil {
 		return err
@@ -277,6 +349,11 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int, span tim
 	if span > 0 {
 		if hist, err = q.History(ctx, span); err != nil {
 			return err
+		}
+		if kind != nil {
+			if hist, err = kindOnly(hist, *kind, span); err != nil {
+				return err
+			}
 		}
 	}
 	var levels []inspect.Level
@@ -295,7 +372,7 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int, span tim
 		out := statsJSON{Queue: newOverviewJSON(o), Throughput: []pointJSON{}}
 		out.Throughput = pointsJSON(pts)
 		if hist != nil {
-			out.History = &historyJSON{StepS: int64(hist.Step / time.Second), Points: pointsJSON(hist.Points)}
+			out.History = newHistoryJSON(hist, kind)
 		}
 		for _, l := range levels {
 			out.Levels = append(out.Levels, levelJSON{Priority: l.Priority, Count: l.Count})
@@ -330,7 +407,7 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int, span tim
 		}
 	}
 	if hist != nil {
-		return historyTable(w, hist)
+		return historyTable(w, hist, kind)
 	}
 	fmt.Fprintln(w, "\nThroughput per minute (UTC):")
 	t := newTable(w, "  MINUTE", "PROCESSED", "FAILED")
@@ -340,8 +417,9 @@ func (a *app) stats(ctx context.Context, q *inspect.Queue, minutes int, span tim
 	return t.flush()
 }
 
-// historyTable writes a History as a table, per minute or per hour.
-func historyTable(w io.Writer, h *inspect.History) error {
+// historyTable writes a History as a table, per minute or per hour, with a
+// line on the kinds (or the kind the points are of).
+func historyTable(w io.Writer, h *inspect.History, kind *string) error {
 	step, col, layout := "minute", "  MINUTE", "15:04"
 	if h.Step == time.Hour {
 		step, col, layout = "hour", "  HOUR", "Jan 02 15:00"
@@ -351,12 +429,43 @@ func historyTable(w io.Writer, h *inspect.History) error {
 		sumP += p.Processed
 		sumF += p.Failed
 	}
-	fmt.Fprintf(w, "\nHistory per %s (UTC), %d processed and %d failed in all:\n", step, sumP, sumF)
-	t := newTable(w, col, "PROCESSED", "FAILED")
-	for _, p := range h.Points {
-		t.row("  "+p.At.UTC().Format(layout), p.Processed, p.Failed)
+	of := ""
+	if kind != nil {
+		of = fmt.Sprintf(" of kind %s", escape([]byte(strconv.Quote(*kind))))
 	}
-	return t.flush()
+	fmt.Fprintf(w, "\nHistory%s per %s (UTC), %d processed and %d failed in all:\n", of, step, sumP, sumF)
+	t := newTable(w, col, "PROCESSED", "FAILED", "WAIT P50", "WAIT P95", "RUN P50", "RUN P95")
+	for _, p := range h.Points {
+		t.row("  "+p.At.UTC().Format(layout), p.Processed, p.Failed, dur(p.WaitP50), dur(p.WaitP95), dur(p.RunP50), dur(p.RunP95))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if kind == nil && len(h.Kinds) > 0 {
+		names := make([]string, len(h.Kinds))
+		for i, k := range h.Kinds {
+			names[i] = strconv.Quote(k.Kind)
+		}
+		fmt.Fprintf(w, "Kinds: %s (--kind KIND shows one)\n", escape([]byte(strings.Join(names, ", "))))
+	}
+	if h.Untracked > 0 {
+		fmt.Fprintf(w, "%d runs of kinds over the 32 a worker tracks per minute are in the queue's figures only\n", h.Untracked)
+	}
+	return nil
+}
+
+// dur is a percentile for a table: "-" when no job ran, else rounded to
+// three significant digits.
+func dur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	case d < time.Second:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
 }
 
 // pointsJSON is pts in JSON.

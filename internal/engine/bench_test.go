@@ -112,6 +112,19 @@ func (benchExec) Call(_ context.Context, r Run, m *benchMsg) error {
 func (benchExec) Classify(error) Outcome { return Outcome{Kind: Fail} }
 
 func BenchmarkEngine_Run(b *testing.B) {
+	benchmarkRun(b, false)
+}
+
+// BenchmarkEngine_RunLatency is BenchmarkEngine_Run with the wait and run
+// time recording of a run that writes statistics (a control loop and a
+// DB): compare the two in one run for the recording's cost.
+//
+//	go test -run '^$' -bench 'Engine_Run' -benchmem -count 5 ./internal/engine/
+func BenchmarkEngine_RunLatency(b *testing.B) {
+	benchmarkRun(b, true)
+}
+
+func benchmarkRun(b *testing.B, latency bool) {
 	for _, c := range []int{1, 16, 64} {
 		b.Run("concurrency="+strconv.Itoa(c), func(b *testing.B) {
 			g := newGen(b.N)
@@ -122,6 +135,7 @@ func BenchmarkEngine_Run(b *testing.B) {
 				ShutdownCause: errShutdown, LostCause: errLost, TimeoutCause: errTimeout,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			}, benchExec{})
+			e.recordLatency = latency
 			ctx, cancel := context.WithCancel(context.Background())
 			errc := make(chan error, 1)
 			b.ReportAllocs()

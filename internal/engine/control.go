@@ -32,10 +32,11 @@ func (r *run[F]) controlOnce(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, min(opTimeout, 2*r.cfg.ControlInterval))
 	defer cancel()
 	r.renewLease(cctx)
-	counts := r.takeCounts()
-	paused, ids, err := r.cfg.DB.Control(cctx, rdb.ControlParams{Processed: counts, Worker: r.cfg.Heartbeat, Info: r.cfg.HeartbeatInfo})
+	counts, lat := r.takeCounts(), r.lat.take()
+	paused, ids, err := r.cfg.DB.Control(cctx, rdb.ControlParams{Processed: counts, Latency: lat, Worker: r.cfg.Heartbeat, Info: r.cfg.HeartbeatInfo})
 	if err != nil {
 		r.putCounts(counts)
+		r.lat.put(lat, r.cfg.DB.Now())
 		if ctx.Err() == nil {
 			r.mon.Log.WarnContext(ctx, "streamq: cannot read the queue's pause flag and cancel requests", "error", err)
 		}
@@ -129,11 +130,11 @@ func (r *run[F]) flushCounts() {
 			r.mon.Log.Warn("streamq: cannot remove the heartbeat; the consumer shows as dead until pruned", "error", err)
 		}
 	}
-	c := r.takeCounts()
-	if len(c) == 0 {
+	c, lat := r.takeCounts(), r.lat.take()
+	if len(c) == 0 && len(lat) == 0 {
 		return
 	}
-	if err := r.cfg.DB.AddProcessed(ctx, c); err != nil {
+	if err := r.cfg.DB.AddProcessed(ctx, c, lat); err != nil {
 		r.mon.Log.Warn("streamq: cannot write the throughput counters", "error", err)
 	}
 }

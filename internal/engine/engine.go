@@ -181,6 +181,9 @@ type Engine[F any] struct {
 	cfg  Config
 	exec Exec[F]
 	mon  *Monitor
+	// recordLatency makes runs record wait and run times even without a
+	// control loop to write them (benchmarks of the recording).
+	recordLatency bool
 }
 
 // New returns an engine that runs handlers with x.
@@ -226,6 +229,9 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 		fins: pool.NewBatcher[finished[F]](max(2*e.cfg.Concurrency, e.cfg.FinishBatch), min(e.cfg.Concurrency, e.cfg.FinishBatch))}
 	r.sig = testsignal.From(ctx)
 	r.stop = make(chan struct{})
+	if e.cfg.ControlInterval > 0 && e.cfg.DB != nil || e.recordLatency {
+		r.lat = new(latency)
+	}
 	// Handlers reach the config through their context (SetProgress,
 	// SetResult): one value for the run, nothing per job.
 	r.pool = pool.New(context.WithValue(ctx, cfgKey{}, &r.cfg), pool.Config{
@@ -313,6 +319,9 @@ type run[F any] struct {
 	// throughput counters (see counted).
 	countMu sync.Mutex
 	counts  map[int64]int64
+	// lat are the wait and run times not yet added to the queue's latency
+	// hashes (nil: the run writes no statistics).
+	lat *latency
 }
 
 // slot is everything the engine and its front keep for one job, in one
@@ -727,8 +736,10 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 		r.jobLimits(j, &wj)
 	}
 	var ctx context.Context = j // cancelled on timeout, lost claim or shutdown
+	start := time.Now()
 	err := r.exec.Call(ctx, rn, &j.Val.f)
 	r.pool.Settle(j)
+	r.recordRun(d, &wj, start, err == nil)
 	if err == nil {
 		r.mon.processed.Add(1)
 		r.fins.Add(finished[F]{job: j, lock: wj.Key, token: wj.KeyToken, moved: wj.JobID})

@@ -95,6 +95,9 @@ type ControlParams struct {
 	// Processed are jobs finished, by minute, to add to the throughput
 	// counters.
 	Processed map[int64]int64
+	// Latency are wait and run time histograms and per-kind counts, by
+	// minute and field of [Keys.Latency], to add to the latency hashes.
+	Latency map[int64]map[string]int64
 	// Worker, if not empty, is the name of a consumer or worker to record as
 	// alive now in the workers set (those silent for WorkerForget are
 	// removed from it).
@@ -126,6 +129,7 @@ func (q *Queue) Control(ctx context.Context, p ControlParams) (paused bool, canc
 		pipe.HIncrBy(ctx, k.Stats(m), "processed", n)
 		pipe.Expire(ctx, k.Stats(m), StatsTTL*time.Second)
 	}
+	k.addLatency(ctx, pipe, p.Latency)
 	t := q.clock.Now()
 	now := t.UnixMilli()
 	if p.Worker != "" {
@@ -235,14 +239,16 @@ func (s *PrioritySet) DropCancels(ctx context.Context, ids []string) (int, error
 }
 
 // AddProcessed adds processed (jobs finished, by minute) to the throughput
-// counters in one pipeline, setting their expiry.
-func (q *Queue) AddProcessed(ctx context.Context, processed map[int64]int64) error {
+// counters and latency (see [ControlParams.Latency]) to the latency hashes
+// in one pipeline, setting their expiry.
+func (q *Queue) AddProcessed(ctx context.Context, processed map[int64]int64, latency map[int64]map[string]int64) error {
 	k := &q.keys
 	pipe := q.client.Pipeline()
 	for m, n := range processed {
 		pipe.HIncrBy(ctx, k.Stats(m), "processed", n)
 		pipe.Expire(ctx, k.Stats(m), StatsTTL*time.Second)
 	}
+	k.addLatency(ctx, pipe, latency)
 	_, err := pipe.Exec(ctx)
 	return err
 }

@@ -84,7 +84,7 @@ func TestQueue_Control(t *testing.T) {
 		t.Error("Leave left the heartbeat")
 	}
 	// A re-sent call adds its counts again: they are statistics.
-	if err := e.q.AddProcessed(e.ctx, map[int64]int64{minute: 2}); err != nil {
+	if err := e.q.AddProcessed(e.ctx, map[int64]int64{minute: 2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := e.c.HGet(e.ctx, e.k.Stats(minute), "processed").Int64(); n != 7 {
