@@ -69,18 +69,27 @@ type Message struct {
 	// never modify them.
 	Tags []string
 
-	// opts are the job's wire fields of version 2, for a forwarder that
-	// writes the job again (see messageOpts).
-	opts wire.Opts
+	// opts are the job's per-job options other than its kind and tags
+	// (max attempts, timeout, deadline, retention, flow key, unknown-kind
+	// count), for a forwarder that writes the job again (see messageOpts).
+	// nil when it has none, which is most jobs: the message lives in the
+	// engine's per-job slot, and a plain job's slot stays small.
+	opts *wire.Opts
 }
 
 // messageOpts returns the wire fields of version 2 of a *Message (see
 // core.Queue.MessageOpts).
 func messageOpts(msg any) wire.Opts {
-	if m, ok := msg.(*Message); ok && m != nil {
-		return m.opts
+	m, ok := msg.(*Message)
+	if !ok || m == nil {
+		return wire.Opts{}
 	}
-	return wire.Opts{}
+	var o wire.Opts
+	if m.opts != nil {
+		o = *m.opts
+	}
+	o.Kind, o.Tags = m.Kind, m.Tags
+	return o
 }
 
 // newMessage returns the message of a run.
@@ -106,7 +115,11 @@ func fillMessage(m *Message, r *engine.Run, group string) {
 		LastError: j.LastError,
 		Kind:      j.Kind,
 		Tags:      j.Tags,
-		opts:      j.Opts,
+	}
+	if j.Opts.Rare() {
+		o := j.Opts
+		o.Kind, o.Tags = "", nil // in m.Kind and m.Tags
+		m.opts = &o
 	}
 	if j.JobID != "" {
 		m.ID, m.JobID = j.JobID, j.JobID

@@ -102,7 +102,6 @@ func (b *backend) Fetch(ctx context.Context, n int, wait time.Duration, _ func(s
 			Key:     p.Lease,
 			ID:      id,
 			Packed:  p.Data,
-			JobID:   wire.PackedJobID(p.Data),
 			Prior:   p.Count,
 			Charged: true,
 			Suspect: p.Count > 0 || strings.Contains(p.Data, crashedMark),

@@ -86,11 +86,9 @@ type Delivery struct {
 	// Fields are the job's wire fields (nil when its data is gone). A
 	// backend that stores them packed sets Packed instead.
 	Fields map[string]any
+	// The stable ID of a job is the engine's to find (see stableID): the
+	// jid field of its fields (packed or not), else ID.
 	Packed string
-	// JobID is the stable ID a packed job carries (a forwarded copy that
-	// was moved or has a chosen ID; see [wire.PackedJobID]), "" when none:
-	// the engine reads the jid field of Fields itself.
-	JobID string
 	// Prior counts the starts of this copy of the job counted before this
 	// delivery: each was cut short by a crash (a start that ended with a
 	// verdict replaced the copy).

@@ -324,6 +324,11 @@ type run[F any] struct {
 	lat *latency
 }
 
+// SlotMessageBytes is the most bytes the state of one run of a front (the
+// root's Message) may have for a plain job's slot to stay in its allocation
+// size class; tests of the engine and of the root package check both sides.
+const SlotMessageBytes = 248
+
 // slot is everything the engine and its front keep for one job, in one
 // allocation with the job's context (a pool.Job). The decoded job and its
 // Run live on the stack of the goroutine that runs it.
@@ -333,9 +338,9 @@ type slot[F any] struct {
 	// share is the number of slots of Config.Gate the job holds while it
 	// runs.
 	share int64
-	// retention is the job's own result retention (0: the queue's), set
-	// before its handler runs.
-	retention time.Duration
+	// The job's own options (result retention, timeout, ...) are not kept
+	// here: most jobs have none, and every byte of a slot is allocated per
+	// job. They are read from d's fields when needed (see ownRetention).
 }
 
 // finished is a job waiting for its success to be settled. It stays
@@ -732,7 +737,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	if !d.Charged && !r.charge(j) {
 		return false
 	}
-	if wj.Timeout > 0 || wj.Deadline > 0 || wj.Retention > 0 {
+	if wj.Timeout > 0 || wj.Deadline > 0 {
 		r.jobLimits(j, &wj)
 	}
 	var ctx context.Context = j // cancelled on timeout, lost claim or shutdown
@@ -771,11 +776,10 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	return false
 }
 
-// jobLimits applies a job's own timeout, deadline and result retention to
-// its run: the handler's context ends at the earliest of the job's timeout
-// (else the queue's) and its deadline.
+// jobLimits applies a job's own timeout and deadline to its run: the
+// handler's context ends at the earliest of the job's timeout (else the
+// queue's) and its deadline.
 func (r *run[F]) jobLimits(j *pool.Job[slot[F]], wj *wire.Job) {
-	j.Val.retention = time.Duration(wj.Retention) * time.Millisecond
 	if wj.Timeout == 0 && wj.Deadline == 0 {
 		return
 	}
@@ -1097,10 +1101,13 @@ func errString(err error) string {
 // while the job runs: the fields of a stream delivery never change, and
 // those of a packed (priority) one are not looked at.
 func stableID(d *Delivery) string {
-	if d.JobID != "" {
-		return d.JobID
+	if d.Packed != "" {
+		if id := wire.PackedJobID(d.Packed); id != "" {
+			return id
+		}
+		return d.ID
 	}
-	if d.Packed == "" && d.Fields != nil {
+	if d.Fields != nil {
 		if s, ok := wire.Str(d.Fields[wire.FieldJobID]); ok && s != "" {
 			return s
 		}

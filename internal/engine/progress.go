@@ -32,8 +32,14 @@ type jobRef interface {
 	ownRetention() time.Duration
 }
 
-func (s *slot[F]) jobID() string               { return stableID(&s.d) }
-func (s *slot[F]) ownRetention() time.Duration { return s.retention }
+func (s *slot[F]) jobID() string { return stableID(&s.d) }
+
+// ownRetention returns the job's own result retention (0: the queue's),
+// read from its fields: set before its handler runs, and never changed
+// after, so any goroutine of the handler may read them.
+func (s *slot[F]) ownRetention() time.Duration {
+	return time.Duration(wire.RetentionField(s.d.Fields)) * time.Millisecond
+}
 
 // handlerJob is what SetProgress and SetResult need of the job whose
 // handler runs with a context.

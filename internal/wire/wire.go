@@ -251,9 +251,16 @@ type Opts struct {
 // V2 reports whether o holds a field of version 2: a job with one is written
 // with [Version2].
 func (o *Opts) V2() bool {
-	j := o
-	return j.Kind != "" || j.MaxAttempts > 0 || j.Timeout > 0 || j.Deadline > 0 || j.Retention > 0 ||
-		len(j.Tags) > 0 || j.FlowKey != "" || j.UnknownKind > 0
+	return o.Kind != "" || len(o.Tags) > 0 || o.Rare()
+}
+
+// Rare reports whether o holds a field other than the kind and the tags:
+// a per-job option (max attempts, timeout, deadline, retention, flow key)
+// or a count of unknown-kind hand-backs. Most jobs have none, so a holder
+// of many jobs (the consumer's messages) keeps these behind a pointer.
+func (o *Opts) Rare() bool {
+	return o.MaxAttempts > 0 || o.Timeout > 0 || o.Deadline > 0 || o.Retention > 0 ||
+		o.FlowKey != "" || o.UnknownKind > 0
 }
 
 // ErrorsField returns the errs field of an entry ("" when absent).
@@ -557,6 +564,17 @@ func MaxAttemptsField(values map[string]any) int {
 		return 0
 	}
 	n, err := parseCount(FieldMaxAttempts, s)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// RetentionField returns the rr field of an entry (the job's own result
+// retention in milliseconds), 0 when absent or malformed.
+func RetentionField(values map[string]any) int64 {
+	s, _ := Str(values[FieldRetention])
+	n, err := parseMillisField(FieldRetention, s)
 	if err != nil {
 		return 0
 	}
