@@ -22,6 +22,9 @@ var (
 	// ErrQueueInUse: DeleteQueue refused a queue whose consumers or
 	// workers are live (see [InUseError]).
 	ErrQueueInUse = errors.New("inspect: queue in use")
+	// ErrWorkflowNotFound: no workflow of that ID (never enqueued, or
+	// expired after its retention).
+	ErrWorkflowNotFound = errors.New("inspect: workflow not found")
 )
 
 // InUseError says which live consumers and workers kept
@@ -67,13 +70,16 @@ func (e *NotFoundError) Error() string {
 	return s
 }
 
-// Is matches [ErrQueueNotFound] for a queue and [ErrJobNotFound] for a job.
+// Is matches [ErrQueueNotFound] for a queue, [ErrJobNotFound] for a job
+// and [ErrWorkflowNotFound] for a workflow.
 func (e *NotFoundError) Is(target error) bool {
 	switch target {
 	case ErrQueueNotFound:
 		return e.What == "queue"
 	case ErrJobNotFound:
 		return e.What == "job"
+	case ErrWorkflowNotFound:
+		return e.What == "workflow"
 	}
 	return false
 }
