@@ -35,6 +35,8 @@ type auditEntry struct {
 	job    string // one job's ID, if the action had one
 	count  int    // jobs the action touched (-1: not a count)
 	filter string // the dead-letter filter of a bulk action
+	// workflow is the workflow's ID of an action on a workflow.
+	workflow string
 }
 
 // logAction writes e, done by the client of r, to the audit log: at INFO
@@ -48,6 +50,9 @@ func (s *server) logAction(r *http.Request, e auditEntry, err error) {
 	}
 	if e.job != "" {
 		attrs = append(attrs, slog.String("job", e.job))
+	}
+	if e.workflow != "" {
+		attrs = append(attrs, slog.String("workflow", e.workflow))
 	}
 	if e.count >= 0 {
 		attrs = append(attrs, slog.Int("count", e.count))

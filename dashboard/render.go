@@ -26,7 +26,7 @@ var assets embed.FS
 var pageNames = []string{
 	"overview", "queue", "job", "dead", "confirm", "consumers",
 	"schedules", "priority", "writebehind", "login", "error",
-	"progress", "history", "redis",
+	"progress", "history", "redis", "workflows", "workflow",
 }
 
 // progressMarker is where the page of a bulk action (progress.html) is cut

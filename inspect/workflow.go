@@ -106,6 +106,8 @@ type WorkflowNode struct {
 	State string
 	// Queue and JobID locate the node's job once enqueued ("" before).
 	Queue, JobID string
+	// Kind is the kind of the node's job.
+	Kind string
 	// WaitingFor are the parents a waiting node still waits for, sorted.
 	WaitingFor []string
 }
@@ -138,9 +140,13 @@ func (in *Inspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, er
 	if f := rdb.MillisField(st.Meta, "finished"); f > 0 {
 		info.Finished = time.UnixMilli(f)
 	}
+	kinds, err := nodeKinds(ctx, wf, st.State)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: read workflow %s: %w", id, err)
+	}
 	var waiting []string
 	for name, s := range st.State {
-		n := WorkflowNode{Name: name, State: nodeStateNames[s]}
+		n := WorkflowNode{Name: name, State: nodeStateNames[s], Kind: kinds[name]}
 		if ref, ok := st.Jobs[name]; ok {
 			n.Queue, n.JobID, _ = strings.Cut(ref, "\t")
 		}
@@ -172,6 +178,28 @@ func (in *Inspector) Workflow(ctx context.Context, id string) (*WorkflowInfo, er
 	}
 	slices.SortFunc(info.Batches, func(a, b WorkflowBatch) int { return strings.Compare(a.Name, b.Name) })
 	return info, nil
+}
+
+// nodeKinds reads the kind of each node's job from its stored spec.
+func nodeKinds(ctx context.Context, wf *rdb.Workflow, states map[string]string) (map[string]string, error) {
+	names := make([]string, 0, len(states))
+	for name := range states {
+		names = append(names, name)
+	}
+	specs, err := wf.Specs(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(specs))
+	for _, sp := range specs {
+		var v struct {
+			O struct{ Kind string } `json:"o"`
+		}
+		if json.Unmarshal([]byte(sp.Spec), &v) == nil {
+			out[sp.Name] = v.O.Kind
+		}
+	}
+	return out, nil
 }
 
 // WorkflowEntry is one workflow of [Inspector.Workflows].

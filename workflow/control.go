@@ -38,7 +38,6 @@ const (
 	NodeCancelled NodeState = "cancelled" // cancelled by a parent's failure or Client.Cancel
 )
 
-
 // Progress counts the nodes of a workflow or batch by state.
 type Progress struct {
 	Total     int
