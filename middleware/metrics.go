@@ -177,6 +177,8 @@ type Metrics struct {
 	length, pending, lag, delayed, deadLetters    metric.Int64ObservableGauge
 	entries                                       metric.Int64ObservableGauge
 	oldestWaiting                                 metric.Float64ObservableGauge
+	waiting                                       metric.Int64ObservableGauge // MetricQueueWaiting, from waits
+	waits                                         []waitSource
 
 	// The semantic-convention instruments.
 	processDuration, opDuration metric.Float64Histogram
@@ -446,6 +448,7 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	m.oldestWaiting, err = meter.Float64ObservableGauge(MetricQueueOldestWaiting, metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest job not yet delivered to the consumer group; 0 when none waits."))
 	errs = append(errs, err)
+	m.waiting = gauge(MetricQueueWaiting, "{job}", "Jobs of the queue that have not started, per reason (streamq.wait.reason).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("streamq: create metric instruments: %w", err)
 	}
@@ -459,6 +462,15 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 		if err != nil {
 			_ = m.Close()
 			return nil, fmt.Errorf("streamq: register queue gauges: %w", err)
+		}
+		m.regs = append(m.regs, reg)
+		if m.waits, err = newWaitSources(m.queues); err != nil {
+			_ = m.Close()
+			return nil, err
+		}
+		if reg, err = meter.RegisterCallback(m.observeWaiting, m.waiting); err != nil {
+			_ = m.Close()
+			return nil, fmt.Errorf("streamq: register the waiting gauge: %w", err)
 		}
 		m.regs = append(m.regs, reg)
 	}
