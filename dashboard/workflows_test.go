@@ -4,9 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/dashboard"
@@ -123,4 +130,77 @@ func str(v any) string {
 		return ""
 	}
 	return fmt.Sprint(v)
+}
+
+// TestBrowser_Workflow looks a workflow up in Chromium, from the lookup
+// form to its page, at desktop and 390 px phone width in light and dark
+// mode: the nodes table scrolls in its box (the page is never wider than
+// the window) and dark mode applies. It saves the screenshots the docs
+// show (-screenshots). It skips without Chromium, as TestBrowser does.
+func TestBrowser_Workflow(t *testing.T) {
+	t.Parallel()
+	bin := findChromium(t)
+	f := newFixture(t, false)
+	enqueueWorkflow(t, f, "order-1234")
+	srv := httptest.NewServer(newDashboard(t, f, dashboard.Options{}))
+	t.Cleanup(srv.Close)
+	dir := *screenshots
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 860), chromedp.Flag("hide-scrollbars", true))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelBrowser)
+	bctx, cancel := context.WithTimeout(bctx, browserTimeout)
+	t.Cleanup(cancel)
+
+	if err := chromedp.Do(bctx, chromedp.Navigate(srv.URL+"/workflows"), chromedp.WaitVisible(chromedp.ID("workflow-lookup")),
+		chromedp.SendKeys(chromedp.ID("workflow-id"), "order-1234"), chromedp.Submit(chromedp.ID("workflow-id")),
+		chromedp.WaitVisible(chromedp.ID("workflow-nodes"))); err != nil {
+		t.Fatalf("browser: look the workflow up: %v", err)
+	}
+	why, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`tr[data-node="notify"] td.why`)))
+	if err != nil || why != "waiting for parent resize (waiting)" {
+		t.Errorf("browser: notify waits for %q (%v)", why, err)
+	}
+	shots := map[string]string{"desktop/light": "workflow", "phone/dark": "workflow-phone-dark"}
+	for _, size := range []struct {
+		name          string
+		width, height int64
+	}{{"desktop", 1280, 860}, {"phone", 390, 844}} {
+		for _, scheme := range []string{"light", "dark"} {
+			what := size.name + "/" + scheme
+			err := chromedp.Do(bctx,
+				chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateMobile),
+				chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+					_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+						Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+					return err
+				}),
+				chromedp.Navigate(srv.URL+"/workflows/order-1234"), chromedp.WaitVisible(chromedp.ID("workflow-nodes")))
+			if err != nil {
+				t.Fatalf("browser: %s: %v", what, err)
+			}
+			wide, err := chromedp.Run(bctx, chromedp.Evaluate[int64](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
+			if err != nil || wide > 0 {
+				t.Errorf("browser: %s is %d px wider than the %d px window (%v)", what, wide, size.width, err)
+			}
+			bg, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
+			if wantBG := map[string]string{"light": "rgb(255, 255, 255)", "dark": "rgb(18, 23, 29)"}[scheme]; err != nil || bg != wantBG {
+				t.Errorf("browser: %s has background %q, want %q (%v)", what, bg, wantBG, err)
+			}
+			if name, ok := shots[what]; ok {
+				png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+				if err != nil {
+					t.Fatalf("browser: screenshot %s: %v", name, err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, "dashboard-"+name+".png"), png, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 }
