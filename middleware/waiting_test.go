@@ -41,7 +41,8 @@ func waitingSetup(t *testing.T) (*streamq.Queue, *inspect.Queue, *sdkmetric.Manu
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	m, err := middleware.NewMetrics(&middleware.MetricsConfig{MeterProvider: mp, Queues: []*streamq.Queue{q}})
+	m, err := middleware.NewMetrics(&middleware.MetricsConfig{MeterProvider: mp, Queues: []*streamq.Queue{q},
+		StatsTimeout: time.Minute}) // a loaded test machine
 	if err != nil {
 		t.Fatal(err)
 	}
