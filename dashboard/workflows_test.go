@@ -173,25 +173,12 @@ func TestBrowser_Workflow(t *testing.T) {
 	}{{"desktop", 1280, 860}, {"phone", 390, 844}} {
 		for _, scheme := range []string{"light", "dark"} {
 			what := size.name + "/" + scheme
-			err := chromedp.Do(bctx,
-				chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateMobile),
-				chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-					_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-						Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
-					return err
-				}),
+			err := chromedp.Do(bctx, emulate(size.width, size.height, scheme),
 				chromedp.Navigate(srv.URL+"/workflows/order-1234"), chromedp.WaitVisible(chromedp.ID("workflow-nodes")))
 			if err != nil {
 				t.Fatalf("browser: %s: %v", what, err)
 			}
-			wide, err := chromedp.Run(bctx, chromedp.Evaluate[int64](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
-			if err != nil || wide > 0 {
-				t.Errorf("browser: %s is %d px wider than the %d px window (%v)", what, wide, size.width, err)
-			}
-			bg, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
-			if wantBG := map[string]string{"light": "rgb(255, 255, 255)", "dark": "rgb(18, 23, 29)"}[scheme]; err != nil || bg != wantBG {
-				t.Errorf("browser: %s has background %q, want %q (%v)", what, bg, wantBG, err)
-			}
+			checkFits(t, bctx, what, size.width, scheme)
 			if name, ok := shots[what]; ok {
 				png, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
 				if err != nil {
@@ -202,5 +189,30 @@ func TestBrowser_Workflow(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// emulate sets the window's size (a mobile one) and color scheme.
+func emulate(width, height int64, scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.EmulateViewport(width, height, chromedp.EmulateMobile),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+				Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
+			return err
+		}))
+}
+
+// checkFits checks that the page loaded is no wider than the window (width)
+// and has the background of scheme.
+func checkFits(t *testing.T, bctx context.Context, what string, width int64, scheme string) {
+	t.Helper()
+	wide, err := chromedp.Run(bctx, chromedp.Evaluate[int64](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
+	if err != nil || wide > 0 {
+		t.Errorf("browser: %s is %d px wider than the %d px window (%v)", what, wide, width, err)
+	}
+	bg, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
+	if wantBG := map[string]string{"light": "rgb(255, 255, 255)", "dark": "rgb(18, 23, 29)"}[scheme]; err != nil || bg != wantBG {
+		t.Errorf("browser: %s has background %q, want %q (%v)", what, bg, wantBG, err)
 	}
 }

@@ -642,23 +642,34 @@ func (m *Metrics) observeJobs(_ context.Context, o metric.Observer) error {
 	return nil
 }
 
+// eachQueue calls read for every queue of m (its index), at most
+// maxStatsConcurrency at once, each under a context bounded by
+// StatsTimeout, and returns the errors by queue.
+func (m *Metrics) eachQueue(ctx context.Context, read func(ctx context.Context, i int) error) []error {
+	errs := make([]error, len(m.queues))
+	var g errgroup.Group
+	g.SetLimit(maxStatsConcurrency)
+	for i := range m.queues {
+		g.Go(func() error {
+			sctx, cancel := context.WithTimeout(ctx, m.statsTimeout)
+			defer cancel()
+			errs[i] = read(sctx, i)
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines report through errs
+	return errs
+}
+
 // observeQueues is the callback of the queue gauges: it reads the statistics of
 // every queue, at most maxStatsConcurrency at once, each bounded by
 // StatsTimeout, and observes those that could be read.
 func (m *Metrics) observeQueues(ctx context.Context, o metric.Observer) error {
 	stats := make([]streamq.QueueStats, len(m.queues))
-	errs := make([]error, len(m.queues))
-	var g errgroup.Group
-	g.SetLimit(maxStatsConcurrency)
-	for i, q := range m.queues {
-		g.Go(func() error {
-			sctx, cancel := context.WithTimeout(ctx, m.statsTimeout)
-			defer cancel()
-			stats[i], errs[i] = q.Stats(sctx)
-			return nil
-		})
-	}
-	_ = g.Wait() // the goroutines report through errs
+	errs := m.eachQueue(ctx, func(ctx context.Context, i int) (err error) {
+		stats[i], err = m.queues[i].Stats(ctx)
+		return err
+	})
 	for i, q := range m.queues {
 		if errs[i] != nil {
 			continue

@@ -8,7 +8,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
@@ -53,18 +52,10 @@ func newWaitSources(queues []*streamq.Queue) ([]waitSource, error) {
 // enqueued or read) has nothing waiting and is left out.
 func (m *Metrics) observeWaiting(ctx context.Context, o metric.Observer) error {
 	sums := make([]map[string]int64, len(m.waits))
-	errs := make([]error, len(m.waits))
-	var g errgroup.Group
-	g.SetLimit(maxStatsConcurrency)
-	for i, src := range m.waits {
-		g.Go(func() error {
-			sctx, cancel := context.WithTimeout(ctx, m.statsTimeout)
-			defer cancel()
-			sums[i], errs[i] = src.summary(sctx)
-			return nil
-		})
-	}
-	_ = g.Wait() // the goroutines report through errs
+	errs := m.eachQueue(ctx, func(ctx context.Context, i int) (err error) {
+		sums[i], err = m.waits[i].summary(ctx)
+		return err
+	})
 	for i, src := range m.waits {
 		queue := semconv.MessagingDestinationName(src.name)
 		for reason, n := range sums[i] {

@@ -14,20 +14,28 @@ type cliStep struct{ N int }
 
 func (cliStep) Kind() string { return "cli.step" }
 
-// TestCLI_WorkflowShow enqueues a workflow (nothing runs it) and shows it:
-// the root enqueued, the children waiting for their parents.
-func TestCLI_WorkflowShow(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	ctx := context.Background()
-	q := mustQueue(t, e.rdb, e.prefix, "orders")
-	if err := q.Setup(ctx); err != nil {
+// workflowSetup sets queue name up under e's prefix and returns it with a
+// workflow client of it.
+func workflowSetup(t *testing.T, e *env, name string) (*streamq.Queue, *workflow.Client) {
+	t.Helper()
+	q := mustQueue(t, e.rdb, e.prefix, name)
+	if err := q.Setup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	wc, err := workflow.NewClient([]*streamq.Queue{q}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return q, wc
+}
+
+// TestCLI_WorkflowShow enqueues a workflow (nothing runs it) and shows it:
+// the root enqueued, the children waiting for their parents.
+func TestCLI_WorkflowShow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	q, wc := workflowSetup(t, e, "orders")
 	w := workflow.New("order-42").Add("fetch", q, cliStep{1}).Add("resize", q, cliStep{2}).Add("notify", q, cliStep{3}).
 		Chain("fetch", "resize", "notify").Batch("images", []string{"resize"}, "", "")
 	if err := wc.Enqueue(ctx, w); err != nil {
@@ -59,14 +67,7 @@ func TestCLI_WorkflowCancel(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	q := mustQueue(t, e.rdb, e.prefix, "orders")
-	if err := q.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wc, err := workflow.NewClient([]*streamq.Queue{q}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, wc := workflowSetup(t, e, "orders")
 	w := workflow.New("order-43").Add("fetch", q, cliStep{1}).Add("resize", q, cliStep{2}).Add("notify", q, cliStep{3}).
 		Chain("fetch", "resize", "notify")
 	if err := wc.Enqueue(ctx, w); err != nil {
@@ -113,14 +114,7 @@ func TestCLI_WorkflowCancelText(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	q := mustQueue(t, e.rdb, e.prefix, "mail")
-	if err := q.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wc, err := workflow.NewClient([]*streamq.Queue{q}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, wc := workflowSetup(t, e, "mail")
 	if err := wc.Enqueue(ctx, workflow.New("w-1").Add("a", q, cliStep{1}).Add("b", q, cliStep{2}, workflow.After("a"))); err != nil {
 		t.Fatal(err)
 	}
