@@ -61,7 +61,7 @@ type actionFunc func(ctx context.Context, w http.ResponseWriter, r *http.Request
 // the bulk actions on dead letters).
 func (s *server) action(prefix string, do actionFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		e := auditEntry{action: prefix + r.PathValue("action"), queue: r.PathValue("queue"), job: r.PathValue("id"), count: -1}
+		e := auditEntry{action: prefix + r.PathValue("action"), queue: r.PathValue("queue"), job: r.PathValue("id"), workflow: r.PathValue("workflow"), count: -1}
 		if s.opts.ReadOnly {
 			s.logAction(r, e, errReadOnly)
 			s.render(w, r, http.StatusForbidden, "error", &view{Title: "Forbidden", Error: "this dashboard is read-only"})
@@ -79,13 +79,18 @@ func (s *server) action(prefix string, do actionFunc) http.HandlerFunc {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), actionTimeout)
 		defer cancel()
-		q, err := s.in.Queue(ctx, r.PathValue("queue"))
-		if err != nil {
-			s.fail(w, r, err)
-			return
+		var q *inspect.Queue // nil for an action on no queue (a workflow)
+		if name := r.PathValue("queue"); name != "" {
+			var err error
+			if q, err = s.in.Queue(ctx, name); err != nil {
+				s.fail(w, r, err)
+				return
+			}
 		}
 		res, err := do(ctx, w, r, q)
-		s.ovs.forget(q.Name())
+		if q != nil {
+			s.ovs.forget(q.Name())
+		}
 		if res == nil && err == nil {
 			return // the action wrote its own page (a confirmation)
 		}
@@ -107,7 +112,7 @@ func (s *server) action(prefix string, do actionFunc) http.HandlerFunc {
 			s.fail(w, r, err)
 			return
 		}
-		if res.next == "" {
+		if res.next == "" && q != nil {
 			res.next = s.back(r, q.Name())
 		}
 		s.setFlash(w, r, res.msg)

@@ -36,6 +36,8 @@ type auditEntry struct {
 	count  int    // jobs the action touched (-1: not a count)
 	filter string // the dead-letter filter of a bulk action
 	detail string // what the action set (the flow limits)
+	// workflow is the workflow's ID of an action on a workflow.
+	workflow string
 }
 
 // logAction writes e, done by the client of r, to the audit log: at INFO
@@ -49,6 +51,9 @@ func (s *server) logAction(r *http.Request, e auditEntry, err error) {
 	}
 	if e.job != "" {
 		attrs = append(attrs, slog.String("job", e.job))
+	}
+	if e.workflow != "" {
+		attrs = append(attrs, slog.String("workflow", e.workflow))
 	}
 	if e.count >= 0 {
 		attrs = append(attrs, slog.Int("count", e.count))

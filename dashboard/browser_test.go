@@ -326,14 +326,7 @@ func shotsOf(t *testing.T, bctx context.Context, base, job string, extra map[str
 		width, height int64
 	}{{"desktop", 1280, 860}, {"phone", 390, 844}} {
 		for _, scheme := range []string{"light", "dark"} {
-			err := chromedp.Do(bctx,
-				chromedp.EmulateViewport(size.width, size.height, chromedp.EmulateMobile),
-				chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-					_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-						Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}})
-					return err
-				}))
-			if err != nil {
+			if err := chromedp.Do(bctx, emulate(size.width, size.height, scheme)); err != nil {
 				t.Fatalf("browser: emulate %s %s: %v", size.name, scheme, err)
 			}
 			for _, name := range slices.Sorted(maps.Keys(pages)) {
@@ -341,14 +334,7 @@ func shotsOf(t *testing.T, bctx context.Context, base, job string, extra map[str
 				if err := chromedp.Do(bctx, chromedp.Navigate(base+pages[name]), chromedp.WaitVisible(chromedp.CSS("main"))); err != nil {
 					t.Fatalf("browser: load %s: %v", what, err)
 				}
-				wide, err := chromedp.Run(bctx, chromedp.Evaluate[int64](`document.documentElement.scrollWidth - document.documentElement.clientWidth`))
-				if err != nil || wide > 0 {
-					t.Errorf("browser: %s is %d px wider than the %d px window (%v)", what, wide, size.width, err)
-				}
-				bg, err := chromedp.Run(bctx, chromedp.Evaluate[string](`getComputedStyle(document.body).backgroundColor`))
-				if wantBG := map[string]string{"light": "rgb(255, 255, 255)", "dark": "rgb(18, 23, 29)"}[scheme]; err != nil || bg != wantBG {
-					t.Errorf("browser: %s has background %q, want %q (%v)", what, bg, wantBG, err)
-				}
+				checkFits(t, bctx, what, size.width, scheme)
 				if name, ok := want[what]; ok {
 					shot(name)
 				}

@@ -49,6 +49,9 @@ func (s *server) routes() {
 	m.HandleFunc("POST /queues/{queue}/jobs/{id}/{action}", s.action("", s.jobAction))
 	m.HandleFunc("POST /queues/{queue}/dead/{action}", s.action("dead-", s.bulkAction))
 	m.HandleFunc("POST /queues/{queue}/bulk/{action}", s.action("bulk-", s.stateBulkAction))
+	m.HandleFunc("GET /workflows", s.workflows)
+	m.HandleFunc("GET /workflows/{workflow}", s.workflow)
+	m.HandleFunc("POST /workflows/{workflow}/{action}", s.action("workflow-", s.workflowAction))
 	m.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, s.opts.BasePath+"/", http.StatusSeeOther)
 	})

@@ -27,6 +27,7 @@ var pageNames = []string{
 	"overview", "queue", "job", "dead", "confirm", "consumers",
 	"schedules", "priority", "writebehind", "login", "error",
 	"progress", "history", "redis", "flow", "partitions", "outbox",
+	"workflows", "workflow",
 }
 
 // progressMarker is where the page of a bulk action (progress.html) is cut

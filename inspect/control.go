@@ -361,3 +361,32 @@ func (q *Queue) eachDeadID(ctx context.Context, f *DeadFilter, batch func(ids []
 	}
 	return nil
 }
+
+// Stop ends job id in whichever state it has not finished: a running job is
+// cancelled (as [Queue.Cancel]: its handler's context is cancelled within
+// the runner's ControlInterval), a waiting, delayed or retrying one is
+// deleted (as [Queue.Delete]). A job that already ended (done, dead,
+// cancelled) or is gone is left alone. It returns what it did: "cancelled",
+// "deleted", or "" when there was nothing to do.
+func (q *Queue) Stop(ctx context.Context, id string) (string, error) {
+	var did string
+	err := q.control(ctx, id, "stop", func(ctx context.Context, j *Job) (string, error) {
+		switch j.State {
+		case StateRunning:
+			did = "cancelled"
+			return q.cancelJob(ctx, j)
+		case StateWaiting, StateDelayed, StateRetrying:
+			did = "deleted"
+			return q.deleteJob(ctx, j)
+		}
+		did = ""
+		return "ok", nil
+	})
+	if errors.Is(err, ErrJobNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return did, nil
+}

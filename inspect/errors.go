@@ -25,6 +25,9 @@ var (
 	// ErrInvalidFlowLimits: [Queue.SetFlowLimits] refused limits (a
 	// negative cap, an unnamed key, a cap below 1); the error says which.
 	ErrInvalidFlowLimits = errors.New("inspect: invalid flow limits")
+	// ErrWorkflowNotFound: no workflow of that ID (never enqueued, or
+	// expired after its retention).
+	ErrWorkflowNotFound = errors.New("inspect: workflow not found")
 )
 
 // InUseError says which live consumers and workers kept
@@ -70,13 +73,16 @@ func (e *NotFoundError) Error() string {
 	return s
 }
 
-// Is matches [ErrQueueNotFound] for a queue and [ErrJobNotFound] for a job.
+// Is matches [ErrQueueNotFound] for a queue, [ErrJobNotFound] for a job
+// and [ErrWorkflowNotFound] for a workflow.
 func (e *NotFoundError) Is(target error) bool {
 	switch target {
 	case ErrQueueNotFound:
 		return e.What == "queue"
 	case ErrJobNotFound:
 		return e.What == "job"
+	case ErrWorkflowNotFound:
+		return e.What == "workflow"
 	}
 	return false
 }

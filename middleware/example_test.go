@@ -303,6 +303,7 @@ func ExampleNewMetrics_prometheus() {
 	// streamq_queue_oldest_waiting_seconds (age of the oldest of the 3 waiting jobs)
 	// streamq_queue_pending 0
 	// streamq_queue_stream_entries 3
+	// streamq_queue_waiting 3
 }
 
 // ExampleLogging shows the record written for a failed job. The handler is

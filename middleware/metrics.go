@@ -177,6 +177,8 @@ type Metrics struct {
 	length, pending, lag, delayed, deadLetters    metric.Int64ObservableGauge
 	entries                                       metric.Int64ObservableGauge
 	oldestWaiting                                 metric.Float64ObservableGauge
+	waiting                                       metric.Int64ObservableGauge // MetricQueueWaiting, from waits
+	waits                                         []waitSource
 
 	// The semantic-convention instruments.
 	processDuration, opDuration metric.Float64Histogram
@@ -493,6 +495,7 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 	m.oldestWaiting, err = meter.Float64ObservableGauge(MetricQueueOldestWaiting, metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest job not yet delivered to the consumer group; 0 when none waits."))
 	errs = append(errs, err)
+	m.waiting = gauge(MetricQueueWaiting, "{job}", "Jobs of the queue that have not started, per reason (streamq.wait.reason).")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("streamq: create metric instruments: %w", err)
 	}
@@ -506,6 +509,15 @@ func NewMetrics(cfg *MetricsConfig) (*Metrics, error) {
 		if err != nil {
 			_ = m.Close()
 			return nil, fmt.Errorf("streamq: register queue gauges: %w", err)
+		}
+		m.regs = append(m.regs, reg)
+		if m.waits, err = newWaitSources(m.queues); err != nil {
+			_ = m.Close()
+			return nil, err
+		}
+		if reg, err = meter.RegisterCallback(m.observeWaiting, m.waiting); err != nil {
+			_ = m.Close()
+			return nil, fmt.Errorf("streamq: register the waiting gauge: %w", err)
 		}
 		m.regs = append(m.regs, reg)
 	}
@@ -677,23 +689,34 @@ func (m *Metrics) observeJobs(_ context.Context, o metric.Observer) error {
 	return nil
 }
 
+// eachQueue calls read for every queue of m (its index), at most
+// maxStatsConcurrency at once, each under a context bounded by
+// StatsTimeout, and returns the errors by queue.
+func (m *Metrics) eachQueue(ctx context.Context, read func(ctx context.Context, i int) error) []error {
+	errs := make([]error, len(m.queues))
+	var g errgroup.Group
+	g.SetLimit(maxStatsConcurrency)
+	for i := range m.queues {
+		g.Go(func() error {
+			sctx, cancel := context.WithTimeout(ctx, m.statsTimeout)
+			defer cancel()
+			errs[i] = read(sctx, i)
+			return nil
+		})
+	}
+	_ = g.Wait() // the goroutines report through errs
+	return errs
+}
+
 // observeQueues is the callback of the queue gauges: it reads the statistics of
 // every queue, at most maxStatsConcurrency at once, each bounded by
 // StatsTimeout, and observes those that could be read.
 func (m *Metrics) observeQueues(ctx context.Context, o metric.Observer) error {
 	stats := make([]streamq.QueueStats, len(m.queues))
-	errs := make([]error, len(m.queues))
-	var g errgroup.Group
-	g.SetLimit(maxStatsConcurrency)
-	for i, q := range m.queues {
-		g.Go(func() error {
-			sctx, cancel := context.WithTimeout(ctx, m.statsTimeout)
-			defer cancel()
-			stats[i], errs[i] = q.Stats(sctx)
-			return nil
-		})
-	}
-	_ = g.Wait() // the goroutines report through errs
+	errs := m.eachQueue(ctx, func(ctx context.Context, i int) (err error) {
+		stats[i], err = m.queues[i].Stats(ctx)
+		return err
+	})
 	for i, q := range m.queues {
 		if errs[i] != nil {
 			continue

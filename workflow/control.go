@@ -2,10 +2,8 @@ package workflow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -39,11 +37,6 @@ const (
 	NodeDead      NodeState = "dead"      // its job failed for good (dead-lettered)
 	NodeCancelled NodeState = "cancelled" // cancelled by a parent's failure or Client.Cancel
 )
-
-var nodeStates = map[string]NodeState{
-	"w": NodeWaiting, "r": NodeRunnable, "q": NodeEnqueued, "f": NodeRetrying,
-	"s": NodeSucceeded, "d": NodeDead, "c": NodeCancelled,
-}
 
 // Progress counts the nodes of a workflow or batch by state.
 type Progress struct {
@@ -109,61 +102,37 @@ func (c *Client) Show(ctx context.Context, id string) (*Info, error) {
 // Show returns workflow id of key prefix prefix (QueueConfig.KeyPrefix) on
 // client with the state of each node, or [ErrNotFound]: for tools that
 // read workflows without running them (the streamq command). It reads the
-// workflow in one MULTI, and the parents of its waiting nodes.
+// workflow in one MULTI, and the parents of its waiting nodes
+// ([inspect.Inspector.Workflow]).
 func Show(ctx context.Context, client redis.UniversalClient, prefix, id string) (*Info, error) {
-	wf := rdb.NewWorkflow(client, prefix, id)
-	st, err := wf.Read(ctx)
+	in, err := inspect.New(client, &inspect.Options{Prefix: prefix})
 	if err != nil {
-		return nil, fmt.Errorf("streamq: workflow %s: read: %w", id, err)
-	}
-	if len(st.Meta) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
-	}
-	info := &Info{ID: id, State: State(st.Meta["state"]), Created: time.UnixMilli(rdb.MillisField(st.Meta, "created"))}
-	if f := rdb.MillisField(st.Meta, "finished"); f > 0 {
-		info.Finished = time.UnixMilli(f)
-	}
-	var waiting []string
-	for name, s := range st.State {
-		n := NodeInfo{Name: name, State: nodeStates[s]}
-		if ref, ok := st.Jobs[name]; ok {
-			n.Queue, n.JobID, _ = strings.Cut(ref, "\t")
-		}
-		if n.State == NodeWaiting {
-			waiting = append(waiting, name)
-		}
-		info.Nodes = append(info.Nodes, n)
-		info.Progress.add(n.State)
-	}
-	slices.SortFunc(info.Nodes, func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
-	if err := waitingFor(ctx, wf, info, st.State, waiting); err != nil {
 		return nil, fmt.Errorf("streamq: workflow %s: %w", id, err)
 	}
-	for _, js := range st.Batches {
-		var b batch
-		if json.Unmarshal([]byte(js), &b) != nil {
-			continue
-		}
+	wi, err := in.Workflow(ctx, id)
+	var nf *inspect.NotFoundError
+	if errors.As(err, &nf) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streamq: workflow %s: %w", id, err)
+	}
+	info := &Info{ID: id, State: State(wi.State), Created: wi.Created, Finished: wi.Finished}
+	states := make(map[string]NodeState, len(wi.Nodes))
+	for _, n := range wi.Nodes {
+		ni := NodeInfo{Name: n.Name, State: NodeState(n.State), Queue: n.Queue, JobID: n.JobID, WaitingFor: n.WaitingFor}
+		states[n.Name] = ni.State
+		info.Nodes = append(info.Nodes, ni)
+		info.Progress.add(ni.State)
+	}
+	for _, b := range wi.Batches {
 		bi := BatchInfo{Name: b.Name, Members: b.Members, OnSuccess: b.OnSuccess, OnComplete: b.OnComplete}
 		for _, m := range b.Members {
-			bi.Progress.add(nodeStates[st.State[m]])
+			bi.Progress.add(states[m])
 		}
 		info.Batches = append(info.Batches, bi)
 	}
-	slices.SortFunc(info.Batches, func(a, b BatchInfo) int { return strings.Compare(a.Name, b.Name) })
 	return info, nil
-}
-
-// waitingFor fills the parents each waiting node waits for.
-func waitingFor(ctx context.Context, wf *rdb.Workflow, info *Info, states map[string]string, waiting []string) error {
-	by, err := wf.WaitingFor(ctx, waiting, states)
-	if err != nil {
-		return err
-	}
-	for i := range info.Nodes {
-		info.Nodes[i].WaitingFor = by[info.Nodes[i].Name]
-	}
-	return nil
 }
 
 // Batch returns the batch name of workflow id with its progress, or an
@@ -215,27 +184,15 @@ func (c *Client) cancelJobs(ctx context.Context, refs []string) {
 }
 
 // cancelJob cancels job jid of queue qname: a running one with inspect's
-// cancel, a waiting, delayed or retrying one by deleting it.
+// cancel, a waiting, delayed or retrying one by deleting it
+// ([inspect.Queue.Stop]).
 func (c *Client) cancelJob(ctx context.Context, qname, jid string) error {
 	iq, err := c.inspectQueue(ctx, qname)
 	if err != nil {
 		return err
 	}
-	j, err := iq.Job(ctx, jid)
-	var nf *inspect.NotFoundError
-	if errors.As(err, &nf) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	switch j.State {
-	case inspect.StateRunning:
-		return iq.Cancel(ctx, jid)
-	case inspect.StateWaiting, inspect.StateDelayed, inspect.StateRetrying:
-		return iq.Delete(ctx, jid)
-	}
-	return nil
+	_, err = iq.Stop(ctx, jid)
+	return err
 }
 
 // inspectQueue returns the inspect view of queue qname.
