@@ -9,6 +9,7 @@ func Scripts() map[string]*redis.Script {
 	return map[string]*redis.Script{
 		"enqueue":               scriptEnqueue,
 		"enqueue_one":           scriptEnqueueOne,
+		"enqueue_ids":           scriptEnqueueIDs,
 		"outbox":                scriptOutbox,
 		"schedule":              scriptSchedule,
 		"promote":               scriptPromote,
