@@ -26,10 +26,11 @@ const jobIDLib = `
 -- id_taken reports whether chosen job ID jid is taken in a queue: its done
 -- marker done exists (the job finished within the done retention), or the
 -- trail places it where a job still lives (a location left behind by an
--- operator's manual change does not keep an ID taken).
-local function id_taken(stream, delayed, dead, trail, done, jid)
+-- operator's manual change does not keep an ID taken). loc is jid's trail
+-- location when the caller has read it (false: none), nil when not.
+local function id_taken(stream, delayed, dead, trail, done, jid, loc)
   if redis.call('EXISTS', done) == 1 then return true end
-  local loc = redis.call('HGET', trail, jid)
+  if loc == nil then loc = redis.call('HGET', trail, jid) end
   if not loc then return false end
   local kind, at = string.sub(loc, 1, 1), string.sub(loc, 3)
   if kind == 'd' then return redis.call('ZSCORE', delayed, at) ~= false end
@@ -46,8 +47,9 @@ end
 // queue's cap (nothing is written when the new ones do not fit), the
 // others into the delayed set. The reply is remembered under the call's
 // memo token (see idempotent), so a re-sent call answers what the first
-// answered and writes nothing. A new job due now costs EXISTS, HGET, XADD
-// and HSET.
+// answered and writes nothing. A new job due now costs an EXISTS and an
+// XADD; the trail is read with one HMGET and written with one HSET per
+// call.
 //
 // KEYS[1] stream, KEYS[2] delayed sorted set, KEYS[3] delayed job hash,
 // KEYS[4] trail hash, KEYS[5] dead-letter stream, KEYS[5+j] the done marker
@@ -63,21 +65,24 @@ end
 var scriptEnqueueIDs = redis.NewScript(idempotent(streamLib+jobIDLib, `
 local stream, delayed, jobs, trail, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local n = tonumber(ARGV[2])
-local pos, taken, seen, due_now = {}, {}, {}, 0
+local pos, jids, taken, seen, due_now = {}, {}, {}, {}, 0
 local i = 3
 for j = 1, n do
-  pos[j] = i
-  local jid = ARGV[i]
-  taken[j] = seen[jid] or id_taken(stream, delayed, dead, trail, KEYS[5 + j], jid)
-  seen[jid] = true
-  if not taken[j] and ARGV[i + 1] == '0' then due_now = due_now + 1 end
+  pos[j], jids[j] = i, ARGV[i]
   i = i + 4 + tonumber(ARGV[i + 3])
+end
+local locs = redis.call('HMGET', trail, unpack(jids))
+for j = 1, n do
+  local jid = jids[j]
+  taken[j] = seen[jid] or id_taken(stream, delayed, dead, trail, KEYS[5 + j], jid, locs[j])
+  seen[jid] = true
+  if not taken[j] and ARGV[pos[j] + 1] == '0' then due_now = due_now + 1 end
 end
 if due_now > 0 then
   local full = no_room(stream, tonumber(ARGV[1]), due_now)
   if full then return redis.error_reply(full) end
 end
-local flags, added = {}, 0
+local flags, added, places = {}, 0, {}
 for j = 1, n do
   if taken[j] then
     flags[j] = '0'
@@ -92,11 +97,12 @@ for j = 1, n do
       redis.call('ZADD', delayed, due_at(ARGV[p + 1]), ARGV[p + 2])
       at = 'd:' .. ARGV[p + 2]
     end
-    redis.call('HSET', trail, ARGV[p], at)
+    places[#places + 1], places[#places + 2] = ARGV[p], at
     flags[j] = '1'
     added = added + 1
   end
 end
+if added > 0 then redis.call('HSET', trail, unpack(places)) end
 return {added, table.concat(flags)}
 `))
 
