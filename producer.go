@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -127,6 +128,9 @@ func (p *Producer) Queue() *Queue { return p.q }
 type Job struct {
 	Payload []byte
 	Headers map[string]string // optional; merged over the batch's headers
+	// ID is the job's ID, as [WithJobID] gives it to one job ("": one is
+	// generated). Give every job of a batch an ID, or none.
+	ID string
 }
 
 // Enqueue adds one job and returns its ID, which the job keeps for its
@@ -161,6 +165,12 @@ func (p *Producer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueO
 // [ErrNotReplicated], those of the chunk that was not replicated too; later
 // chunks are not sent). A job that fails the checks of [Producer.Enqueue]
 // stops the batch before its chunk is written.
+//
+// Jobs with IDs ([Job.ID]) are stored as [WithJobID] stores one, still one
+// script call per chunk: a job whose ID names a job that lives or finished
+// within QueueConfig.DoneRetention (or an earlier job of the batch) is not
+// written, its ids[i] is "", and the call returns the other jobs' IDs with
+// an error wrapping [ErrDuplicate].
 func (p *Producer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) (ids []string, err error) {
 	return p.enqueue(ctx, jobs, opts)
 }
@@ -196,6 +206,12 @@ func (p *Producer) enqueueWith(ctx context.Context, jobs []Job, o *EnqueueOption
 	lock, err := o.lock(jobs[0].Payload)
 	if err != nil {
 		return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+	}
+	if slices.ContainsFunc(jobs, func(j Job) bool { return j.ID != "" }) {
+		if err := checkJobIDs(jobs, o, lock); err != nil {
+			return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+		}
+		return ids, p.addWithIDs(ctx, jobs, o, enq, due, ids)
 	}
 	if lock.Mode != "" || o.JobID != "" {
 		if len(jobs) != 1 {
@@ -282,6 +298,71 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *EnqueueOptions, enq i
 			}
 			return err
 		}
+	}
+	return nil
+}
+
+// checkJobIDs checks the IDs of jobs, some of which have one: every job
+// needs a valid one, and no option may choose another ID or dedup.
+func checkJobIDs(jobs []Job, o *EnqueueOptions, lock rdb.Lock) error {
+	switch {
+	case o.JobID != "":
+		return configErr("Job.ID", "cannot be used with WithJobID: give the ID in Job.ID only")
+	case lock.Mode != "":
+		return configErr("Job.ID", "cannot be used with %s: choose the job ID or a dedup mode", o.oneByOne())
+	}
+	for i, j := range jobs {
+		if j.ID == "" {
+			return configErr(fmt.Sprintf("jobs[%d].ID", i), "is empty while other jobs of the batch have one: give every job of a batch an ID, or none")
+		}
+		if problem := rdb.JobIDProblem(j.ID); problem != "" {
+			return configErr(fmt.Sprintf("jobs[%d].ID", i), "%s", problem)
+		}
+	}
+	return nil
+}
+
+// addWithIDs stores jobs with their own IDs, due as due says, in chunks of
+// at most MaxBatchChunk (one script call each), and sets the IDs of the
+// jobs stored in ids. Jobs whose IDs were taken are reported by an error
+// wrapping ErrDuplicate, after every chunk was sent.
+func (p *Producer) addWithIDs(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, due when, ids []string) error {
+	dueArg := rdb.DueArg(due.at, due.in)
+	var taken []string
+	for start := 0; start < len(jobs); start += MaxBatchChunk {
+		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
+		ep := rdb.EnqueueIDsParams{Replicas: p.replicas()}
+		for i, j := range chunk {
+			wj := wire.Job{Payload: j.Payload, Headers: p.headers(ctx, o.Headers, j.Headers), EnqMillis: enq}
+			o.setJobOptions(&wj)
+			if err := core.Of(p.q).CheckJob(wj.Payload, wj.Headers); err != nil {
+				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
+			}
+			ep.Add(p.q.db, j.ID, &wj, dueArg)
+		}
+		err := p.q.db.EnqueueIDs(ctx, &ep)
+		if err != nil && !errors.Is(err, ErrNotReplicated) {
+			if !errors.Is(err, ErrQueueFull) {
+				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+			}
+			return err
+		}
+		for i, j := range chunk {
+			if ep.Taken[i] {
+				taken = append(taken, j.ID)
+			} else {
+				ids[start+i] = j.ID
+			}
+		}
+		if ep.Added > 0 {
+			core.OfProducer(p).Register(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+		}
+	}
+	if len(taken) > 0 {
+		return fmt.Errorf("%w: %d of %d job IDs name jobs that live or finished within QueueConfig.DoneRetention (their ids are \"\"), the first %q", ErrDuplicate, len(taken), len(jobs), taken[0])
 	}
 	return nil
 }

@@ -97,6 +97,59 @@ func TestJobID_WholeLife(t *testing.T) {
 	}
 }
 
+// TestJobID_Batch: EnqueueBatch with Job.ID stores each job under its ID
+// (in the stream, or delayed), skips the jobs whose IDs are taken (by a
+// living job or an earlier job of the batch) with ErrDuplicate and "" in
+// their places, and refuses a batch where some jobs have no ID, a bad ID,
+// or an ID with WithJobID; the inspector finds the jobs by their IDs.
+func TestJobID_Batch(t *testing.T) {
+	t.Parallel()
+	rdb, q, p := cqSetup(t, nil)
+	ctx := context.Background()
+	if _, err := p.Enqueue(ctx, []byte("old"), streamq.WithJobID("b-2")); err != nil {
+		t.Fatal(err)
+	}
+	jobs := []streamq.Job{{ID: "b-1", Payload: []byte("1")}, {ID: "b-2", Payload: []byte("2")}, {ID: "b-1", Payload: []byte("again")}, {ID: "b-3", Payload: []byte("3")}}
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	if !errors.Is(err, streamq.ErrDuplicate) || strings.Join(ids, ",") != "b-1,,,b-3" {
+		t.Fatalf("EnqueueBatch: %q, %v; want [b-1 \"\" \"\" b-3] and ErrDuplicate", ids, err)
+	}
+	later, err := p.EnqueueBatch(ctx, []streamq.Job{{ID: "b-4", Payload: []byte("4")}}, streamq.ProcessIn(time.Hour))
+	if err != nil || later[0] != "b-4" {
+		t.Fatalf("delayed EnqueueBatch: %q, %v", later, err)
+	}
+	in, err := inspect.New(rdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	iq, err := in.Queue(ctx, q.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]inspect.State{"b-1": inspect.StateWaiting, "b-3": inspect.StateWaiting, "b-4": inspect.StateDelayed} {
+		if j, err := iq.Job(ctx, id); err != nil || j.State != want || j.ID != id {
+			t.Errorf("inspect of %s: %+v, %v; want %s", id, j, err, want)
+		}
+	}
+	for name, tc := range map[string]struct {
+		jobs []streamq.Job
+		opts []streamq.EnqueueOption
+		want string
+	}{
+		"some without":   {[]streamq.Job{{ID: "c-1"}, {}}, nil, "jobs[1].ID"},
+		"bad ID":         {[]streamq.Job{{ID: "c 1"}}, nil, "jobs[0].ID"},
+		"with WithJobID": {[]streamq.Job{{ID: "c-1"}}, []streamq.EnqueueOption{streamq.WithJobID("c-2")}, "Job.ID"},
+		"with Throttle":  {[]streamq.Job{{ID: "c-1"}}, []streamq.EnqueueOption{streamq.Throttle("k", time.Minute)}, "Throttle"},
+	} {
+		if _, err := p.EnqueueBatch(ctx, tc.jobs, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %s", name, err, tc.want)
+		}
+	}
+	if n := rdb.XLen(ctx, core.Of(q).Keys.Stream).Val(); n != 3 {
+		t.Errorf("%d jobs in the stream, want 3 (old, b-1, b-3)", n)
+	}
+}
+
 // TestJobID_Invalid: a bad ID is refused with a clear error, nothing written.
 func TestJobID_Invalid(t *testing.T) {
 	t.Parallel()

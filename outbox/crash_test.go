@@ -53,7 +53,7 @@ func TestRelay_KilledBeforeRemoval(t *testing.T) {
 			redistest.Background(t, "relay", time.Minute, r.Run)
 			tb.waitEmpty(t, 30*time.Second)
 			checkOnce(t, payloads(t, c, q), want)
-			checkNoMarks(t, c, q)
+			checkJobIDs(t, c, q)
 		})
 	}
 }

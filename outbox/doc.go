@@ -5,10 +5,11 @@
 // transaction and nothing else, so the job exists exactly when the
 // transaction commits: committed means enqueued exactly once, rolled back
 // means never. A [Relay] moves committed rows to Redis: each row becomes
-// one job, enqueued through the producer of its queue with the row's ID as
-// its idempotency key, and the row is deleted only after Redis accepted the
-// job. A relay that dies between the two, or a reply lost on the way, cannot
-// enqueue a row twice: the next relay to claim the row finds its mark.
+// one job, enqueued through the producer of its queue with the job ID
+// [JobID](row ID) (or the caller's [streamq.WithJobID]) as its idempotency
+// key, and the row is deleted only after Redis accepted the job. A relay
+// that dies between the two, or a reply lost on the way, cannot enqueue a
+// row twice: the next relay to claim the row finds the job ID taken.
 //
 // The drivers are packages of their own, so that only programs that use
 // them link them: outbox/postgres (database/sql and pgx transactions,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/rdb"
 )
 
 // DefaultTable is the outbox table's name when a driver's config leaves it
@@ -21,7 +22,8 @@ const DefaultTable = "streamq_outbox"
 // driver to insert, and what a [Claim] hands to the relay.
 type Row struct {
 	// ID is the row's identity, 32 lowercase hex digits of a random 128-bit
-	// number made by Prepare. The relay enqueues the job once per ID.
+	// number made by Prepare. The relay enqueues the job once per ID, with
+	// the job ID [JobID](ID) unless the caller chose one.
 	ID string
 	// Queue is the name of the queue the job goes to.
 	Queue string
@@ -136,6 +138,7 @@ type rowOptions struct {
 	Deadline    int64             `json:"dl,omitempty"` // Unix ms
 	Retention   int64             `json:"rr,omitempty"`
 	Tags        []string          `json:"tags,omitempty"`
+	ID          string            `json:"id,omitempty"` // a job ID of the caller's
 }
 
 // Prepare checks a job for queue q and returns its row, for a driver to
@@ -143,9 +146,16 @@ type rowOptions struct {
 // and headers against q's limits. Options the outbox cannot keep exactly
 // once, or cannot apply, fail with an error that says so: [streamq.Unique]
 // (its lock ends with the job, so it cannot stop a second relay of the
-// row), a job ID and a flow key (not supported by this version), a
-// priority (the relay writes into the stream; forward it with the
-// priority.WithPriority header instead).
+// row), a flow key (not supported by this version), a priority (the relay
+// writes into the stream; forward it with the priority.WithPriority header
+// instead).
+//
+// The job's ID is [JobID] of the row's ID, or the caller's own with
+// [streamq.WithJobID]: then a row whose ID names a job that lives or
+// finished within the queue's QueueConfig.DoneRetention is removed by the
+// relay without a new job, as [streamq.Producer.Enqueue] returns
+// [streamq.ErrDuplicate] (the transaction has committed: the relay logs
+// it).
 func Prepare(q *streamq.Queue, payload []byte, opts []streamq.EnqueueOption) (*Row, error) {
 	if q == nil {
 		return nil, &streamq.ConfigError{Field: "queue", Reason: "is nil: pass the *streamq.Queue the job goes to"}
@@ -207,8 +217,8 @@ func prepare(q *streamq.Queue, payload []byte, o *streamq.EnqueueOptions) (*Row,
 	switch {
 	case o.UniqueKey != "":
 		return refuse("Unique", "is not supported by the outbox: its lock ends with the job, so it cannot keep a relayed row from being enqueued twice; enqueue unique jobs with a Producer")
-	case o.JobID != "":
-		return refuse("EnqueueOptions.JobID", "is not supported by the outbox: the row's ID identifies the job; leave it empty")
+	case o.JobID != "" && rdb.JobIDProblem(o.JobID) != "":
+		return refuse("EnqueueOptions.JobID", rdb.JobIDProblem(o.JobID))
 	case o.FlowKey != "":
 		return refuse("EnqueueOptions.FlowKey", "is not supported by this version: leave it empty")
 	case o.Priority != nil:
@@ -222,7 +232,7 @@ func prepare(q *streamq.Queue, payload []byte, o *streamq.EnqueueOptions) (*Row,
 	}
 	ro := rowOptions{
 		Headers: o.Headers, In: millis(o.In), Kind: o.Kind, MaxAttempts: o.MaxAttempts,
-		Timeout: millis(o.Timeout), Retention: millis(o.ResultRetention), Tags: o.Tags,
+		Timeout: millis(o.Timeout), Retention: millis(o.ResultRetention), Tags: o.Tags, ID: o.JobID,
 	}
 	if !o.At.IsZero() {
 		ro.At = max(o.At.UnixMilli(), 1)

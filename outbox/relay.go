@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/core"
 )
 
 // Relay defaults.
@@ -23,8 +24,11 @@ const (
 	// DefaultBatches is how many batches a relay works on at once when
 	// RelayConfig.Batches is 0.
 	DefaultBatches = 1
-	// DefaultRetention is how long the mark of a relayed row is kept when
-	// RelayConfig.Retention is 0.
+	// DefaultRetention was how long the mark of a relayed row was kept.
+	//
+	// Deprecated: a relayed row's job ID is kept taken by its queue's
+	// QueueConfig.DoneRetention (streamq.DefaultDoneRetention); the relay
+	// writes no marks.
 	DefaultRetention = 24 * time.Hour
 
 	// maxRowRetry bounds the wait of a row that failed (see rowRetry).
@@ -60,11 +64,13 @@ type RelayConfig struct {
 	// DefaultPollInterval.
 	PollInterval time.Duration
 
-	// Retention is how long the mark that a relayed row leaves in Redis is
-	// kept after a relay lost its hold of the row before deleting it (a
-	// crash, the database unreachable): a relay that claims the row within
-	// that time removes it without enqueueing it again. The mark is
-	// deleted with the row otherwise. Defaults to DefaultRetention.
+	// Retention must be 0. It was how long the mark of a relayed row was
+	// kept; the relay writes no marks.
+	//
+	// Deprecated: a row's job has the row's job ID (see [JobID]); a relay
+	// that claims the row again while that job lives, or within its
+	// queue's QueueConfig.DoneRetention after it finished, removes the row
+	// without enqueueing it again. Set that instead.
 	Retention time.Duration
 
 	// Logger receives the relay's errors. nil means slog.Default().
@@ -85,6 +91,14 @@ type Relay struct {
 	log    *slog.Logger
 }
 
+// checkProducer refuses producer i, of a queue that keeps no done markers.
+func checkProducer(i int, p *streamq.Producer) error {
+	if !core.OfProducer(p).Queue.DB.KeepsDone() {
+		return &streamq.ConfigError{Field: fmt.Sprintf("RelayConfig.Producers[%d]", i), Reason: fmt.Sprintf("is of queue %q, which keeps no done markers (QueueConfig.DoneRetention -1): a row claimed again after its job finished would be enqueued twice; give the queue a DoneRetention longer than the database may stay unreachable", p.Queue().Name())}
+	}
+	return nil
+}
+
 // NewRelay returns a relay of store (from outbox/postgres or
 // outbox/sqlite) configured by cfg. It validates cfg without talking to
 // Redis or the database, and never modifies *cfg.
@@ -102,6 +116,9 @@ func NewRelay(store Store, cfg *RelayConfig) (*Relay, error) {
 		if p == nil {
 			return nil, &streamq.ConfigError{Field: fmt.Sprintf("RelayConfig.Producers[%d]", i), Reason: "is nil: remove it"}
 		}
+		if err := checkProducer(i, p); err != nil {
+			return nil, err
+		}
 		name := p.Queue().Name()
 		if producers[name] != nil {
 			return nil, &streamq.ConfigError{Field: fmt.Sprintf("RelayConfig.Producers[%d]", i), Reason: fmt.Sprintf("is a second producer of queue %q: give one per queue name", name)}
@@ -115,7 +132,7 @@ func NewRelay(store Store, cfg *RelayConfig) (*Relay, error) {
 		name string
 		v    *time.Duration
 		def  time.Duration
-	}{{"PollInterval", &c.PollInterval, DefaultPollInterval}, {"Retention", &c.Retention, DefaultRetention}} {
+	}{{"PollInterval", &c.PollInterval, DefaultPollInterval}} {
 		if *f.v < 0 {
 			return nil, &streamq.ConfigError{Field: "RelayConfig." + f.name, Reason: fmt.Sprintf("is negative (%s): use 0 for the default, %s", *f.v, f.def)}
 		}
@@ -123,8 +140,8 @@ func NewRelay(store Store, cfg *RelayConfig) (*Relay, error) {
 			*f.v = f.def
 		}
 	}
-	if c.Retention < time.Millisecond {
-		return nil, &streamq.ConfigError{Field: "RelayConfig.Retention", Reason: fmt.Sprintf("is %s: use at least 1ms, longer than the database may stay unreachable", c.Retention)}
+	if c.Retention != 0 {
+		return nil, &streamq.ConfigError{Field: "RelayConfig.Retention", Reason: fmt.Sprintf("is %s: the relay keeps no marks any more; remove it, and set QueueConfig.DoneRetention of the rows' queues (how long a job's ID stays taken after it finished)", c.Retention)}
 	}
 	for _, f := range []struct {
 		name string
@@ -143,7 +160,7 @@ func NewRelay(store Store, cfg *RelayConfig) (*Relay, error) {
 	if r.log == nil {
 		r.log = slog.Default()
 	}
-	r.sender = &markSender{producers: producers, retention: c.Retention}
+	r.sender = sender{producers: producers}
 	return r, nil
 }
 
@@ -218,6 +235,9 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		switch {
 		case err == nil:
 			done = append(done, rows[i].ID)
+		case errors.Is(err, errIDTaken):
+			done = append(done, rows[i].ID)
+			r.log.InfoContext(ctx, "streamq: outbox row's job ID taken", "queue", rows[i].Queue, "row_id", rows[i].ID, "error", err)
 		case rowError(err):
 			failed = append(failed, Failure{ID: rows[i].ID, Error: err.Error(), Retry: rowRetry(rows[i].Attempts)})
 			r.log.WarnContext(ctx, "streamq: outbox row not enqueued", "queue", rows[i].Queue, "row_id", rows[i].ID, "attempt", rows[i].Attempts+1, "error", err)
@@ -228,22 +248,6 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	removed, err := claim.Finish(sendCtx, done, failed)
 	if err != nil {
 		return 0, errors.Join(fmt.Errorf("streamq: outbox remove relayed rows: %w", err), redisErr)
-	}
-	if len(removed) > 0 {
-		gone := make([]Row, 0, len(removed))
-		ids := make(map[string]bool, len(removed))
-		for _, id := range removed {
-			ids[id] = true
-		}
-		for _, row := range rows {
-			if ids[row.ID] {
-				gone = append(gone, row)
-			}
-		}
-		if err := r.sender.forget(sendCtx, gone); err != nil {
-			// The marks expire after Retention.
-			r.log.WarnContext(ctx, "streamq: outbox marks not deleted", "error", err)
-		}
 	}
 	if redisErr != nil {
 		return len(removed), fmt.Errorf("streamq: outbox enqueue: %w", redisErr)

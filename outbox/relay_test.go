@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/faultproxy"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
@@ -39,19 +40,32 @@ func relayAll(t testing.TB, r *outbox.Relay) int {
 	return total
 }
 
-// checkNoMarks fails the test if a relayed row left its mark in Redis. The
-// relay removes the marks of a batch right after its rows, so a table just
-// found empty may still have them for a moment: it waits up to 10 s.
-func checkNoMarks(t testing.TB, c redis.UniversalClient, q *streamq.Queue) {
+// checkJobIDs fails the test unless every job in q's stream has the job ID
+// of its row (outbox.JobID: "outbox:" and 32 hex digits), each a different
+// one, and the relay left no mark of the earlier design in Redis.
+func checkJobIDs(t testing.TB, c redis.UniversalClient, q *streamq.Queue) {
 	t.Helper()
-	redistest.WaitFor(t, 10*time.Second, "no mark of a relayed row left in Redis", func() bool {
-		return len(redistest.ScanKeys(t, c, keys(q).OutboxMark("*"))) == 0
-	})
+	entries, err := c.XRange(t.Context(), keys(q).Stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(map[string]bool, len(entries))
+	for _, e := range entries {
+		jid, _ := e.Values["jid"].(string)
+		row, ok := strings.CutPrefix(jid, "outbox:")
+		if !ok || len(row) != 32 || outbox.JobID(row) != jid || seen[jid] {
+			t.Fatalf("entry %s has job ID %q: want outbox:<row ID>, once", e.ID, jid)
+		}
+		seen[jid] = true
+	}
+	if marks := redistest.ScanKeys(t, c, keys(q).OutboxMark("*")); len(marks) != 0 {
+		t.Errorf("the relay left marks %v", marks)
+	}
 }
 
 // TestRelay_CommitRollback: of many transactions, each committed one's job
 // reaches Redis exactly once and no rolled-back one's does; the table ends
-// empty and the marks are gone.
+// empty and each job has its row's job ID.
 func TestRelay_CommitRollback(t *testing.T) {
 	t.Parallel()
 	for _, driver := range drivers {
@@ -73,7 +87,7 @@ func TestRelay_CommitRollback(t *testing.T) {
 			if b.Rows != 0 {
 				t.Errorf("backlog %+v after relaying, want empty", b)
 			}
-			checkNoMarks(t, c, q)
+			checkJobIDs(t, c, q)
 		})
 	}
 }
@@ -166,7 +180,7 @@ func TestRelay_Racing(t *testing.T) {
 				want := tb.enqueueN(t, q, "job", 300, nil)
 				tb.waitEmpty(t, time.Minute)
 				checkOnce(t, payloads(t, c, q), want)
-				checkNoMarks(t, c, q)
+				checkJobIDs(t, c, q)
 			})
 		}
 	}
@@ -175,7 +189,7 @@ func TestRelay_Racing(t *testing.T) {
 // TestRelay_LostReply: the reply to a relay's enqueue is lost (the proxy
 // ends the connection once Redis ran the script, and the client does not
 // retry): the relay gives the row back, and the next batch finds the
-// row's mark: one job, and the row is removed.
+// row's job ID taken: one job, and the row is removed.
 func TestRelay_LostReply(t *testing.T) {
 	t.Parallel()
 	for _, driver := range drivers {
@@ -193,10 +207,10 @@ func TestRelay_LostReply(t *testing.T) {
 			want := tb.enqueueN(t, q, "job", 5, nil)
 			// The script must be in Redis's cache, or the EVALSHA the proxy
 			// waits for gets NOSCRIPT and the client's EVAL runs it instead.
-			if err := rdb.Scripts()["outbox"].Load(t.Context(), c).Err(); err != nil {
+			if err := rdb.Scripts()["enqueue_ids"].Load(t.Context(), c).Err(); err != nil {
 				t.Fatal(err)
 			}
-			dropped := proxy.DropReply(faultproxy.Command("EVALSHA", rdb.Scripts()["outbox"].Hash()))
+			dropped := proxy.DropReply(faultproxy.Command("EVALSHA", rdb.Scripts()["enqueue_ids"].Hash()))
 			r := newRelay(t, tb.store, outbox.RelayConfig{}, p)
 			n, err := r.RunOnce(t.Context())
 			select {
@@ -211,7 +225,7 @@ func TestRelay_LostReply(t *testing.T) {
 			relayAll(t, r)
 			checkOnce(t, payloads(t, c, q), want)
 			tb.waitEmpty(t, 10*time.Second)
-			checkNoMarks(t, c, q)
+			checkJobIDs(t, c, q)
 		})
 	}
 }
@@ -380,6 +394,14 @@ func TestNewRelay_Config(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	qd, err := streamq.NewQueue(c, redistest.Name(t)+"-nodone", &streamq.QueueConfig{DoneRetention: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDone, err := streamq.NewProducer(qd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		store outbox.Store
@@ -394,7 +416,8 @@ func TestNewRelay_Config(t *testing.T) {
 		{"negative batch", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, BatchSize: -1}, "BatchSize"},
 		{"negative batches", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, Batches: -1}, "Batches"},
 		{"negative poll", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, PollInterval: -1}, "PollInterval"},
-		{"tiny retention", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, Retention: time.Microsecond}, "Retention"},
+		{"retention", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p}, Retention: time.Hour}, "Retention"},
+		{"no done markers", tb.store, &outbox.RelayConfig{Producers: []*streamq.Producer{p, noDone}}, "Producers[1]"},
 	} {
 		_, err := outbox.NewRelay(tc.store, tc.cfg)
 		var ce *streamq.ConfigError
@@ -490,7 +513,8 @@ func TestRelay_Typed(t *testing.T) {
 				opt  streamq.EnqueueOption
 				want string
 			}{
-				{"job ID", func(o *streamq.EnqueueOptions) error { o.JobID = "x"; return nil }, "JobID"},
+				{"bad job ID", func(o *streamq.EnqueueOptions) error { o.JobID = "x y"; return nil }, "JobID"},
+				{"outbox job ID", func(o *streamq.EnqueueOptions) error { o.JobID = outbox.JobID("1"); return nil }, "JobID"},
 				{"flow key", func(o *streamq.EnqueueOptions) error { o.FlowKey = "x"; return nil }, "FlowKey"},
 				{"priority", func(o *streamq.EnqueueOptions) error { n := 1; o.Priority = &n; return nil }, "priority"},
 				{"passed deadline", streamq.Deadline(time.Now().Add(-time.Minute)), "Deadline"},
@@ -515,6 +539,54 @@ func TestRelay_Typed(t *testing.T) {
 				v["dl"] != fmt.Sprint(deadline.UnixMilli()) || v["payload"] != `{"to":"ada@example.com"}` {
 				t.Errorf("entry %v, want v 2, kind send_mail, ma 3, tags [welcome], dl %d and the JSON args", v, deadline.UnixMilli())
 			}
+		})
+	}
+}
+
+// TestRelay_JobID: a row's job has the row's job ID (outbox.JobID), under
+// which inspect finds it; a row enqueued with WithJobID keeps the caller's
+// ID, and a second row with that ID while the job lives is removed
+// without a second job, as Producer.Enqueue would refuse it.
+func TestRelay_JobID(t *testing.T) {
+	t.Parallel()
+	for _, driver := range drivers {
+		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
+			tb := openTable(t, driver, false)
+			c := redistest.NewClient(t)
+			q, p := newQueue(t, c)
+			var rowID string
+			inTx(t, tb.db, true, func(tx *sql.Tx) (err error) {
+				rowID, err = tb.enqueue(t.Context(), tx, q, []byte("plain"))
+				return err
+			})
+			for _, pay := range []string{"own", "own again"} {
+				inTx(t, tb.db, true, func(tx *sql.Tx) error {
+					_, err := tb.enqueue(t.Context(), tx, q, []byte(pay), streamq.WithJobID("order-7"), streamq.ProcessIn(time.Hour))
+					return err
+				})
+			}
+			if n := relayAll(t, newRelay(t, tb.store, outbox.RelayConfig{BatchSize: 1}, p)); n != 3 {
+				t.Fatalf("relayed %d rows, want 3 (the duplicate removed too)", n)
+			}
+			in, err := inspect.New(c, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			iq, err := in.Queue(t.Context(), q.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j, err := iq.Job(t.Context(), outbox.JobID(rowID)); err != nil || j.State != inspect.StateWaiting || string(j.Payload) != "plain" {
+				t.Errorf("inspect of %s: %+v, %v; want the waiting job \"plain\"", outbox.JobID(rowID), j, err)
+			}
+			if j, err := iq.Job(t.Context(), "order-7"); err != nil || j.State != inspect.StateDelayed || string(j.Payload) != "own" {
+				t.Errorf("inspect of order-7: %+v, %v; want the delayed job \"own\"", j, err)
+			}
+			if n := c.ZCard(t.Context(), keys(q).Delayed).Val(); n != 1 {
+				t.Errorf("%d delayed jobs, want 1 (order-7 once)", n)
+			}
+			checkJobIDs(t, c, q)
 		})
 	}
 }

@@ -12,39 +12,40 @@ import (
 	"github.com/streamq/streamq/internal/wire"
 )
 
-// sender enqueues the jobs of relayed rows, each under its row's ID: an ID
-// that was enqueued before (and whose mark is kept) is a success that
-// stores nothing. errs[i] is row i's outcome.
-//
-// This is the one place that knows how a row becomes exactly one job, so
-// that it can move to streamq.WithJobID (the job ID as the idempotency key)
-// without touching the relay.
-type sender interface {
-	send(ctx context.Context, rows []Row) (errs []error)
-	// forget drops the marks of rows that the store removed.
-	forget(ctx context.Context, rows []Row) error
+// JobID returns the ID of the job that the relay enqueues for the row with
+// ID rowID (what [Prepare] and the drivers' Enqueue return), unless the row
+// was enqueued with a job ID of the caller's ([streamq.WithJobID]), which
+// the job keeps: "outbox:" and the row ID. Producers cannot choose IDs with
+// that prefix, so the IDs of rows never meet other jobs' IDs. The job keeps
+// this ID for its whole life: inspect and `streamq job <queue> <id>` find
+// it by it.
+func JobID(rowID string) string { return rdb.OutboxIDPrefix + rowID }
+
+// sender enqueues the jobs of relayed rows, each under its job ID (see
+// JobID): an ID that names a job that lives or finished within its queue's
+// QueueConfig.DoneRetention is a success that stores nothing. errs[i] is
+// row i's outcome.
+type sender struct {
+	producers map[string]*streamq.Producer
 }
 
 // errNoProducer marks a row of a queue that the relay has no producer for.
 var errNoProducer = errors.New("streamq: outbox row of a queue the relay has no producer for")
 
-// markSender is the sender until streamq.WithJobID exists: the jobs of a
-// queue's rows are enqueued by one script call per chunk (rdb.Queue.Outbox)
-// that writes each job with its row's mark (rdb.Keys.OutboxMark), unless
-// the mark exists: then the job was enqueued before and nothing is
-// written. The mark is deleted once the row is (see forget), and expires
-// after retention in any case.
-type markSender struct {
-	producers map[string]*streamq.Producer
-	retention time.Duration
-}
+// errIDTaken marks a row with a job ID of its caller's that names a job
+// that lives or finished within the queue's done retention: the row is done
+// (removed) without a new job, as Producer.Enqueue returns ErrDuplicate.
+var errIDTaken = fmt.Errorf("%w: the outbox row's job ID names a job that lives or finished within QueueConfig.DoneRetention; row removed without a new job", streamq.ErrDuplicate)
 
-func (s *markSender) send(ctx context.Context, rows []Row) []error {
+// send enqueues the jobs of rows with one script call per chunk of a
+// queue's rows (rdb.Queue.EnqueueIDs).
+func (s *sender) send(ctx context.Context, rows []Row) []error {
 	errs := make([]error, len(rows))
 	type chunk struct {
 		p    *streamq.Producer
 		rows []int // indexes into rows
-		op   rdb.OutboxParams
+		own  []bool
+		op   rdb.EnqueueIDsParams
 	}
 	byQueue := make(map[string]*chunk)
 	var chunks []*chunk
@@ -57,77 +58,67 @@ func (s *markSender) send(ctx context.Context, rows []Row) []error {
 		}
 		c := byQueue[r.Queue]
 		if c == nil || c.op.Len() == streamq.MaxBatchChunk {
-			cp := core.OfProducer(p)
-			c = &chunk{p: p, op: rdb.OutboxParams{MarkTTL: s.retention, Replicas: cp.Replicas}}
+			c = &chunk{p: p, op: rdb.EnqueueIDsParams{Replicas: core.OfProducer(p).Replicas}}
 			byQueue[r.Queue] = c
 			chunks = append(chunks, c)
 		}
-		if errs[i] = s.add(ctx, c.p, &c.op, r); errs[i] == nil {
-			c.rows = append(c.rows, i)
+		own, err := add(ctx, c.p, &c.op, r)
+		if errs[i] = err; err == nil {
+			c.rows, c.own = append(c.rows, i), append(c.own, own)
 		}
 	}
 	for _, c := range chunks {
 		cp := core.OfProducer(c.p)
-		err := cp.Queue.DB.Outbox(ctx, &c.op)
+		err := cp.Queue.DB.EnqueueIDs(ctx, &c.op)
 		if err != nil {
 			err = fmt.Errorf("streamq: outbox enqueue on %s: %w", cp.Queue.Name, err)
 		} else if c.op.Added > 0 {
 			cp.Register(ctx)
 		}
-		for _, i := range c.rows {
+		for k, i := range c.rows {
 			errs[i] = err
+			if err == nil && c.own[k] && c.op.Taken[k] {
+				errs[i] = errIDTaken
+			}
 		}
 	}
 	return errs
 }
 
-// add adds the job of row r to op, or returns why it cannot be enqueued.
-func (s *markSender) add(ctx context.Context, p *streamq.Producer, op *rdb.OutboxParams, r *Row) error {
+// add adds the job of row r to op, or returns why it cannot be enqueued;
+// own reports that the row carries a job ID of its caller's.
+func add(ctx context.Context, p *streamq.Producer, op *rdb.EnqueueIDsParams, r *Row) (own bool, err error) {
 	o, err := decodeOptions(r.Options)
 	if err != nil {
-		return err
+		return false, err
 	}
 	cp := core.OfProducer(p)
 	cq := cp.Queue
 	now := cq.DB.Now()
-	var due time.Time
-	switch {
-	case o.At != 0:
-		due = time.UnixMilli(o.At)
-	case o.In > 0:
-		due = now.Add(time.Duration(o.In)*time.Millisecond - r.Age)
-	}
-	if !due.After(now) {
-		due = time.Time{}
-	}
 	job := wire.Job{Payload: r.Payload, Headers: cp.Headers(ctx, o.Headers, nil), EnqMillis: now.UnixMilli()}
 	job.Opts = wire.Opts{Kind: o.Kind, MaxAttempts: o.MaxAttempts, Timeout: o.Timeout, Deadline: o.Deadline, Retention: o.Retention, Tags: o.Tags}
 	if err := cq.CheckJob(job.Payload, job.Headers); err != nil {
-		return err
+		return false, err
 	}
-	if !due.IsZero() {
-		job.JobID = rdb.NewDelayedID()
-	}
-	op.Add(cq.Keys, r.ID, &job, due)
-	return nil
-}
-
-func (s *markSender) forget(ctx context.Context, rows []Row) error {
-	byClient := make(map[*core.Queue][]string)
-	for _, r := range rows {
-		if p := s.producers[r.Queue]; p != nil {
-			cq := core.OfProducer(p).Queue
-			byClient[cq] = append(byClient[cq], cq.Keys.OutboxMark(r.ID))
+	id := JobID(r.ID)
+	if o.ID != "" {
+		if problem := rdb.JobIDProblem(o.ID); problem != "" {
+			return false, fmt.Errorf("%w: job ID %s", errBadRow, problem)
 		}
+		id = o.ID
 	}
-	var errs []error
-	for cq, keys := range byClient {
-		// One DEL per queue: every mark of a queue is under its hash tag.
-		if err := cq.RDB.Del(ctx, keys...).Err(); err != nil {
-			errs = append(errs, fmt.Errorf("streamq: delete outbox marks of %s: %w", cq.Name, err))
-		}
+	// A delay counts from the insert (the row's age is the database's
+	// measure), after Redis's clock; a due time past goes into the stream,
+	// as Producer.Enqueue does.
+	due := "0"
+	switch {
+	case o.At != 0 && time.UnixMilli(o.At).After(now):
+		due = rdb.DueArg(time.UnixMilli(o.At), 0)
+	case o.In > 0:
+		due = rdb.DueArg(time.Time{}, time.Duration(o.In)*time.Millisecond-r.Age)
 	}
-	return errors.Join(errs...)
+	op.Add(cq.DB, id, &job, due)
+	return o.ID != "", nil
 }
 
 // rowError reports whether err is the row's own problem, which a retry

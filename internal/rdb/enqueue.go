@@ -365,23 +365,10 @@ func entryIDs(res any, ids []string) error {
 // (the chosen ID is taken, or the lock is held), {2, job ID} when a waiting
 // debounced job was updated, or a QUEUEFULL error reply. A re-sent call
 // returns what the first returned.
-var scriptEnqueueOne = redis.NewScript(idempotent(streamLib+inspectLib, `
+var scriptEnqueueOne = redis.NewScript(idempotent(streamLib+inspectLib+jobIDLib, `
 local stream, delayed, jobs, trail, done, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local due, member, jid, mode, ttl = due_at(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
--- lives reports whether trail location loc still holds a job (a location
--- left behind by an operator's manual change does not keep an ID taken).
-local function lives(loc)
-  local kind, at = string.sub(loc, 1, 1), string.sub(loc, 3)
-  if kind == 'd' then return redis.call('ZSCORE', delayed, at) ~= false end
-  if kind == 's' then return #redis.call('XRANGE', stream, at, at) > 0 end
-  if kind == 'x' then return #redis.call('XRANGE', KEYS[7], at, at) > 0 end
-  return true
-end
-if jid ~= '' then
-  if redis.call('EXISTS', done) == 1 then return {0, jid} end
-  local loc = redis.call('HGET', trail, jid)
-  if loc and lives(loc) then return {0, jid} end
-end
+if jid ~= '' and id_taken(stream, delayed, KEYS[7], trail, done, jid) then return {0, jid} end
 -- state returns the state letter of the job with stable ID id: 'w', 'd',
 -- 'r', 'p' (in a priority set), or '-' (finished or gone).
 local function state(id)

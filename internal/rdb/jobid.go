@@ -88,8 +88,9 @@ func hexDigits(s string) bool {
 // JobIDProblem returns why id cannot be a job ID chosen by a producer, or
 // "": 1 to MaxJobIDLen bytes of letters, digits and "-_.:/@+=#", starting
 // with a letter or digit, not of the form of a generated ID (a stream entry
-// ID), and not starting with one character and a colon (the form of an
-// explicit location for the inspect package, such as "s:<entry ID>").
+// ID), not starting with OutboxIDPrefix, and not starting with one
+// character and a colon (the form of an explicit location for the inspect
+// package, such as "s:<entry ID>").
 func JobIDProblem(id string) string {
 	switch {
 	case id == "":
@@ -100,6 +101,8 @@ func JobIDProblem(id string) string {
 		return strconv.Quote(id) + " starts with " + strconv.QuoteRune(rune(id[0])) + ": start it with a letter or digit"
 	case Generated(id):
 		return strconv.Quote(id) + " has the form of a generated ID (a stream entry ID): add a letter, e.g. \"job-" + id + "\""
+	case strings.HasPrefix(id, OutboxIDPrefix):
+		return strconv.Quote(id) + " starts with " + strconv.Quote(OutboxIDPrefix) + ", which the outbox relay keeps for the jobs of its rows: use another prefix"
 	case len(id) >= 2 && id[1] == ':':
 		return strconv.Quote(id) + " starts with one character and a colon, the form of an explicit location (\"s:<entry ID>\"): use a longer first part"
 	}

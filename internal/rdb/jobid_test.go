@@ -28,7 +28,8 @@ func TestJobIDProblem(t *testing.T) {
 		name, id, want string // want: a part of the problem, "" for none
 	}{
 		{"plain", "invoice-42", ""},
-		{"outbox row", "outbox:orders/42@v1", ""},
+		{"row key", "orders/42@v1", ""},
+		{"outbox prefix", OutboxIDPrefix + "0123", "the outbox relay keeps"},
 		{"longest", strings.Repeat("a", MaxJobIDLen), ""},
 		{"empty", "", "is empty"},
 		{"too long", strings.Repeat("a", MaxJobIDLen+1), "at most 200"},

@@ -10,8 +10,9 @@ import (
 	"github.com/streamq/streamq/internal/wire"
 )
 
-// The outbox: jobs relayed from an SQL outbox table, each enqueued once per
-// row, under a mark (Keys.OutboxMark) written with the job.
+// Jobs enqueued once per mark (Keys.OutboxMark) written with the job: the
+// workflow package's node releases. (The SQL outbox's relay used it before
+// it enqueued rows under job IDs; see enqueueids.go.)
 
 // scriptOutbox enqueues the jobs of outbox rows, each unless its mark
 // exists: a job whose mark exists was enqueued by an earlier call (a relay

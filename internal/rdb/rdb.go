@@ -130,6 +130,11 @@ func (q *Queue) Name() string { return q.name }
 // Group returns the queue's consumer group.
 func (q *Queue) Group() string { return q.group }
 
+// KeepsDone reports whether the queue keeps done markers: whether a job
+// with a chosen ID keeps its ID taken after it finished
+// (Config.DoneRetention).
+func (q *Queue) KeepsDone() bool { return q.doneTTL > 0 }
+
 // Priority returns the calls of the queue's priority set.
 func (q *Queue) Priority() *PrioritySet { return &q.prio }
 

@@ -10,6 +10,7 @@ func Scripts() map[string]*redis.Script {
 		"enqueue":               scriptEnqueue,
 		"enqueue_plain":         scriptEnqueuePlain,
 		"enqueue_one":           scriptEnqueueOne,
+		"enqueue_ids":           scriptEnqueueIDs,
 		"outbox":                scriptOutbox,
 		"schedule":              scriptSchedule,
 		"promote":               scriptPromote,
