@@ -786,34 +786,25 @@ func TestConsumer_StoppedRightAfterABlockedRead(t *testing.T) {
 // until the resume: after Pause returned, no job starts.
 func TestConsumer_PauseHoldsAJobWaitingAlone(t *testing.T) {
 	t.Parallel()
-	c := redistest.NewClient(t)
-	prefix := "t-" + redistest.Name(t)
-	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
+	c, q, p, k := ctlSetup(t)
 	ctx := context.Background()
-	q, err := streamq.NewQueue(c, "jobs", &streamq.QueueConfig{KeyPrefix: prefix})
-	if err != nil {
+	// Both jobs were read by a consumer that "crashed": the blocker once,
+	// the suspect twice. The consumer below takes both over in one claim,
+	// the blocker first (its ID is lower), so the suspect, on its last
+	// attempt, must wait to run alone while the blocker runs. (With the
+	// blocker read as a new entry, the suspect could be taken over, and
+	// run alone, before it.)
+	if _, err := p.Enqueue(ctx, []byte("blocker")); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p, err := streamq.NewProducer(q, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := core.Of(q).Keys
-	// The suspect: read by a consumer that "crashed" twice running it.
 	suspect, err := p.Enqueue(ctx, []byte("suspect"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "ghost", Streams: []string{k.Stream, ">"}, Count: 1, Block: -1}).Err(); err != nil {
+	if err := c.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.Group(), Consumer: "ghost", Streams: []string{k.Stream, ">"}, Count: 2, Block: -1}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Do(ctx, "XCLAIM", k.Stream, q.Group(), "ghost", 0, suspect, "RETRYCOUNT", 2, "JUSTID").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Enqueue(ctx, []byte("blocker")); err != nil {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
@@ -840,7 +831,7 @@ func TestConsumer_PauseHoldsAJobWaitingAlone(t *testing.T) {
 		t.Fatal("the blocker did not start")
 	}
 	redistest.WaitFor(t, 10*time.Second, "the suspect to wait to run alone", func() bool { return cons.Health().Waiting == 1 })
-	in, err := inspect.New(c, &inspect.Options{Prefix: prefix})
+	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

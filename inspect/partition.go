@@ -92,44 +92,123 @@ func (p *Partitioned) Job(ctx context.Context, id string) (*Job, error) {
 	return nil, fmt.Errorf("inspect: job %s of %s: %w", id, p.name, &NotFoundError{What: "job", Name: id})
 }
 
-// Jobs lists the jobs of every partition in one state (see [Queue.Jobs]):
-// a page of up to o.Limit jobs of each partition, merged in time order
-// (enqueue time for waiting jobs, start for running ones, due time for
-// delayed and retrying ones, dead-letter time for dead ones). The cursor
-// continues every partition's listing at once.
+// Jobs lists the jobs of every partition in one state (see [Queue.Jobs]),
+// merged in time order (enqueue time for waiting jobs, start for running
+// ones, due time for delayed and retrying ones, dead-letter time for dead
+// ones): a page of up to o.Limit jobs in all. The cursor continues every
+// partition's listing where the page left it. A page holds only jobs that
+// come before any job a partition has not yet shown, so it may hold fewer
+// than o.Limit jobs, even none, while the cursor is not "" (a partition's
+// own page stopped at the inspector's ScanLimit, for example). Jobs are
+// found again by their place in their partition's listing: when jobs of a
+// partition leave the state between two pages, the next page may skip or
+// repeat as many of that partition's jobs.
 func (p *Partitioned) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
-	cursors := make([]string, len(p.parts))
+	limit := o.Limit
+	switch {
+	case limit == 0:
+		limit = DefaultListLimit
+	case limit < 0 || limit > MaxListLimit:
+		return nil, fmt.Errorf("inspect: ListOptions.Limit %d: use 1 to %d, or 0 for the default (%d)", o.Limit, MaxListLimit, DefaultListLimit)
+	}
+	cursors := make([]partCursor, len(p.parts))
 	if o.Cursor != "" {
-		if err := json.Unmarshal([]byte(o.Cursor), &cursors); err != nil || len(cursors) != len(p.parts) {
-			return nil, fmt.Errorf("inspect: cursor %q is not one of a listing of the %d partitions of %s: start again with an empty cursor", o.Cursor, len(p.parts), p.name)
+		if err := json.Unmarshal([]byte(o.Cursor), &cursors); err != nil || len(cursors) != len(p.parts) || !validCursors(cursors) {
+			return nil, fmt.Errorf("inspect: cursor %q is not one of a listing of the %d partitions of %s: start again with an empty cursor: %w", o.Cursor, len(p.parts), p.name, ErrInvalidCursor)
 		}
 	}
-	out := &Page{}
-	more := false
+	// Each partition's next jobs, after those the last page showed.
+	type cand struct {
+		j *Job
+		k int
+	}
+	var all []cand
+	next := make([]string, len(p.parts))
+	shown := make([]int, len(p.parts))
+	page := &Page{}
+	var frontier time.Time // the last job any partition with more to show showed
+	bounded := false
 	for k, q := range p.parts {
-		if o.Cursor != "" && cursors[k] == "" {
-			continue // this partition's listing ended
+		c := cursors[k]
+		if c.Done {
+			continue
 		}
 		po := o
-		po.Cursor = cursors[k]
-		page, err := q.Jobs(ctx, po)
+		po.Cursor = c.C
+		po.Limit = min(limit+c.Skip, MaxListLimit)
+		pp, err := q.Jobs(ctx, po)
 		if err != nil {
 			return nil, err
 		}
-		out.Jobs = append(out.Jobs, page.Jobs...)
-		out.Scanned += page.Scanned
-		cursors[k] = page.Cursor
-		more = more || page.Cursor != ""
+		page.Scanned += pp.Scanned
+		next[k] = pp.Cursor
+		jobs := pp.Jobs[min(c.Skip, len(pp.Jobs)):]
+		for i := range jobs {
+			all = append(all, cand{&jobs[i], k})
+		}
+		shown[k] = len(jobs)
+		if pp.Cursor != "" {
+			// This partition may hold jobs after its last one here: no job
+			// after that one can be shown yet.
+			var last time.Time
+			if len(jobs) > 0 {
+				last = jobTime(&jobs[len(jobs)-1])
+			}
+			if !bounded || last.Before(frontier) {
+				frontier, bounded = last, true
+			}
+		}
 	}
-	slices.SortStableFunc(out.Jobs, func(a, b Job) int { return jobTime(&a).Compare(jobTime(&b)) })
+	slices.SortStableFunc(all, func(a, b cand) int { return jobTime(a.j).Compare(jobTime(b.j)) })
+	used := make([]int, len(p.parts))
+	for _, c := range all {
+		if len(page.Jobs) == limit || (bounded && jobTime(c.j).After(frontier)) {
+			break
+		}
+		page.Jobs = append(page.Jobs, *c.j)
+		used[c.k]++
+	}
+	more := false
+	for k := range p.parts {
+		c := &cursors[k]
+		switch {
+		case c.Done:
+		case used[k] == shown[k]: // every job it had was shown: on to its next page
+			*c = partCursor{C: next[k], Done: next[k] == ""}
+		default:
+			c.Skip += used[k]
+		}
+		more = more || !c.Done
+	}
 	if more {
-		c, err := json.Marshal(cursors)
+		b, err := json.Marshal(cursors)
 		if err != nil {
 			return nil, err
 		}
-		out.Cursor = string(c)
+		page.Cursor = string(b)
 	}
-	return out, nil
+	return page, nil
+}
+
+// partCursor is where a partition's listing stands in a cursor of
+// [Partitioned.Jobs]: its own cursor C and the jobs of the page from C
+// already shown (Skip), or Done when its listing ended.
+type partCursor struct {
+	C    string `json:"c,omitempty"`
+	Skip int    `json:"s,omitempty"`
+	Done bool   `json:"d,omitempty"`
+}
+
+// validCursors reports whether cs could be a cursor's: a partition's skip
+// stays below MaxListLimit (it is less than the jobs of a page read from
+// its own cursor), and an ended listing has nothing else.
+func validCursors(cs []partCursor) bool {
+	for _, c := range cs {
+		if c.Skip < 0 || c.Skip >= MaxListLimit || (c.Done && (c.C != "" || c.Skip != 0)) {
+			return false
+		}
+	}
+	return true
 }
 
 // jobTime is the time a listing of j's state is ordered by.
