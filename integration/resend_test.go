@@ -134,14 +134,26 @@ func equalIDs(t *testing.T, what string, got, want []string) {
 
 func TestResend_Enqueue(t *testing.T) {
 	t.Parallel()
-	r := newResend(t)
-	dropped := r.drop("enqueue")
-	id, err := r.producer().Enqueue(context.Background(), []byte("once"))
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name   string
+		opts   []streamq.EnqueueOption
+		script string
+	}{
+		{"plain job", nil, "enqueue_plain"},
+		{"job with a header", []streamq.EnqueueOption{streamq.WithHeader("k", "v")}, "enqueue"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newResend(t)
+			dropped := r.drop(tc.script)
+			id, err := r.producer().Enqueue(context.Background(), []byte("once"), tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dropped()
+			equalIDs(t, "stream after a re-sent Enqueue", r.streamIDs(r.keys.Stream), []string{id})
+		})
 	}
-	dropped()
-	equalIDs(t, "stream after a re-sent Enqueue", r.streamIDs(r.keys.Stream), []string{id})
 }
 
 func TestResend_EnqueueBatch(t *testing.T) {
@@ -196,7 +208,7 @@ func TestResend_EnqueueBatchOwnFields(t *testing.T) {
 func TestResend_EnqueueAtCap(t *testing.T) {
 	t.Parallel()
 	r := newResendQueue(t, &streamq.QueueConfig{MaxLen: 1}, nil)
-	dropped := r.drop("enqueue")
+	dropped := r.drop("enqueue_plain")
 	id, err := r.producer().Enqueue(context.Background(), []byte("the last place"))
 	if err != nil {
 		t.Fatalf("a re-sent Enqueue that filled the queue returned %v, want its job's ID", err)
@@ -231,7 +243,11 @@ func TestMemo_Expires(t *testing.T) {
 			}
 		}
 	}
+	bucket := func() int64 { return time.Now().UnixMilli() / 5000 }
 	enqueue(10)
+	// The bucket of the last call: a call in a later bucket sets the TTL of
+	// its hash, so the check below holds only within this one.
+	before := bucket()
 	if keys := redistest.ScanKeys(t, client, pattern); len(keys) == 0 {
 		t.Fatal("no memo hash after Enqueue")
 	}
@@ -244,8 +260,6 @@ func TestMemo_Expires(t *testing.T) {
 	for _, k := range redistest.ScanKeys(t, client, pattern) {
 		client.Del(ctx, k)
 	}
-	bucket := func() int64 { return time.Now().UnixMilli() / 5000 }
-	before := bucket()
 	enqueue(10)
 	if bad := withoutTTL(); len(bad) == 0 && bucket() == before {
 		t.Fatal("a memo hash made again within its bucket after a delete has a TTL: the test tests nothing")

@@ -52,9 +52,9 @@ func (c errClass) String() string {
 // classify names the failure err of a handler that ran with ctx. A cancelled
 // context explains the failure better than the error the handler returned
 // (usually just context.Canceled).
+// It allocates nothing: Metrics classifies every failed job.
 func classify(ctx context.Context, err error) errClass {
-	var pe *streamq.PanicError
-	if errors.As(err, &pe) {
+	if has[*streamq.PanicError](err) {
 		return classPanic
 	}
 	if errors.Is(err, ErrRateLimited) {
@@ -68,15 +68,21 @@ func classify(ctx context.Context, err error) errClass {
 	if c := causeClass(err); c != classOther {
 		return c
 	}
-	var perm *streamq.PermanentError
-	if errors.As(err, &perm) {
+	if has[*streamq.PermanentError](err) {
 		return classPermanent
 	}
-	var ra *streamq.RetryAfterError
-	if errors.As(err, &ra) {
+	if has[*streamq.RetryAfterError](err) {
 		return classRetryAfter
 	}
 	return classOther
+}
+
+// has reports whether err's tree holds an error of type T. Unlike
+// errors.As with a local target, which then escapes to the heap, it
+// allocates nothing.
+func has[T error](err error) bool {
+	_, ok := errors.AsType[T](err)
+	return ok
 }
 
 // postponement returns the [*streamq.PostponeError] in err when the consumer
@@ -115,7 +121,6 @@ func causeClass(err error) errClass {
 // sendClass names the error err of an enqueue (a send), for the error.type
 // attribute of send spans and metrics.
 func sendClass(err error) string {
-	var ce *streamq.ConfigError
 	switch {
 	case errors.Is(err, streamq.ErrDuplicate):
 		return "duplicate"
@@ -129,7 +134,7 @@ func sendClass(err error) string {
 		return "invalid_header"
 	case errors.Is(err, priority.ErrInvalidPriority):
 		return "invalid_priority"
-	case errors.As(err, &ce):
+	case has[*streamq.ConfigError](err):
 		return "invalid_config"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"

@@ -121,8 +121,7 @@ func (l *logging) failed(ctx context.Context, msg *streamq.Message, d time.Durat
 		slog.String("error", err.Error()),
 		slog.String("error_type", classify(ctx, err).String()),
 	)
-	var pe *streamq.PanicError
-	if errors.As(err, &pe) {
+	if pe, ok := errors.AsType[*streamq.PanicError](err); ok {
 		attrs = append(attrs, slog.String("stack", string(pe.Stack)))
 	}
 	l.log.LogAttrs(ctx, l.failLevel, LogMsgFailed, attrs...)

@@ -220,6 +220,11 @@ type queueState struct {
 	failDur [numClasses][]metric.RecordOption
 	failObs [numClasses]metric.ObserveOption
 
+	base []attribute.KeyValue // destination and kind, the attributes of add
+	// deadOpts holds the options of MetricDeadLettered by reason, built
+	// once per reason.
+	deadOpts optCache[[]metric.AddOption]
+
 	processed, inFlight atomic.Int64
 	failed              [numClasses]atomic.Int64
 
@@ -242,6 +247,7 @@ func newQueueState(queue, kind string) *queueState {
 	s := &queueState{
 		queue:   queue,
 		kind:    kind,
+		base:    base,
 		add:     []metric.AddOption{metric.WithAttributeSet(set)},
 		record:  []metric.RecordOption{metric.WithAttributeSet(set)},
 		observe: metric.WithAttributeSet(set),
@@ -311,6 +317,13 @@ type sendState struct {
 	base   []attribute.KeyValue // system, operation name, destination
 	sentOK []metric.AddOption
 	durOK  []metric.RecordOption
+	failed optCache[sendFailOpts] // by error.type
+}
+
+// sendFailOpts are the options of a failed send of one error class.
+type sendFailOpts struct {
+	sent []metric.AddOption
+	dur  []metric.RecordOption
 }
 
 func (m *Metrics) sendState(queue string) *sendState {
@@ -350,14 +363,48 @@ func (m *Metrics) recordSend(ctx context.Context, queue string, n int, ids []str
 	if ok > 0 {
 		m.sent.Add(ctx, int64(ok), s.sentOK...)
 	}
-	et := semconv.ErrorTypeKey.String(sendClass(err))
-	attrs := make([]attribute.KeyValue, 0, len(s.base)+2)
-	attrs = append(attrs, s.base...)
-	attrs = append(attrs, et)
+	class := sendClass(err)
+	f := s.failed.get(class, func() sendFailOpts {
+		attrs := append(s.base[:len(s.base):len(s.base)], semconv.ErrorTypeKey.String(class))
+		return sendFailOpts{
+			sent: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrs...))},
+			dur: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+				append(attrs, semconv.MessagingOperationTypeSend)...))},
+		}
+	})
 	if n > ok {
-		m.sent.Add(ctx, int64(n-ok), metric.WithAttributes(attrs...))
+		m.sent.Add(ctx, int64(n-ok), f.sent...)
 	}
-	m.opDuration.Record(ctx, d.Seconds(), metric.WithAttributes(append(attrs, semconv.MessagingOperationTypeSend)...))
+	m.opDuration.Record(ctx, d.Seconds(), f.dur...)
+}
+
+// maxCachedOpts bounds an optCache; further keys get their options built
+// per call.
+const maxCachedOpts = 64
+
+// optCache holds measurement options built once per key (a dead-letter
+// reason, an error class: small sets of names), so that recording a
+// measurement with them does not build an attribute set each time. The zero
+// value is empty and ready; it is safe for concurrent use.
+type optCache[T any] struct {
+	m sync.Map     // string -> T
+	n atomic.Int32 // entries in m, to bound it
+}
+
+// get returns the options of key, built by build on first use.
+func (c *optCache[T]) get(key string, build func() T) T {
+	if v, ok := c.m.Load(key); ok {
+		return v.(T)
+	}
+	v := build()
+	if c.n.Load() >= maxCachedOpts {
+		return v
+	}
+	if old, loaded := c.m.LoadOrStore(key, v); loaded {
+		return old.(T)
+	}
+	c.n.Add(1)
+	return v
 }
 
 // NewMetrics creates the instruments and registers the callbacks of the
@@ -579,11 +626,11 @@ func (m *Metrics) OnEvent(ctx context.Context, e streamq.Event) {
 	case streamq.EventPostponed:
 		m.postponed.Add(ctx, 1, a.add...)
 	case streamq.EventDeadLettered:
-		attrs := []attribute.KeyValue{semconv.MessagingDestinationName(e.Queue), AttrDeadLetterReason.String(e.Reason)}
-		if kind != "" {
-			attrs = append(attrs, AttrKind.String(kind))
-		}
-		m.dead.Add(ctx, 1, metric.WithAttributes(attrs...))
+		reason := e.Reason
+		m.dead.Add(ctx, 1, a.deadOpts.get(reason, func() []metric.AddOption {
+			attrs := append(a.base[:len(a.base):len(a.base)], AttrDeadLetterReason.String(reason))
+			return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attrs...))}
+		})...)
 	case streamq.EventReclaimed:
 		m.reclaimed.Add(ctx, 1, a.add...)
 	case streamq.EventDeleted:

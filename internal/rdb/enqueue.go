@@ -45,21 +45,7 @@ var scriptEnqueue = redis.NewScript(`
 local call, tonumber, unpack = redis.call, tonumber, unpack
 local stream, memo, tok = KEYS[1], KEYS[2], ARGV[3]
 local cap, njobs = tonumber(ARGV[1]), tonumber(ARGV[2])
-local function remembered(v)
-  if string.sub(v, 1, 1) == 'm' then return cmsgpack.unpack(string.sub(v, 2)) end
-  return v
-end
-if cap > 0 and call('XLEN', stream) + njobs > cap then
-  local full = (function()
-` + streamLib + `
-    return no_room(stream, cap, njobs)
-  end)()
-  if full then
-    local v = call('HGET', memo, tok)
-    if v then return remembered(v) end -- a re-send of a call that ran
-    return redis.error_reply(full)
-  end
-end
+` + enqueueCapLua + `
 local t = tonumber(ARGV[5])
 local first, ids
 if t == 0 and njobs == 1 then
@@ -120,6 +106,66 @@ end
 if ARGV[4] ~= '0' then call('PEXPIRE', memo, ARGV[4]) end
 return ids or first
 `)
+
+// enqueueCapLua is the start of the enqueue scripts: the cap check, and
+// remembered, which turns a remembered reply back into the reply. The cap's
+// slow path (trimming acknowledged history, see no_room in streamLib) is
+// only made into closures when the stream is near its cap: the Lua
+// functions of streamLib cost nothing on the cheap path. It reads the
+// locals call, stream, memo, tok (the memo token), cap and njobs.
+const enqueueCapLua = `
+local function remembered(v)
+  if string.sub(v, 1, 1) == 'm' then return cmsgpack.unpack(string.sub(v, 2)) end
+  return v
+end
+if cap > 0 and call('XLEN', stream) + njobs > cap then
+  local full = (function()
+` + streamLib + `
+    return no_room(stream, cap, njobs)
+  end)()
+  if full then
+    local v = call('HGET', memo, tok)
+    if v then return remembered(v) end -- a re-send of a call that ran
+    return redis.error_reply(full)
+  end
+end
+`
+
+// scriptEnqueuePlain is scriptEnqueue for the call most producers make: one
+// job with the fields of a plain job (wire version 1: v, payload, enq; see
+// [plainJob]). The field names are constants of the script, so the call
+// carries three arguments instead of twelve: most of what an EVALSHA costs
+// Redis beyond the commands it runs is spent per argument (the Lua strings
+// of ARGV, and again the command's arguments of each redis.call). A queue
+// without a cap skips the XLEN. The rest is scriptEnqueue's: write first,
+// remember the reply with HSETNX, and a re-send that finds its token takes
+// back its entry and answers the first send's reply.
+//
+// KEYS[1] stream, KEYS[2] memo hash
+// ARGV[1] memo token, ARGV[2] payload, ARGV[3] enqueue time (Unix ms);
+// ARGV[4] cap (absent, or 0 or less: none); ARGV[5] memo TTL (ms; absent:
+// leave it).
+// Returns the entry ID, or an error reply starting with "QUEUEFULL".
+var scriptEnqueuePlain = redis.NewScript(`
+local call, stream, memo, tok = redis.call, KEYS[1], KEYS[2], ARGV[1]
+local cap, njobs = tonumber(ARGV[4] or 0), 1
+` + enqueueCapLua + `
+local id = call('XADD', stream, '*', '` + wire.FieldVersion + `', '1', '` + wire.FieldPayload + `', ARGV[2], '` + wire.FieldEnqueued + `', ARGV[3])
+if call('HSETNX', memo, tok, id) == 0 then
+  call('XDEL', stream, id) -- a re-send of a call that ran: take back this send's entry
+  return remembered(call('HGET', memo, tok))
+end
+if ARGV[5] then call('PEXPIRE', memo, ARGV[5]) end
+return id
+`)
+
+// plainJob reports whether fields (a job's [wire.Job.Args]) are those of a
+// plain job, which scriptEnqueuePlain writes: the version 1 fields v,
+// payload and enq and no other.
+func plainJob(fields []any) bool {
+	return len(fields) == 6 && fields[0] == wire.FieldVersion && fields[1] == "1" &&
+		fields[2] == wire.FieldPayload && fields[4] == wire.FieldEnqueued
+}
 
 // EnqueueParams are one enqueue call (scriptEnqueue) of at most
 // MaxBatchChunk jobs: the jobs, added with AddJob and AddLike, and how to
@@ -214,15 +260,33 @@ func (a *EnqueueParams) argv() []any {
 	return append(out, a.args...)
 }
 
-// Enqueue runs scriptEnqueue for the jobs of p under the queue's cap, and
+// plainArgv returns the ARGV of scriptEnqueuePlain for the call's one plain
+// job of queue q, with memo m. It uses the room of the head of a.one, which
+// a call of one job does not otherwise use.
+func (a *EnqueueParams) plainArgv(q *Queue, m Memo) []any {
+	out := append(a.one[:0:enqueueHead], m.Token, a.first[wire.PayloadArg], a.first[wire.PayloadArg+2])
+	switch {
+	case m.TTL > 0:
+		return append(out, q.maxLen, m.TTL)
+	case q.capped:
+		return append(out, q.maxLen)
+	}
+	return out
+}
+
+// Enqueue runs scriptEnqueue (scriptEnqueuePlain for one plain job) for the jobs of p under the queue's cap, and
 // sets their entry IDs in p.IDs. A refusal wraps [ErrQueueFull]; a write
 // that p.Replicas did not acknowledge sets its IDs and returns a
 // [*streamqtype.NotReplicatedError].
 func (q *Queue) Enqueue(ctx context.Context, p *EnqueueParams) error {
 	m := q.memoOr(p.Memo)
-	args := p.argv()
-	args[0], args[1], args[2], args[3] = q.maxLen, p.n, m.Token, m.TTL
-	cmd, werr := q.runScript(ctx, scriptEnqueue, m, p.Replicas, []string{q.keys.Stream, m.Key}, args)
+	s, args := scriptEnqueue, p.argv()
+	if p.n == 1 && plainJob(p.first) {
+		s, args = scriptEnqueuePlain, p.plainArgv(q, m)
+	} else {
+		args[0], args[1], args[2], args[3] = q.maxLen, p.n, m.Token, m.TTL
+	}
+	cmd, werr := q.runScript(ctx, s, m, p.Replicas, []string{q.keys.Stream, m.Key}, args)
 	if err := cmd.Err(); err != nil {
 		return Translate(err)
 	}

@@ -4,9 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/internal/wire"
 )
 
@@ -303,5 +308,147 @@ func TestQueue_Trim_BehindPending(t *testing.T) {
 	}
 	if got := e.pending("slow"); !slices.Equal(got, long) {
 		t.Errorf("pending for slow: %v, want %v", got, long)
+	}
+}
+
+func TestPlainJob(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		job  wire.Job
+		want bool
+	}{
+		{"plain", wire.Job{Payload: []byte("p"), EnqMillis: 1}, true},
+		{"empty payload", wire.Job{EnqMillis: 1}, true},
+		{"headers", wire.Job{Payload: []byte("p"), Headers: map[string]string{"k": "v"}}, false},
+		{"retry attempt", wire.Job{Payload: []byte("p"), Attempt: 1}, false},
+		{"unique key", wire.Job{Payload: []byte("p"), Key: "k", KeyToken: "t"}, false},
+		{"kind (version 2)", wire.Job{Payload: []byte("p"), Opts: wire.Opts{Kind: "k"}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := plainJob(tc.job.Args()); got != tc.want {
+				t.Errorf("plainJob(%v) = %v, want %v", tc.job.Args(), got, tc.want)
+			}
+		})
+	}
+}
+
+// scriptsRun returns a func that lists the hashes of the scripts that
+// e's client ran (EVALSHA) since scriptsRun was called.
+func (e *env) scriptsRun() func() []string {
+	e.t.Helper()
+	var mu sync.Mutex
+	var shas []string
+	e.c.AddHook(redistest.AfterEach(func(cmd redis.Cmder) {
+		if a := cmd.Args(); len(a) > 1 && strings.EqualFold(fmt.Sprint(a[0]), "evalsha") {
+			mu.Lock()
+			shas = append(shas, fmt.Sprint(a[1]))
+			mu.Unlock()
+		}
+	}))
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(shas)
+	}
+}
+
+// TestQueue_Enqueue_Plain: one plain job goes through scriptEnqueuePlain,
+// with a cap and without, and keeps every promise of scriptEnqueue: the
+// entry's fields, the memo's TTL, a re-send that changes nothing.
+func TestQueue_Enqueue_Plain(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cap  int64
+	}{
+		{"no cap", -1},
+		{"cap", 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, Config{MaxLen: tc.cap})
+			for _, s := range []*redis.Script{scriptEnqueuePlain, scriptEnqueue} {
+				if err := s.Load(e.ctx, e.c).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ran := e.scriptsRun()
+			m := e.q.NewMemo()
+			if m.TTL == 0 {
+				t.Fatal("a fresh queue's first memo asks for no TTL")
+			}
+			ids, err := e.enqueue(m, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			es, err := e.c.XRange(e.ctx, e.k.Stream, "-", "+").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]any{"v": "1", "payload": "a", "enq": "1"}
+			if len(es) != 1 || es[0].ID != ids[0] || fmt.Sprint(es[0].Values) != fmt.Sprint(want) {
+				t.Fatalf("stream holds %v, want one entry %s with %v", es, ids[0], want)
+			}
+			if ttl := e.c.PTTL(e.ctx, m.Key).Val(); ttl <= 0 {
+				t.Errorf("memo hash TTL %v after a call that asked for one", ttl)
+			}
+			again, err := e.enqueue(m, "a")
+			if err != nil || !slices.Equal(again, ids) {
+				t.Fatalf("re-send returned %v, %v; want the first ID %v", again, err, ids)
+			}
+			if got := e.entries(e.k.Stream); !slices.Equal(got, ids) {
+				t.Errorf("after the re-send the stream holds %v, want %v", got, ids)
+			}
+			// A job with a header is not plain: the general script.
+			p := EnqueueParams{IDs: make([]string, 1)}
+			p.AddJob(&wire.Job{Payload: []byte("b"), Headers: map[string]string{"k": "v"}, EnqMillis: 1})
+			if err := e.q.Enqueue(e.ctx, &p); err != nil {
+				t.Fatal(err)
+			}
+			plain, general := scriptEnqueuePlain.Hash(), scriptEnqueue.Hash()
+			if got, want := ran(), []string{plain, plain, general}; !slices.Equal(got, want) {
+				t.Errorf("scripts run %v, want %v (plain, plain, general)", got, want)
+			}
+		})
+	}
+}
+
+// TestQueue_Enqueue_PlainFull: a plain job over the cap is refused and
+// changes nothing; a re-send of a call that ran is answered its ID even
+// when the queue is full by then.
+func TestQueue_Enqueue_PlainFull(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{MaxLen: 2})
+	e.group()
+	if _, err := e.enqueue(Memo{}, "a"); err != nil {
+		t.Fatal(err)
+	}
+	m := e.q.NewMemo()
+	ids, err := e.enqueue(m, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot()
+	if got, err := e.enqueue(Memo{}, "c"); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("enqueue over the cap: %v, %v; want ErrQueueFull", got, err)
+	}
+	e.unchanged("a refused enqueue", before)
+	again, err := e.enqueue(m, "b")
+	if err != nil || !slices.Equal(again, ids) {
+		t.Fatalf("re-send into a full queue returned %v, %v; want the first ID %v", again, err, ids)
+	}
+	e.unchanged("a re-send into a full queue", before)
+	// Acknowledged history makes room, as for scriptEnqueue.
+	done := e.read("c", 2)
+	if err := e.c.XAck(e.ctx, e.k.Stream, "g", done...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.enqueue(Memo{}, "c"); err != nil {
+		t.Fatalf("enqueue into acknowledged history: %v", err)
+	}
+	if got := e.payloads(e.k.Stream); !slices.Equal(got, []string{"b", "c"}) {
+		t.Errorf("stream holds %v, want [b c]: the oldest acknowledged entry trimmed", got)
 	}
 }

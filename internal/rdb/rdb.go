@@ -81,7 +81,8 @@ type Queue struct {
 	prefix string
 	name   string
 	group  string
-	maxLen any // the cap as a script argument (0: none), boxed once
+	maxLen any  // the cap as a script argument (0: none), boxed once
+	capped bool // the queue has a cap (MaxLen > 0)
 	dlCap  int64
 	// doneTTL is the done markers' TTL (ms; 0: none).
 	doneTTL int64
@@ -98,6 +99,7 @@ func New(client redis.UniversalClient, cfg Config) *Queue {
 		name:    cfg.Name,
 		group:   cfg.Group,
 		maxLen:  max(cfg.MaxLen, 0),
+		capped:  cfg.MaxLen > 0,
 		dlCap:   max(cfg.DeadLetterMaxLen, 0),
 		doneTTL: max(cfg.DoneRetention.Milliseconds(), 0),
 	}

@@ -8,6 +8,7 @@ import "github.com/redis/go-redis/v9"
 func Scripts() map[string]*redis.Script {
 	return map[string]*redis.Script{
 		"enqueue":               scriptEnqueue,
+		"enqueue_plain":         scriptEnqueuePlain,
 		"enqueue_one":           scriptEnqueueOne,
 		"outbox":                scriptOutbox,
 		"schedule":              scriptSchedule,
