@@ -130,17 +130,36 @@ local function flow_limits()
   end
   return flow_lim
 end
+-- flow_running is the number of slots taken (HLEN of flow:run), read once
+-- per call and kept up to date by flow_take and flow_give.
+local flow_running
 -- flow_global_room returns how many more jobs may run in the queue (1 without a cap).
 local function flow_global_room()
   local g = flow_limits()['global']
   if not g then return 1 end
-  return g - redis.call('HLEN', flow_run)
+  if not flow_running then flow_running = redis.call('HLEN', flow_run) end
+  return g - flow_running
+end
+-- flow_ring_empty is true while the ring is known to be empty in this call
+-- (then no wait list holds a job: a lane is in the ring while its list is
+-- not empty), nil before the ring was looked at, false after.
+local flow_ring_empty
+-- flow_waiting reports whether wait list lane holds jobs. It costs nothing
+-- while the ring is known to be empty.
+local function flow_waiting(lane)
+  if flow_ring_empty == nil then flow_ring_empty = redis.call('LLEN', flow_ring) == 0 end
+  if flow_ring_empty then return false end
+  return redis.call('EXISTS', flow_wait(lane)) == 1
+end
+-- flow_key_cap returns the cap of key k, or nil when it has none.
+local function flow_key_cap(k)
+  if k == '' then return nil end
+  local l = flow_limits()
+  return l['cap:' .. k] or l['cap']
 end
 -- flow_key_room returns how many more jobs of key k may run (1 without a cap).
 local function flow_key_room(k)
-  if k == '' then return 1 end
-  local l = flow_limits()
-  local c = l['cap:' .. k] or l['cap']
+  local c = flow_key_cap(k)
   if not c then return 1 end
   return c - tonumber(redis.call('HGET', flow_cnt, k) or 0)
 end
@@ -194,9 +213,10 @@ end
 -- flow_take takes a slot for entry id of kind c and key k. A job with a
 -- kind counts in flow:kcnt (per kind, and per kind and key) whether or not
 -- its kind has caps, so that caps set later are exact at once.
-local function flow_take(id, c, k)
+local function flow_take(id, c, k, counted)
   redis.call('HSET', flow_run, id, flow_tag(c, k))
-  redis.call('HINCRBY', flow_cnt, k, 1)
+  if flow_running then flow_running = flow_running + 1 end
+  if not counted then redis.call('HINCRBY', flow_cnt, k, 1) end
   if c ~= '' then
     redis.call('HINCRBY', flow_kcnt, c, 1)
     if k ~= '' then redis.call('HINCRBY', flow_kcnt, flow_tag(c, k), 1) end
@@ -205,12 +225,26 @@ end
 local function flow_decr(h, f)
   if redis.call('HINCRBY', h, f, -1) <= 0 then redis.call('HDEL', h, f) end
 end
+-- flow_take_keyed takes a slot for entry id of kind c and key k if key k
+-- is under its cap, counting first and taking the count back when the key
+-- was at its cap (one command instead of a read and a write); returns
+-- whether it took one. The caller checked every other limit.
+local function flow_take_keyed(id, c, k)
+  local cap = flow_key_cap(k)
+  if cap and redis.call('HINCRBY', flow_cnt, k, 1) > cap then
+    flow_decr(flow_cnt, k)
+    return false
+  end
+  flow_take(id, c, k, cap ~= nil)
+  return true
+end
 -- flow_give gives back the slot of entry id; returns its key and kind, or
 -- nil when it held none.
 local function flow_give(id)
   local t = redis.call('HGET', flow_run, id)
   if not t then return nil end
   redis.call('HDEL', flow_run, id)
+  if flow_running then flow_running = flow_running - 1 end
   local c, k = flow_split(t)
   flow_decr(flow_cnt, k)
   if c ~= '' then
@@ -248,7 +282,10 @@ end
 -- flow_push appends packed job p to wait list lane, and records job jid
 -- there in the trail.
 local function flow_push(lane, jid, p)
-  if redis.call('RPUSH', flow_wait(lane), p) == 1 then redis.call('RPUSH', flow_ring, lane) end
+  if redis.call('RPUSH', flow_wait(lane), p) == 1 then
+    redis.call('RPUSH', flow_ring, lane)
+    flow_ring_empty = false
+  end
   redis.call('HSET', flow_trail, jid, 'w:' .. lane)
 end
 -- flow_park appends the job of entry id with fields f to wait list lane
@@ -263,11 +300,17 @@ end
 -- how many ms until a token is due. The bucket, flow:tb:<k>, is a hash of
 -- tokens and the time they were counted, by Redis's clock.
 local flow_now
-local function flow_rate_wait(k)
-  if k == '' then return 0 end
+-- flow_rate returns the rate limit of key k (jobs/s), or nil when it has none.
+local function flow_rate(k)
+  if k == '' then return nil end
   local l = flow_limits()
   local r = l['rate:' .. k] or l['rate']
-  if not r or r <= 0 then return 0 end
+  if not r or r <= 0 then return nil end
+  return r
+end
+local function flow_rate_wait(k)
+  local r = flow_rate(k)
+  if not r then return 0 end
   if not flow_now then
     local t = redis.call('TIME')
     flow_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -308,14 +351,18 @@ local function flow_admit(id, f, fresh)
   k, c = k or '', c or ''
   if slot == '1' or (not fresh and redis.call('HEXISTS', flow_run, id) == 1) then return true end
   local lane = flow_lane(c, k)
-  if flow_room(c, k) and redis.call('EXISTS', flow_wait(lane)) == 0 then
-    local wait = flow_rate_wait(k)
-    if wait > 0 then
-      flow_delay(id, f, wait)
-      return false
+  if flow_global_room() > 0 and flow_kind_room(c, k) and not flow_waiting(lane) then
+    if not flow_rate(k) then
+      if flow_take_keyed(id, c, k) then return true end
+    elseif flow_key_room(k) > 0 then
+      local wait = flow_rate_wait(k)
+      if wait > 0 then
+        flow_delay(id, f, wait)
+        return false
+      end
+      flow_take(id, c, k)
+      return true
     end
-    flow_take(id, c, k)
-    return true
   end
   flow_park(id, lane, f)
   return false
@@ -393,15 +440,18 @@ local function flow_dispatch(stream, hint, budget, hkind)
     local lanes = {hint}
     if hkind and hkind ~= '' and flow_kinds() then lanes[2] = flow_tag(hkind, hint) end
     for _, lane in ipairs(lanes) do
-      if redis.call('EXISTS', flow_wait(lane)) == 1 then
+      if flow_waiting(lane) then
         local c, k = flow_split(lane)
         while n < budget and flow_room(c, k) and flow_release(stream, lane) do n = n + 1 end
       end
     end
     if not flow_kinds() then return n end
   end
+  if flow_ring_empty then return n end
   local weighted = flow_weighted()
-  for _ = 1, math.min(redis.call('LLEN', flow_ring), flow_scan) do
+  local ring = redis.call('LLEN', flow_ring)
+  flow_ring_empty = ring == 0
+  for _ = 1, math.min(ring, flow_scan) do
     if n >= budget or flow_global_room() <= 0 then break end
     if weighted then
       local lane = redis.call('LINDEX', flow_ring, 0)
@@ -430,6 +480,29 @@ local function flow_last_delivered(stream, group)
     if s['name'] == group then return s['last-delivered-id'] end
   end
   return nil
+end
+-- flow_owned returns the set of ids (entry IDs) pending for consumer in
+-- group: one XPENDING over the range of ids for the consumer's entries,
+-- instead of one per entry. Its reply is bounded; ids after the last entry
+-- of a full reply are looked up one by one.
+local function flow_owned(stream, group, consumer, ids)
+  local set = {}
+  if #ids == 0 then return set end
+  local lo, hi = ids[1], ids[1]
+  for _, id in ipairs(ids) do
+    if id_lt(id, lo) then lo = id end
+    if id_lt(hi, id) then hi = id end
+  end
+  local count = 2 * #ids + 256
+  local p = redis.call('XPENDING', stream, group, lo, hi, count, consumer)
+  for _, e in ipairs(p) do set[e[1]] = true end
+  if #p == count then
+    local last = p[#p][1]
+    for _, id in ipairs(ids) do
+      if id_lt(last, id) and owned(stream, group, consumer, id) then set[id] = true end
+    end
+  end
+  return set
 end
 -- flow_settled gives back the slot of a settled entry and releases the
 -- next waiting job into it.
@@ -552,8 +625,9 @@ var scriptFlowAck = redis.NewScript(streamLib + flowLib + `
 local consumer = table.remove(ARGV)
 local n = tonumber(ARGV[2])
 local freed = {}
+local mine = flow_owned(KEYS[1], ARGV[1], consumer, {unpack(ARGV, 6, 5 + n)})
 for i = 6, 5 + n do
-  if owned(KEYS[1], ARGV[1], consumer, ARGV[i]) then
+  if mine[ARGV[i]] then
     local k, c = flow_give(ARGV[i])
     if k then freed[#freed + 1] = {k, c} end
   end

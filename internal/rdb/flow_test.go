@@ -408,3 +408,43 @@ func TestQueue_FlowWeights(t *testing.T) {
 		t.Errorf("of 40 starts, key a (weight 3) had %d and b (weight 1) %d, want 30 and 10: %v", starts["a"], starts["b"], order)
 	}
 }
+
+// TestQueue_FlowAckOwnedBatch: the acknowledgement looks up the entries the
+// consumer owns with one bounded XPENDING over the batch's range; entries
+// past a full reply are still found, and an entry another consumer took
+// over keeps its slot (the sweep gives it back once it is settled).
+func TestQueue_FlowAckOwnedBatch(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{Global: 1000})
+	const n = 300 // more than the reply's bound for 3 IDs (2*3+256)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "k" + strings.Repeat("x", i%5)
+	}
+	ids := e.addKeyed(keys...)
+	got, _, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: n, Budget: n})
+	if err != nil || len(got) != n {
+		t.Fatalf("admitted %d of %d: %v", len(got), n, err)
+	}
+	// Another consumer takes over the middle entry.
+	mid := ids[n/2]
+	if err := e.c.XClaim(e.ctx, &redis.XClaimArgs{Stream: e.k.Stream, Group: e.q.group, Consumer: "other", Messages: []string{mid}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.q.Ack(e.ctx, &AckParams{IDs: []string{ids[0], mid, ids[n-1]}, Flow: "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.flowState(); st.Running != n-2 {
+		t.Fatalf("running %d after acknowledging 2 owned entries and 1 taken over, want %d", st.Running, n-2)
+	}
+	for _, id := range []string{ids[0], ids[n-1]} {
+		if held, _ := e.c.HExists(e.ctx, e.k.Flow().Run, id).Result(); held {
+			t.Errorf("entry %s still holds a slot after its acknowledgement", id)
+		}
+	}
+	if held, _ := e.c.HExists(e.ctx, e.k.Flow().Run, mid).Result(); !held {
+		t.Errorf("the entry another consumer took over lost its slot")
+	}
+}
