@@ -2,6 +2,7 @@ package streamq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -186,6 +187,9 @@ func (b *streamBackend) flowRead(ctx context.Context, n int, block time.Duration
 	if err != nil {
 		if rdb.IsNoGroup(err) {
 			return nil, b.Start(ctx)
+		}
+		if errors.Is(err, rdb.ErrPaused) {
+			return nil, err // nothing was read
 		}
 		b.scanNow = true // the reply may have been lost after Redis delivered entries
 		return nil, fmt.Errorf("streamq: flow read %s: %w", b.q.keys.Stream, err)

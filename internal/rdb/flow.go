@@ -524,13 +524,19 @@ func withFlow(body string) string {
 // takes a slot, or is parked in its key's wait list (acknowledged and
 // deleted from the stream, uncharged: its attempt field is unchanged).
 //
-// KEYS[1] stream
+// It reads nothing while the queue is paused, in the same script, so that
+// no job it admits starts after a pause ended (a flow read holds no start
+// lease).
+//
+// KEYS[1] stream, KEYS[2] pause flag
 // ARGV[1] group, ARGV[2] consumer, ARGV[3] the most entries to admit, ARGV[4]
 // the most entries to read.
-// Returns {last, id, fields, id, fields, ...}: the admitted entries, and
-// when there are none, last is the group's last delivered ID (the caller
-// blocks on new entries after it), else "".
+// Returns {"paused"} while the queue is paused; else {last, id, fields, id,
+// fields, ...}: the admitted entries, and when there are none, last is the
+// group's last delivered ID (the caller blocks on new entries after it),
+// else "".
 var scriptFlowRead = redis.NewScript(streamLib + flowLib + `
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused'} end
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local want, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
 local out, admitted, seen = {''}, 0, 0
@@ -695,11 +701,15 @@ type FlowReadParams struct {
 }
 
 // FlowRead runs scriptFlowRead. It returns the admitted entries, and when
-// there are none, the group's last delivered ID.
+// there are none, the group's last delivered ID; or [ErrPaused] when the
+// queue is paused (nothing was read).
 func (q *Queue) FlowRead(ctx context.Context, p FlowReadParams) ([]FlowEntry, string, error) {
-	res, err := scriptFlowRead.Run(ctx, q.client, []string{q.keys.Stream}, q.group, p.Consumer, p.N, max(p.Budget, p.N)).Slice()
+	res, err := scriptFlowRead.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Paused}, q.group, p.Consumer, p.N, max(p.Budget, p.N)).Slice()
 	if err != nil {
 		return nil, "", err
+	}
+	if len(res) == 1 && res[0] == pausedReply {
+		return nil, "", ErrPaused
 	}
 	if len(res) == 0 || len(res)%2 != 1 {
 		return nil, "", fmt.Errorf("unexpected flow read reply of %d elements", len(res))

@@ -1,6 +1,7 @@
 package rdb
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -100,6 +101,36 @@ func TestQueue_FlowRead(t *testing.T) {
 	none, last, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: 10})
 	if err != nil || len(none) != 0 || last != ids[len(ids)-1] {
 		t.Fatalf("empty read: %v, last %q (want %q), %v", none, last, ids[len(ids)-1], err)
+	}
+}
+
+// TestQueue_FlowReadPaused: a flow read of a paused queue reads nothing
+// (no delivery counted, no slot taken) and says the queue is paused; after
+// the resume it reads as before.
+func TestQueue_FlowReadPaused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	e.addKeyed("a", "b")
+	if err := e.c.Set(e.ctx, e.k.Paused, "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: 10, Budget: 100})
+	if !errors.Is(err, ErrPaused) || len(got) != 0 {
+		t.Fatalf("flow read while paused: %v, %v; want ErrPaused and nothing", got, err)
+	}
+	if p := e.pending("c"); len(p) != 0 {
+		t.Fatalf("a flow read while paused delivered %v", p)
+	}
+	if st := e.flowState(); st.Running != 0 {
+		t.Fatalf("a flow read while paused took %d slots", st.Running)
+	}
+	if err := e.c.Del(e.ctx, e.k.Paused).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.flowRead("c", 10); len(got) != 2 {
+		t.Fatalf("after the resume the flow read admitted %v, want both jobs", got)
 	}
 }
 
