@@ -16,7 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
-	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
@@ -668,14 +667,7 @@ func TestConsumer_PauseEndsStartLease(t *testing.T) {
 	}
 	redistest.WaitFor(t, 5*time.Second, "the first job to run", func() bool { return started.Load() == 1 })
 
-	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iq, err := in.Queue(ctx, q.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
+	iq := ctlInspect(t, c, q)
 	if err := iq.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -831,14 +823,7 @@ func TestConsumer_PauseHoldsAJobWaitingAlone(t *testing.T) {
 		t.Fatal("the blocker did not start")
 	}
 	redistest.WaitFor(t, 10*time.Second, "the suspect to wait to run alone", func() bool { return cons.Health().Waiting == 1 })
-	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iq, err := in.Queue(ctx, "jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
+	iq := ctlInspect(t, c, q)
 	if err := iq.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}

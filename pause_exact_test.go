@@ -61,13 +61,7 @@ func TestConsumer_PauseExactAfterTheLeaseLapsed(t *testing.T) {
 	c.AddHook(refuseLeases{paused: k.Paused, leases: k.StartLeases, on: &refuse, refused: &refused})
 
 	const later = 5
-	var started atomic.Int64
-	attempts := make(chan int, later+2)
-	cons, _ := ctlConsumer(t, q, func(_ context.Context, m *streamq.Message) error {
-		started.Add(1)
-		attempts <- m.Attempt
-		return nil
-	}, streamq.ConsumerConfig{})
+	ct := countingConsumer(t, q, later+1)
 	redistest.WaitFor(t, 5*time.Second, "the consumer to take a start lease", func() bool {
 		return c.ZCard(ctx, k.StartLeases).Val() == 1
 	})
@@ -85,16 +79,9 @@ func TestConsumer_PauseExactAfterTheLeaseLapsed(t *testing.T) {
 	if _, err := p.Enqueue(ctx, []byte("unleased")); err != nil {
 		t.Fatal(err)
 	}
-	redistest.WaitFor(t, 5*time.Second, "a job to run without a lease", func() bool { return started.Load() == 1 })
+	redistest.WaitFor(t, 5*time.Second, "a job to run without a lease", func() bool { return ct.started.Load() == 1 })
 
-	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iq, err := in.Queue(ctx, q.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
+	iq := ctlInspect(t, c, q)
 	if err := iq.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -103,23 +90,7 @@ func TestConsumer_PauseExactAfterTheLeaseLapsed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	redistest.WaitFor(t, 5*time.Second, "the consumer to report the pause", func() bool { return cons.Health().Paused })
-	// Asserting that nothing happens takes a window: five control ticks,
-	// in which the consumer reads (and hands back) the paused jobs.
-	time.Sleep(5 * ctlInterval)
-	if got := started.Load(); got != 1 {
-		t.Fatalf("%d jobs started after Pause returned, without a lease", got-1)
-	}
-	refuse.Store(false)
-	if err := iq.Resume(ctx); err != nil {
-		t.Fatal(err)
-	}
-	redistest.WaitFor(t, 10*time.Second, "the jobs to run after the resume", func() bool { return started.Load() == later+1 })
-	for range later + 1 {
-		if a := <-attempts; a != 1 {
-			t.Errorf("a job ran as attempt %d, want 1", a)
-		}
-	}
+	ct.holdsThePause(t, iq, 1, later+1, func() { refuse.Store(false) })
 }
 
 // serverMillis returns the server's time in Unix milliseconds, as text.
@@ -130,6 +101,69 @@ func serverMillis(t *testing.T, c *redis.Client) string {
 		t.Fatal(err)
 	}
 	return strconv.FormatInt(now.UnixMilli(), 10)
+}
+
+// counting is a consumer of a test's queue whose handler counts its starts
+// and sends each job's attempt.
+type counting struct {
+	cons     *streamq.Consumer
+	started  atomic.Int64
+	attempts chan int
+}
+
+// countingConsumer runs a counting consumer of q (see ctlConsumer) that may
+// run up to jobs jobs.
+func countingConsumer(t *testing.T, q *streamq.Queue, jobs int) *counting {
+	t.Helper()
+	ct := &counting{attempts: make(chan int, jobs)}
+	ct.cons, _ = ctlConsumer(t, q, func(_ context.Context, m *streamq.Message) error {
+		ct.started.Add(1)
+		ct.attempts <- m.Attempt
+		return nil
+	}, streamq.ConsumerConfig{})
+	return ct
+}
+
+// ctlInspect returns inspect's view of q.
+func ctlInspect(t *testing.T, c *redis.Client, q *streamq.Queue) *inspect.Queue {
+	t.Helper()
+	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	iq, err := in.Queue(context.Background(), q.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iq
+}
+
+// holdsThePause checks that, once the consumer reports the pause of iq
+// (which returned), no job starts beyond the before that had, over five
+// control ticks; then it resumes and waits for all jobs to start, each on
+// its first attempt. beforeResume, if not nil, runs right before the
+// resume.
+func (ct *counting) holdsThePause(t *testing.T, iq *inspect.Queue, before, all int64, beforeResume func()) {
+	t.Helper()
+	redistest.WaitFor(t, 5*time.Second, "the consumer to report the pause", func() bool { return ct.cons.Health().Paused })
+	// Asserting that nothing happens takes a window: five control ticks, in
+	// which the consumer reads (and hands back, or is refused) the jobs.
+	time.Sleep(5 * ctlInterval)
+	if got := ct.started.Load(); got != before {
+		t.Fatalf("%d jobs started after Pause returned", got-before)
+	}
+	if beforeResume != nil {
+		beforeResume()
+	}
+	if err := iq.Resume(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 10*time.Second, "the jobs to run after the resume", func() bool { return ct.started.Load() == all })
+	for range all {
+		if a := <-ct.attempts; a != 1 {
+			t.Errorf("a job ran as attempt %d, want 1", a)
+		}
+	}
 }
 
 // TestConsumer_PauseExactUnderFlowControl: a consumer of a queue with flow
@@ -144,25 +178,12 @@ func TestConsumer_PauseExactUnderFlowControl(t *testing.T) {
 		t.Fatal(err)
 	}
 	const later = 6
-	var started atomic.Int64
-	attempts := make(chan int, later+1)
-	cons, _ := ctlConsumer(t, q, func(_ context.Context, m *streamq.Message) error {
-		started.Add(1)
-		attempts <- m.Attempt
-		return nil
-	}, streamq.ConsumerConfig{})
+	ct := countingConsumer(t, q, later+1)
 	if _, err := p.Enqueue(ctx, []byte("first"), streamq.FlowKey("a")); err != nil {
 		t.Fatal(err)
 	}
-	redistest.WaitFor(t, 10*time.Second, "the first job to run", func() bool { return started.Load() == 1 })
-	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iq, err := in.Queue(ctx, q.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
+	redistest.WaitFor(t, 10*time.Second, "the first job to run", func() bool { return ct.started.Load() == 1 })
+	iq := ctlInspect(t, c, q)
 	if err := iq.Pause(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -171,20 +192,7 @@ func TestConsumer_PauseExactUnderFlowControl(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	redistest.WaitFor(t, 5*time.Second, "the consumer to report the pause", func() bool { return cons.Health().Paused })
-	time.Sleep(5 * ctlInterval) // an observation window for something that must not happen
-	if got := started.Load(); got != 1 {
-		t.Fatalf("%d jobs started after Pause returned, under flow control", got-1)
-	}
-	if err := iq.Resume(ctx); err != nil {
-		t.Fatal(err)
-	}
-	redistest.WaitFor(t, 10*time.Second, "the jobs to run after the resume", func() bool { return started.Load() == later+1 })
-	for range later + 1 {
-		if a := <-attempts; a != 1 {
-			t.Errorf("a job ran as attempt %d, want 1", a)
-		}
-	}
+	ct.holdsThePause(t, iq, 1, later+1, nil)
 }
 
 // pauseBeforeFlowRead is a go-redis hook that, once armed, holds the next
@@ -223,14 +231,7 @@ func TestConsumer_PauseLandsDuringAFlowRead(t *testing.T) {
 	if err := q.SetFlowLimits(ctx, streamq.FlowLimits{PerKey: 2}); err != nil {
 		t.Fatal(err)
 	}
-	in, err := inspect.New(c, &inspect.Options{Prefix: core.Of(q).Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	iq, err := in.Queue(ctx, q.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
+	iq := ctlInspect(t, c, q)
 	var armed atomic.Bool
 	paused := make(chan error, 1)
 	const n = 4
@@ -244,11 +245,7 @@ func TestConsumer_PauseLandsDuringAFlowRead(t *testing.T) {
 		}
 		paused <- iq.Pause(ctx)
 	}})
-	var started atomic.Int64
-	cons, _ := ctlConsumer(t, q, func(context.Context, *streamq.Message) error {
-		started.Add(1)
-		return nil
-	}, streamq.ConsumerConfig{})
+	ct := countingConsumer(t, q, n)
 	redistest.WaitFor(t, 5*time.Second, "the consumer to take a start lease", func() bool {
 		return c.ZCard(ctx, k.StartLeases).Val() == 1
 	})
@@ -261,13 +258,5 @@ func TestConsumer_PauseLandsDuringAFlowRead(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("no flow read happened, or the pause did not complete")
 	}
-	redistest.WaitFor(t, 5*time.Second, "the consumer to report the pause", func() bool { return cons.Health().Paused })
-	time.Sleep(5 * ctlInterval) // an observation window for something that must not happen
-	if got := started.Load(); got != 0 {
-		t.Fatalf("%d jobs of a flow read started after Pause returned", got)
-	}
-	if err := iq.Resume(ctx); err != nil {
-		t.Fatal(err)
-	}
-	redistest.WaitFor(t, 10*time.Second, "the jobs to run after the resume", func() bool { return started.Load() == n })
+	ct.holdsThePause(t, iq, 0, n, nil)
 }
