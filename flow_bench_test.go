@@ -19,8 +19,9 @@ import (
 // b.N jobs of 1,000 flow keys (interleaved), on a Redis server of its own,
 // without limits, with a cap of 1 per key, and with global caps above the
 // concurrency (128: a cap the running jobs plus those whose acknowledgement
-// is in flight reach; 512: one they do not). It reports jobs/s, Redis commands per job and Redis CPU per
-// job (INFO deltas; the server serves nothing else).
+// is in flight reach; 512: one they do not). It reports jobs/s, Redis
+// commands per job (scripts' inner commands included), script calls per
+// job and Redis CPU per job (INFO deltas; the server serves nothing else).
 //
 //	go test -run '^$' -bench BenchmarkFlow -benchtime 50000x -count 3 .
 func BenchmarkFlow(b *testing.B) {

@@ -46,6 +46,8 @@ import (
 //	                   of the ring (a queue with weights, "w:<key>" in
 //	                   flow:limits)
 //	flow:sweep   STRING the cursor of the sweep over flow:run
+//	flow:adm     STRING the last stream entry admitted or set aside in
+//	                   stream order (see scriptFlowRead)
 //	flow:tb:<key> HASH the token bucket of a rate-limited key: "t" tokens,
 //	                   "at" when they were counted (Unix ms, Redis's clock)
 //

@@ -181,22 +181,18 @@ func TestQueue_FlowAdmitReadInStreamOrder(t *testing.T) {
 	ids := e.addKeyed("a", "a", "b")
 	e.read("c1", 1)
 	e.read("c2", 2)
-	admit := func(consumer string, ids ...string) []string {
+	admit := func(consumer string, read ...FlowRead) []string {
 		t.Helper()
-		var read []FlowRead
-		for _, id := range ids {
-			read = append(read, FlowRead{ID: id, Key: map[bool]string{true: "b", false: "a"}[id == ids[len(ids)-1] && len(ids) == 2]})
-		}
-		skip, _, err := e.q.FlowAdmitRead(e.ctx, FlowAdmitReadParams{Consumer: consumer, N: 10, First: ids[0], Last: ids[len(ids)-1], Read: read})
+		skip, _, err := e.q.FlowAdmitRead(e.ctx, FlowAdmitReadParams{Consumer: consumer, N: 10, First: read[0].ID, Last: read[len(read)-1].ID, Read: read})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return skip
 	}
-	if skip := admit("c2", ids[1], ids[2]); !slices.Equal(skip, ids[1:2]) {
+	if skip := admit("c2", FlowRead{ID: ids[1], Key: "a"}, FlowRead{ID: ids[2], Key: "b"}); !slices.Equal(skip, ids[1:2]) {
 		t.Fatalf("the later read's call did not start %v, want the second job of a only", skip)
 	}
-	if skip := admit("c1", ids[0]); len(skip) != 0 {
+	if skip := admit("c1", FlowRead{ID: ids[0], Key: "a"}); len(skip) != 0 {
 		t.Fatalf("the earlier read's call did not start %v, want its job (admitted by the other call)", skip)
 	}
 	st := e.flowState()
