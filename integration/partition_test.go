@@ -34,7 +34,8 @@ func startPartitioned(t *testing.T) (*redistest.Cluster, *streamq.PartitionedQue
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
-	pq, err := streamq.NewPartitionedQueue(rdb, redistest.Name(t), &streamq.PartitionedQueueConfig{Refresh: 100 * time.Millisecond})
+	// A short drain grace: the producers' calls take milliseconds here.
+	pq, err := streamq.NewPartitionedQueue(rdb, redistest.Name(t), &streamq.PartitionedQueueConfig{Refresh: 100 * time.Millisecond, DrainGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,15 +347,92 @@ func awaitHandled(t *testing.T, r *partRecord, acked []string) {
 	}
 }
 
+// TestCluster_PartitionsChangedLive changes the number of partitions of a
+// live queue while a producer enqueues plain, delayed and retried jobs and
+// a worker runs them: it grows from 3 to 6 (the worker follows, and the new
+// partitions get jobs), shrinks to 2, and once the dropped partitions are
+// empty FinishDrain ends their reading. No enqueue fails and every job runs
+// exactly once.
+func TestCluster_PartitionsChangedLive(t *testing.T) {
+	t.Parallel()
+	_, pq, _ := startPartitioned(t)
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newPartRecord()
+	w := runPartWorker(t, pq, r, &streamq.PartitionedWorkerConfig{
+		Consumer: &streamq.ConsumerConfig{SchedulerInterval: 20 * time.Millisecond},
+	})
+	var grown, shrunk time.Time
+	acked, failed, _ := partTraffic(t, p, []string{"job-", "later-", "retry-"}, func() {
+		if _, err := pq.SetPartitions(ctx, 6); err != nil {
+			t.Errorf("grow to 6: %v", err)
+			return
+		}
+		grown = time.Now()
+		for i := 0; w.Partitions() != 6; i++ {
+			if i == 3000 {
+				t.Errorf("after 30 s the worker reads %d partitions, want 6", w.Partitions())
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // bounded wait for the worker's refresh
+		}
+		// Let the producer write to all 6 for a while, then shrink.
+		wait := time.NewTimer(time.Second)
+		<-wait.C
+		if _, err := pq.SetPartitions(ctx, 2); err != nil {
+			t.Errorf("shrink to 2: %v", err)
+			return
+		}
+		shrunk = time.Now()
+	})
+	if grown.IsZero() || shrunk.IsZero() {
+		t.Fatal("the number of partitions was not changed")
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d Enqueue calls failed while the partitions changed", failed, failed+len(acked))
+	}
+	var l streamq.PartitionLayout
+	redistest.WaitFor(t, deploySettle, "FinishDrain to end the drain of partitions 2 to 5", func() bool {
+		l, err = pq.FinishDrain(ctx)
+		if err != nil && !errors.Is(err, streamq.ErrDraining) {
+			t.Fatalf("FinishDrain: %v", err)
+		}
+		return err == nil
+	})
+	if l.N != 2 || l.Read() != 2 {
+		t.Fatalf("layout after FinishDrain: %+v, want 2 partitions read", l)
+	}
+	awaitHandled(t, r, acked)
+	redistest.WaitFor(t, deploySettle, "the worker to read 2 partitions", func() bool { return w.Partitions() == 2 })
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, n := range r.handled {
+		if n != 1 {
+			t.Errorf("%s handled %d times", p, n)
+		}
+	}
+	for k := 3; k < 6; k++ {
+		q, _ := pq.Partition(k)
+		if len(r.at[q.Name()]) == 0 {
+			t.Errorf("partition %s, added while the queue ran, handled no job", q.Name())
+		}
+	}
+	fmt.Printf("TestCluster_PartitionsChangedLive: 3 -> 6 -> 2 partitions under a producer; %d jobs, each handled once\n", len(acked))
+}
+
 // runPartWorker runs a partitioned worker of r.handle with cfg until the
 // test ends, and fails the test if Run returns an error.
-func runPartWorker(t *testing.T, pq *streamq.PartitionedQueue, r *partRecord, cfg *streamq.PartitionedWorkerConfig) {
+func runPartWorker(t *testing.T, pq *streamq.PartitionedQueue, r *partRecord, cfg *streamq.PartitionedWorkerConfig) *streamq.PartitionedWorker {
 	t.Helper()
 	w, err := streamq.NewPartitionedWorker(pq, streamq.HandlerFunc(r.handle), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	redistest.Background(t, "partitioned worker", time.Minute, w.Run)
+	return w
 }
 
 // TestCluster_PartitionSlotMigrated moves the slot of one partition to
