@@ -443,3 +443,34 @@ func TestPartitionedQueue_JobIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionedProducer_BatchRoundTrips checks that a keyless batch over
+// 8 partitions costs one script call per partition.
+func TestPartitionedProducer_BatchRoundTrips(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	tags := &redistest.Tags{}
+	c.AddHook(tags)
+	pq := partSetup(t, c, 8, nil)
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := make([]streamq.Job, 800)
+	for i := range jobs {
+		jobs[i].Payload = []byte("j-" + strconv.Itoa(i))
+	}
+	if _, err := p.EnqueueBatch(ctx, jobs); err != nil { // reads the layout, loads the script
+		t.Fatal(err)
+	}
+	tags.Start()
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	got, cmds := tags.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 800 || len(got) != 8 || cmds != 8 {
+		t.Fatalf("a batch of 800 jobs over 8 partitions: %d IDs, %d commands naming %v; want 800 IDs, 8 commands, one per partition", len(ids), cmds, got)
+	}
+}
