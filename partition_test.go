@@ -18,7 +18,7 @@ import (
 
 // partSetup returns a partitioned queue of n partitions under the test's
 // own key prefix, with cfg's other settings.
-func partSetup(t *testing.T, c redis.UniversalClient, n int, cfg *streamq.PartitionedQueueConfig) *streamq.PartitionedQueue {
+func partSetup(t testing.TB, c redis.UniversalClient, n int, cfg *streamq.PartitionedQueueConfig) *streamq.PartitionedQueue {
 	t.Helper()
 	prefix := "t-" + redistest.Name(t)
 	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
