@@ -22,19 +22,25 @@ func BenchmarkPartitionedProducer(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			jobs := make([]streamq.Job, size)
-			for i := range jobs {
-				jobs[i].Payload = benchPayload
-			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i += size {
-				if _, err := p.EnqueueBatch(ctx, jobs[:min(size, b.N-i)]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			enqueueBatches(b, size, p.EnqueueBatch)
 		})
 	}
+}
+
+// enqueueBatches times b.N jobs enqueued by enqueue in batches of size,
+// and reports jobs per second.
+func enqueueBatches(b *testing.B, size int, enqueue func(context.Context, []streamq.Job, ...streamq.EnqueueOption) ([]string, error)) {
+	jobs := make([]streamq.Job, size)
+	for i := range jobs {
+		jobs[i].Payload = benchPayload
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i += size {
+		if _, err := enqueue(ctx, jobs[:min(size, b.N-i)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 }
