@@ -478,10 +478,16 @@ func TestCluster_PartitionSlotMigrated(t *testing.T) {
 	// Every run was acknowledged: none is left pending (its acknowledgement
 	// lost in the move), waiting or delayed, and none was dead-lettered.
 	var s streamq.QueueStats
-	redistest.WaitFor(t, deploySettle, "every job acknowledged", func() bool {
+	for deadline := time.Now().Add(deploySettle); ; {
 		s, err = pq.Stats(ctx)
-		return err == nil && s.Pending == 0 && s.Lag == 0 && s.Delayed == 0
-	})
+		if err == nil && s.Pending == 0 && s.Lag == 0 && s.Delayed == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after the run, not every job is acknowledged: stats %+v (%v)", deploySettle, s, err)
+		}
+		time.Sleep(20 * time.Millisecond) // poll, bounded by deadline
+	}
 	if s.DeadLetters != 0 {
 		t.Fatalf("%d jobs were dead-lettered", s.DeadLetters)
 	}
