@@ -263,7 +263,8 @@ type AckParams struct {
 // changes nothing more: the entries are acknowledged, the locks released
 // and the trail forgotten already (a lock taken by another job since has
 // another token), and a done marker written again only lives a little
-// longer.
+// longer; so on a Redis Cluster the script is sent again as [Queue.redo]
+// says.
 func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	k := &q.keys
 	if len(p.Keys) == 0 && len(p.JobIDs) == 0 && p.Flow == "" {
@@ -286,10 +287,13 @@ func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	for _, t := range p.Tokens {
 		args = append(args, t)
 	}
+	s := scriptAck
 	if p.Flow != "" {
-		return scriptFlowAck.Run(ctx, q.client, keys, append(args, p.Flow)...).Err()
+		s, args = scriptFlowAck, append(args, p.Flow)
 	}
-	return scriptAck.Run(ctx, q.client, keys, args...).Err()
+	// On a Redis Cluster, sent again while its slot migrates (TRYAGAIN: the
+	// stream and the trail are on two nodes for a while) or fails over.
+	return q.redo(ctx, func() error { return s.Run(ctx, q.client, keys, args...).Err() })
 }
 
 // pick returns flow when under flow control, else plain.
