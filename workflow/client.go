@@ -92,6 +92,10 @@ type Client struct {
 	log    *slog.Logger
 
 	registered sync.Map // queue name -> true once recorded in the prefix's registry
+
+	// completeHook, set by tests only, runs each call of the complete
+	// script of a node's record in place of call.
+	completeHook func(node string, attempt int, call func() error) error
 }
 
 // NewClient returns a client of the workflows whose jobs run on queues

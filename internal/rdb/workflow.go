@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -355,6 +356,16 @@ func (w *Workflow) Complete(ctx context.Context, node, outcome string, result []
 		return false, false, nil, nil
 	}
 	return true, f == 1, runnables(res[1:]), nil
+}
+
+// NodeState returns the state of node ("" for an unknown workflow or
+// node).
+func (w *Workflow) NodeState(ctx context.Context, node string) (string, error) {
+	st, err := w.client.HGet(ctx, w.keys.State, node).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return st, err
 }
 
 // Released runs scriptWorkflowReleased for pairs node, job reference and
