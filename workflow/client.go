@@ -93,9 +93,11 @@ type Client struct {
 
 	registered sync.Map // queue name -> true once recorded in the prefix's registry
 
+	recs recorder // the records waiting to be sent, by workflow
+
 	// completeHook, set by tests only, runs each call of the complete
-	// script of a node's record in place of call.
-	completeHook func(node string, attempt int, call func() error) error
+	// script (for the records of nodes) in place of call.
+	completeHook func(nodes []string, call func() error) error
 }
 
 // NewClient returns a client of the workflows whose jobs run on queues
@@ -353,31 +355,30 @@ func jsonNames(es []edge) string {
 }
 
 // release enqueues the jobs of runnable nodes into their queues, each under
-// the mark of its node (so a release repeated after a crash stores nothing
-// twice), then marks the nodes released; jobs of nodes cancelled in
-// between are cancelled.
+// the workflow's mark of its node in the queue (so a release repeated
+// after a crash stores nothing twice), then marks the nodes released; jobs
+// of nodes cancelled in between are cancelled. One script call per queue
+// and 1,000 jobs, and one to mark them.
 func (c *Client) release(ctx context.Context, id string, wf *rdb.Workflow, run []rdb.Runnable) error {
 	if len(run) == 0 {
 		return nil
 	}
-	byQueue := map[string]*rdb.OutboxParams{}
+	byQueue := map[string]*rdb.WorkflowReleaseParams{}
 	var order []string
-	names := map[string][]string{}
-	var pairs []string
+	pairs := make([]string, 0, 2*len(run))
 	flush := func(qname string) error {
 		p := byQueue[qname]
 		if p == nil || p.Len() == 0 {
 			return nil
 		}
-		p.MarkTTL = c.cfg.Retention + 24*time.Hour
-		if err := core.Of(c.queues[qname]).DB.Outbox(ctx, p); err != nil {
+		if err := core.Of(c.queues[qname]).DB.WorkflowRelease(ctx, p); err != nil {
 			return fmt.Errorf("streamq: workflow %s: release into %s: %w", id, qname, err)
 		}
 		c.register(ctx, qname)
 		for i, jid := range p.IDs {
-			pairs = append(pairs, names[qname][i], qname+"\t"+jid)
+			pairs = append(pairs, p.Nodes()[i], qname+"\t"+jid)
 		}
-		byQueue[qname], names[qname] = nil, nil
+		byQueue[qname] = nil
 		return nil
 	}
 	now := time.Now().UnixMilli()
@@ -392,13 +393,12 @@ func (c *Client) release(ctx context.Context, id string, wf *rdb.Workflow, run [
 		}
 		p := byQueue[s.Queue]
 		if p == nil {
-			p = &rdb.OutboxParams{}
+			p = &rdb.WorkflowReleaseParams{Workflow: id, MarkTTL: c.cfg.Retention + 24*time.Hour}
 			byQueue[s.Queue] = p
 			order = append(order, s.Queue)
 		}
 		j := wire.Job{Payload: s.Payload, Headers: s.Headers, EnqMillis: now, Opts: s.Opts}
-		p.Add(core.Of(q).Keys, rdb.WorkflowMark(id, r.Name), &j, time.Time{})
-		names[s.Queue] = append(names[s.Queue], r.Name)
+		p.Add(r.Name, &j)
 		if p.Len() == streamq.MaxBatchChunk {
 			if err := flush(s.Queue); err != nil {
 				return err

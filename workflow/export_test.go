@@ -1,10 +1,10 @@
 package workflow
 
 // SetCompleteHook makes every call of the complete script of c's records
-// go through hook, which may call it (call) or not, and return another
+// (for the records of nodes) go through hook, which may call it (call) or not, and return another
 // error: tests inject records that fail, or that ran but whose reply was
 // lost.
-func SetCompleteHook(c *Client, hook func(node string, attempt int, call func() error) error) {
+func SetCompleteHook(c *Client, hook func(nodes []string, call func() error) error) {
 	c.completeHook = hook
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/streamq/streamq"
@@ -129,46 +130,136 @@ func (c *Client) recorded(ctx context.Context, js *jobState, msg *streamq.Messag
 	return herr
 }
 
-// record records the outcome of a workflow job's attempt and releases the
-// children it made runnable. It returns an error only when the outcome was
-// not recorded (after retries: see retry); a release that fails (the
-// queue full, Redis unreachable) is logged and left to the re-drive, since
-// the job need not run again.
+// maxGroup bounds the records of one complete script call.
+const maxGroup = 128
+
+// recorder groups the records of one workflow's jobs that end together:
+// while a complete script call of a workflow is under way, the records of
+// its other jobs wait, and the first of them then sends them all in one
+// call (group commit). A job that ends alone is recorded at once. Each
+// caller leads at most one call (its own record's), so no handler is
+// held up by the records of jobs that end after it.
+type recorder struct {
+	mu   sync.Mutex
+	byWF map[string]*group
+}
+
+// group is one workflow's records waiting for a call, and whether one is
+// under way.
+type group struct {
+	busy bool
+	recs []*rec
+}
+
+// rec is one record waiting to be sent: wake gets one value, once the
+// record was sent (err says how it went) or when its caller is to lead
+// the next call.
+type rec struct {
+	c    rdb.Completion
+	wake chan struct{}
+	lead bool
+	err  error
+}
+
+// record records the outcome of a workflow job's attempt, grouped with
+// those of other jobs of its workflow that end at the same time, and
+// releases the children they made runnable. It returns an error only when
+// the outcome was not recorded (after retries: see retry); a release that
+// fails (the queue full, Redis unreachable) is logged and left to the
+// re-drive, since the job need not run again.
 func (c *Client) record(ctx context.Context, js *jobState, msg *streamq.Message, herr error) error {
 	outcome := c.outcomeOf(msg, herr)
 	if outcome == "" {
 		return nil
 	}
-	wf := rdb.NewWorkflow(c.rdb, c.prefix, js.id)
+	r := &rec{c: rdb.Completion{Node: js.node, Outcome: outcome, Result: js.result, HasResult: js.has}, wake: make(chan struct{}, 1)}
+	rc := &c.recs
+	rc.mu.Lock()
+	if rc.byWF == nil {
+		rc.byWF = map[string]*group{}
+	}
+	g := rc.byWF[js.id]
+	if g == nil {
+		g = &group{}
+		rc.byWF[js.id] = g
+	}
+	g.recs = append(g.recs, r)
+	lead := !g.busy
+	g.busy = true
+	rc.mu.Unlock()
+	if !lead {
+		<-r.wake // the leader of the call under way sent it, or hands over
+		if !r.lead {
+			return r.err
+		}
+	}
+	rc.mu.Lock()
+	n := min(len(g.recs), maxGroup)
+	batch := g.recs[:n:n]
+	g.recs = g.recs[n:]
+	rc.mu.Unlock()
+	err := c.commit(ctx, js.id, batch)
+	rc.mu.Lock()
+	if len(g.recs) > 0 {
+		next := g.recs[0]
+		next.lead = true
+		next.wake <- struct{}{}
+	} else {
+		g.busy = false
+		delete(rc.byWF, js.id)
+	}
+	rc.mu.Unlock()
+	for _, b := range batch {
+		if b != r {
+			b.err = err
+			b.wake <- struct{}{}
+		}
+	}
+	return err
+}
+
+// commit sends the records of batch, of workflow id, in one complete script
+// call (tried again as retry says), then releases the children they made
+// runnable. It returns an error when the records were not confirmed.
+func (c *Client) commit(ctx context.Context, id string, batch []*rec) error {
+	cs := make([]rdb.Completion, len(batch))
+	nodes := make([]string, len(batch))
+	for i, b := range batch {
+		cs[i], nodes[i] = b.c, b.c.Node
+	}
+	wf := rdb.NewWorkflow(c.rdb, c.prefix, id)
 	var (
-		found, finished bool
-		run             []rdb.Runnable
+		found    []bool
+		finished bool
+		run      []rdb.Runnable
 	)
 	err := retry(ctx, func() error {
 		call := func() error {
 			var err error
-			found, finished, run, err = wf.Complete(context.WithoutCancel(ctx), js.node, outcome, js.result, js.has)
+			found, finished, run, err = wf.Complete(context.WithoutCancel(ctx), cs)
 			return err
 		}
 		if c.completeHook != nil {
-			return c.completeHook(js.node, msg.Attempt, call)
+			return c.completeHook(nodes, call)
 		}
 		return call()
 	})
 	if err != nil {
-		return fmt.Errorf("record %s: %w", outcome, err)
+		return fmt.Errorf("record %d outcomes: %w", len(cs), err)
 	}
-	if !found {
-		c.log.WarnContext(ctx, "streamq: a workflow job finished, but its workflow is gone (expired or never stored)", "workflow", js.id, "node", js.node)
-		return nil
+	for i, ok := range found {
+		if !ok {
+			c.log.WarnContext(ctx, "streamq: a workflow job finished, but its workflow is gone (expired or never stored)", "workflow", id, "node", nodes[i])
+		}
 	}
-	if err := c.release(context.WithoutCancel(ctx), js.id, wf, run); err != nil {
-		// The outcome is recorded: running the job again would not help.
-		// The re-drive (or a rerun) releases the children.
-		c.log.ErrorContext(ctx, "streamq: cannot enqueue the children of a workflow job; the re-drive will", "workflow", js.id, "node", js.node, "error", err)
+	ctx = context.WithoutCancel(ctx)
+	if err := c.release(ctx, id, wf, run); err != nil {
+		// The outcomes are recorded: running the jobs again would not
+		// help. The re-drive (or a rerun) releases the children.
+		c.log.ErrorContext(ctx, "streamq: cannot enqueue the children of workflow jobs; the re-drive will", "workflow", id, "nodes", nodes, "error", err)
 	}
 	if finished {
-		c.unregister(context.WithoutCancel(ctx), js.id)
+		c.unregister(ctx, id)
 	}
 	return nil
 }

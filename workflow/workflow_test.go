@@ -325,8 +325,8 @@ func TestClient_Redrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker recorded p's success and died before releasing c.
-	found, _, run, err := rdb.NewWorkflow(e.c, e.prefix, "rd").Complete(ctx, "p", "s", nil, false)
-	if err != nil || !found || len(run) != 1 || run[0].Name != "c" {
+	found, _, run, err := rdb.NewWorkflow(e.c, e.prefix, "rd").Complete(ctx, []rdb.Completion{{Node: "p", Outcome: "s"}})
+	if err != nil || !found[0] || len(run) != 1 || run[0].Name != "c" {
 		t.Fatalf("Complete: %v %v %v, want c runnable", found, run, err)
 	}
 	// dies is dead-lettered by a consumer without the middleware.
