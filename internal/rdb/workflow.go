@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/streamq/streamq/internal/wire"
 )
 
 // Workflows (package workflow): the state of one workflow lives under its
@@ -125,13 +123,12 @@ type WorkflowReleaseParams struct {
 	args  []any
 }
 
-// Add adds the job j of node.
-func (p *WorkflowReleaseParams) Add(node string, j *wire.Job) {
+// Add adds the job of node, with its wire fields (see wire.Job.Args).
+func (p *WorkflowReleaseParams) Add(node string, fields []any) {
 	if p.args == nil {
 		p.args = make([]any, 3, 3+16*8)
 	}
 	p.nodes = append(p.nodes, node)
-	fields := j.Args()
 	p.args = append(append(p.args, node, len(fields)), fields...)
 }
 
