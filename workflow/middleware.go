@@ -46,9 +46,12 @@ const (
 // failure (a [streamq.Permanent] error, a cancel, or the job's last
 // attempt) cancels or releases them by the policy of each dependency; a
 // failure that will be retried records nothing but the failed attempt.
+// The records of a workflow's jobs that end while one of its records is
+// under way are sent together in the next call.
 //
 // A record that Redis does not confirm is tried again with backoff (about
-// 2 s in all; a cancelled handler context stops the waits). A success
+// 2 s in all; a cancelled context of the handler whose job sends the call
+// stops the waits). A success
 // still not confirmed then hands the job back without charging an attempt
 // ([streamq.Postpone]): recording twice changes nothing. Before a job runs
 // again (any attempt after the first, or a copy handed back), the
