@@ -21,10 +21,14 @@ const (
 	// child runs once all its parents finished, and sees no result of a
 	// failed one.
 	RunAnyway
-	// Ignore treats the parent's failure as if it had succeeded for this
-	// child. It runs the child as RunAnyway does; it differs in intent
-	// only (a RunAnyway child is expected to look at its parents'
-	// outcomes, an Ignore child not).
+	// Ignore lets the child run whatever the parent's outcome, as if the
+	// parent had succeeded. It behaves exactly as RunAnyway: the child
+	// waits until the parent ended (its outcome is not known before), runs
+	// then, and reads no result of a failed parent ([ParentResults]
+	// leaves it out, as it leaves out a parent that set none); the
+	// parent's failure cancels nothing and is counted where it happened
+	// (its node is dead, its batch counts it). Only the name differs, to
+	// say that the child does not care about that parent's outcome.
 	Ignore
 )
 

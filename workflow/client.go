@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -92,6 +93,12 @@ type Client struct {
 	log    *slog.Logger
 
 	registered sync.Map // queue name -> true once recorded in the prefix's registry
+
+	recs recorder // the records waiting to be sent, by workflow
+
+	// completeHook, set by tests only, runs each call of the complete
+	// script (for the records of nodes) in place of call.
+	completeHook func(nodes []string, call func() error) error
 }
 
 // NewClient returns a client of the workflows whose jobs run on queues
@@ -164,12 +171,60 @@ func (c *Client) defaults() error {
 	return nil
 }
 
-// spec is a node's job as stored in the workflow, ready to release.
+// spec is a node's job as stored in the workflow: what its release reads,
+// and its options, for readers of the spec (inspect reads the kind).
 type spec struct {
-	Queue   string            `json:"q"`
-	Payload []byte            `json:"p"`
-	Headers map[string]string `json:"h,omitempty"`
-	Opts    wire.Opts         `json:"o"`
+	ready
+	Opts wire.Opts `json:"o"`
+}
+
+// ready is a node's job ready to release: its queue, its payload and its
+// other wire fields in the order of wire.Job.Args, with the payload's value
+// left empty at index Pay and the enqueue time's at index Enq (both set at
+// release).
+type ready struct {
+	Queue   string   `json:"q"`
+	Payload []byte   `json:"p"`
+	Fields  []string `json:"f"`
+	Pay     int      `json:"pi"`
+	Enq     int      `json:"ei"`
+}
+
+// newSpec returns the spec of job j on queue qname.
+func newSpec(qname string, j *wire.Job) spec {
+	args := j.Args()
+	s := spec{ready: ready{Queue: qname, Payload: j.Payload, Fields: make([]string, len(args))}, Opts: j.Opts}
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			s.Fields[i] = v
+		case []byte:
+			s.Fields[i] = string(v)
+		}
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		switch args[i] {
+		case wire.FieldPayload:
+			s.Pay, s.Fields[i+1] = i+1, ""
+		case wire.FieldEnqueued:
+			s.Enq = i + 1
+		}
+	}
+	return s
+}
+
+// fields returns the wire fields of the job of r enqueued at now (Unix
+// ms), and its queue.
+func (r *ready) fields(now string) ([]any, error) {
+	if r.Pay <= 0 || r.Enq <= 0 || r.Pay >= len(r.Fields) || r.Enq >= len(r.Fields) {
+		return nil, fmt.Errorf("its fields do not place the payload (%d) and the enqueue time (%d) among %d", r.Pay, r.Enq, len(r.Fields))
+	}
+	args := make([]any, len(r.Fields))
+	for i, f := range r.Fields {
+		args[i] = f
+	}
+	args[r.Pay], args[r.Enq] = r.Payload, now
+	return args, nil
 }
 
 // Enqueue stores workflow w in Redis, all or nothing (one script on the
@@ -290,10 +345,10 @@ func (c *Client) spec(id string, n *node) ([]byte, error) {
 	if o.MaxAttempts == 0 {
 		o.MaxAttempts = DefaultMaxAttempts
 	}
-	s := spec{Queue: q.Name(), Payload: payload, Headers: headers, Opts: wire.Opts{
+	j := wire.Job{Payload: payload, Headers: headers, Opts: wire.Opts{
 		Kind: kind, MaxAttempts: o.MaxAttempts, Timeout: millis(o.Timeout), Retention: millis(o.ResultRetention), Tags: o.Tags,
 	}}
-	return json.Marshal(s)
+	return json.Marshal(newSpec(q.Name(), &j))
 }
 
 // apply applies opts to o.
@@ -349,37 +404,41 @@ func jsonNames(es []edge) string {
 }
 
 // release enqueues the jobs of runnable nodes into their queues, each under
-// the mark of its node (so a release repeated after a crash stores nothing
-// twice), then marks the nodes released; jobs of nodes cancelled in
-// between are cancelled.
+// the workflow's mark of its node in the queue (so a release repeated
+// after a crash stores nothing twice), then marks the nodes released; jobs
+// of nodes cancelled in between are cancelled. One script call per queue
+// and 1,000 jobs, and one to mark them.
 func (c *Client) release(ctx context.Context, id string, wf *rdb.Workflow, run []rdb.Runnable) error {
 	if len(run) == 0 {
 		return nil
 	}
-	byQueue := map[string]*rdb.OutboxParams{}
+	byQueue := map[string]*rdb.WorkflowReleaseParams{}
 	var order []string
-	names := map[string][]string{}
-	var pairs []string
+	pairs := make([]string, 0, 2*len(run))
 	flush := func(qname string) error {
 		p := byQueue[qname]
 		if p == nil || p.Len() == 0 {
 			return nil
 		}
-		p.MarkTTL = c.cfg.Retention + 24*time.Hour
-		if err := core.Of(c.queues[qname]).DB.Outbox(ctx, p); err != nil {
+		if err := core.Of(c.queues[qname]).DB.WorkflowRelease(ctx, p); err != nil {
 			return fmt.Errorf("streamq: workflow %s: release into %s: %w", id, qname, err)
 		}
 		c.register(ctx, qname)
 		for i, jid := range p.IDs {
-			pairs = append(pairs, names[qname][i], qname+"\t"+jid)
+			pairs = append(pairs, p.Nodes()[i], qname+"\t"+jid)
 		}
-		byQueue[qname], names[qname] = nil, nil
+		byQueue[qname] = nil
 		return nil
 	}
-	now := time.Now().UnixMilli()
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	for _, r := range run {
-		var s spec
-		if err := json.Unmarshal([]byte(r.Spec), &s); err != nil {
+		var s ready
+		err := json.Unmarshal([]byte(r.Spec), &s)
+		var fields []any
+		if err == nil {
+			fields, err = s.fields(now)
+		}
+		if err != nil {
 			return fmt.Errorf("streamq: workflow %s: node %q has a malformed job: %w", id, r.Name, err)
 		}
 		q := c.queues[s.Queue]
@@ -388,13 +447,11 @@ func (c *Client) release(ctx context.Context, id string, wf *rdb.Workflow, run [
 		}
 		p := byQueue[s.Queue]
 		if p == nil {
-			p = &rdb.OutboxParams{}
+			p = &rdb.WorkflowReleaseParams{Workflow: id, MarkTTL: c.cfg.Retention + 24*time.Hour}
 			byQueue[s.Queue] = p
 			order = append(order, s.Queue)
 		}
-		j := wire.Job{Payload: s.Payload, Headers: s.Headers, EnqMillis: now, Opts: s.Opts}
-		p.Add(core.Of(q).Keys, rdb.WorkflowMark(id, r.Name), &j, time.Time{})
-		names[s.Queue] = append(names[s.Queue], r.Name)
+		p.Add(r.Name, fields)
 		if p.Len() == streamq.MaxBatchChunk {
 			if err := flush(s.Queue); err != nil {
 				return err

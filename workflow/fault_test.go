@@ -3,6 +3,8 @@ package workflow_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +19,7 @@ import (
 // proxy that drops the replies of workflow scripts after Redis ran them
 // (go-redis sends them again: re-sends must change nothing) and cuts every
 // connection at intervals. Every node must succeed, none start before its
-// parents, each callback run once.
+// parents, each (callbacks included) run once.
 func TestClient_Faults(t *testing.T) {
 	t.Parallel()
 	proxy, c := redistest.NewProxiedClient(t)
@@ -89,9 +91,9 @@ func TestClient_Faults(t *testing.T) {
 	e.checkOrder(deps, nil)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, cb := range []string{"ok", "all", "sink"} {
-		if e.runs[cb] != 1 {
-			t.Errorf("callback %s ran %d times, want once", cb, e.runs[cb])
+	for n, r := range e.runs {
+		if r != 1 {
+			t.Errorf("node %s ran %d times, want once", n, r)
 		}
 	}
 	stop()
@@ -102,4 +104,70 @@ func TestClient_Faults(t *testing.T) {
 		t.Errorf("%d replies dropped, want at least 5", proxy.Dropped())
 	}
 	t.Logf("%d replies dropped, %d cuts", proxy.Dropped(), proxy.Cuts())
+}
+
+// TestMiddleware_RecordFails makes the record of node x's success fail:
+// "lost reply" runs it in Redis but loses every reply of its first record
+// (all its tries), as a connection cut that outlasts the client's retries
+// does; "refused" fails its first two calls before they reach Redis. Either
+// way x's handler runs once, its child runs once after it, and the
+// workflow completes: the record is tried again, and a job handed back
+// after a success that was recorded does not run its handler again.
+func TestMiddleware_RecordFails(t *testing.T) {
+	t.Parallel()
+	errCut := errors.New("test: connection cut")
+	tests := []struct {
+		name      string
+		hook      func(n int, call func() error) error
+		wantCalls func(n int) bool
+		want      string
+	}{
+		{"lost reply", func(n int, call func() error) error {
+			err := call()
+			if n <= workflow.RecordTries {
+				return errCut
+			}
+			return err
+		}, func(n int) bool { return n > workflow.RecordTries }, "more than the tries of one record (the job was handed back)"},
+		{"refused", func(n int, call func() error) error {
+			if n <= 2 {
+				return errCut
+			}
+			return call()
+		}, func(n int) bool { return n == 3 }, "3 (two refused, then recorded)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, redistest.NewClient(t), nil)
+			var mu sync.Mutex
+			calls := 0
+			workflow.SetCompleteHook(e.wc, func(nodes []string, call func() error) error {
+				if !slices.Contains(nodes, "x") {
+					return call()
+				}
+				mu.Lock()
+				calls++
+				n := calls
+				mu.Unlock()
+				return tt.hook(n, call)
+			})
+			e.consume(nil)
+			w := workflow.New("rec").Add("x", e.qs[0], step{"x"}).Add("y", e.qs[1], step{"y"}, workflow.After("x"))
+			if err := e.wc.Enqueue(context.Background(), w); err != nil {
+				t.Fatal(err)
+			}
+			info := e.waitEnded("rec", 30*time.Second)
+			if info.State != workflow.StateFinished || info.Progress.Succeeded != 2 {
+				t.Fatalf("workflow %s with %+v, want finished with 2 succeeded", info.State, info.Progress)
+			}
+			e.checkOrder(map[string][]string{"y": {"x"}}, nil)
+			e.checkRunsOnce()
+			mu.Lock()
+			defer mu.Unlock()
+			if !tt.wantCalls(calls) {
+				t.Errorf("x's record called the script %d times, want %s", calls, tt.want)
+			}
+		})
+	}
 }

@@ -125,8 +125,8 @@ func (c *Client) checkJob(ctx context.Context, wf *rdb.Workflow, id, node, ref s
 	default:
 		return nil
 	}
-	found, finished, run, err := wf.Complete(ctx, node, "d", nil, false)
-	if err != nil || !found {
+	found, finished, run, err := wf.Complete(ctx, []rdb.Completion{{Node: node, Outcome: "d"}})
+	if err != nil || !found[0] {
 		return err
 	}
 	r.Ended++

@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -325,8 +326,8 @@ func TestClient_Redrive(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker recorded p's success and died before releasing c.
-	found, _, run, err := rdb.NewWorkflow(e.c, e.prefix, "rd").Complete(ctx, "p", "s", nil, false)
-	if err != nil || !found || len(run) != 1 || run[0].Name != "c" {
+	found, _, run, err := rdb.NewWorkflow(e.c, e.prefix, "rd").Complete(ctx, []rdb.Completion{{Node: "p", Outcome: "s"}})
+	if err != nil || !found[0] || len(run) != 1 || run[0].Name != "c" {
 		t.Fatalf("Complete: %v %v %v, want c runnable", found, run, err)
 	}
 	// dies is dead-lettered by a consumer without the middleware.
@@ -424,4 +425,60 @@ func TestInspector_ExplainNode(t *testing.T) {
 	if _, err := in.ExplainNode(ctx, "nope", "kid"); err == nil || !strings.Contains(err.Error(), `workflow "nope" not found`) {
 		t.Fatalf("unknown workflow: %v", err)
 	}
+}
+
+// TestWorkflow_CompleteGroup records several outcomes in one complete
+// script call, as the middleware's group commit sends them: a fan-in child
+// becomes runnable once, when both its parents' successes are in the same
+// call; an unknown node is reported not found; a repeated record changes
+// nothing and returns the children still runnable.
+func TestWorkflow_CompleteGroup(t *testing.T) {
+	t.Parallel()
+	e := setup(t, redistest.NewClient(t), nil)
+	a := e.qs[0]
+	ctx := context.Background()
+	w := workflow.New("grp").Add("a", a, step{"a"}).Add("b", a, step{"b"}).
+		Add("both", a, step{"both"}, workflow.After("a", "b")).Add("only-a", a, step{"only-a"}, workflow.After("a")).
+		Add("f", a, step{"f"})
+	if err := e.wc.Enqueue(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	wf := rdb.NewWorkflow(e.c, e.prefix, "grp")
+	found, finished, run, err := wf.Complete(ctx, []rdb.Completion{
+		{Node: "a", Outcome: "s", Result: []byte("ra"), HasResult: true}, {Node: "nope", Outcome: "s"},
+		{Node: "b", Outcome: "s"}, {Node: "a", Outcome: "s"}, {Node: "f", Outcome: "f"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, true, true, true}; !slices.Equal(found, want) || finished {
+		t.Fatalf("found %v finished %v, want %v and not finished", found, finished, want)
+	}
+	if got := runNames(run); !slices.Equal(got, []string{"both", "only-a"}) {
+		t.Fatalf("runnable %q, want both and only-a once each", got)
+	}
+	st, err := wf.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.State["a"] != "s" || st.State["b"] != "s" || st.State["f"] != "f" || st.State["both"] != "r" || st.Need["both"] != "0" {
+		t.Fatalf("states %v, need %v: want a, b succeeded, f retrying, both runnable with no parent left", st.State, st.Need)
+	}
+	_, _, run, err = wf.Complete(ctx, []rdb.Completion{{Node: "b", Outcome: "s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runNames(run); !slices.Equal(got, []string{"both"}) {
+		t.Fatalf("a repeated record returned %q, want its child still runnable (both)", got)
+	}
+}
+
+// runNames returns the sorted names of run.
+func runNames(run []rdb.Runnable) []string {
+	var out []string
+	for _, r := range run {
+		out = append(out, r.Name)
+	}
+	slices.Sort(out)
+	return out
 }

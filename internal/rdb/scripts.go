@@ -62,6 +62,7 @@ func Scripts() map[string]*redis.Script {
 		"workflow_create":       scriptWorkflowCreate,
 		"workflow_complete":     scriptWorkflowComplete,
 		"workflow_released":     scriptWorkflowReleased,
+		"workflow_release":      scriptWorkflowRelease,
 		"workflow_cancel":       scriptWorkflowCancel,
 		"workflow_results":      scriptWorkflowResults,
 		"set_partitions":        scriptSetPartitions,

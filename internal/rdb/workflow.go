@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -53,9 +54,113 @@ func (k WorkflowKeys) list() []string {
 	return []string{k.Meta, k.Spec, k.State, k.Need, k.Kids, k.Parents, k.Jobs, k.Result, k.Batches}
 }
 
-// WorkflowMark returns the outbox row that the release of node of workflow
-// id writes its mark under in the node's queue (see Keys.OutboxMark).
-func WorkflowMark(id, node string) string { return "wf:" + id + ":" + node }
+// WorkflowMarks returns the key of the marks of the released jobs of
+// workflow id in the queue of keys: a hash, node -> the job's ID, in the
+// queue's slot.
+func WorkflowMarks(keys Keys, id string) string { return keys.OutboxMark("wf:" + id) }
+
+// scriptWorkflowRelease enqueues the jobs of runnable nodes of one
+// workflow into one queue, each unless the workflow's marks in the queue
+// name its node: a job whose mark exists was enqueued by an earlier call
+// (a release repeated after a crash, a re-sent call), and is left alone.
+// The new jobs go into the stream under the queue's cap (nothing is
+// written when they do not fit). The marks are read with one HMGET and
+// written with one HSET: a new job costs its XADD.
+//
+// KEYS[1] stream, KEYS[2] the workflow's marks in the queue (WorkflowMarks)
+// ARGV[1] cap (0 or less: none), ARGV[2] marks TTL (ms), ARGV[3] number
+// of jobs n (at most 1,000); then per job: its node, its field/value count
+// c and c field/value arguments.
+// Returns {added, id_1, ..., id_n}: how many jobs the call enqueued, and
+// each job's ID (the earlier call's for a marked one). Or an error reply
+// starting with "QUEUEFULL" when the new jobs do not fit under the cap.
+var scriptWorkflowRelease = redis.NewScript(streamLib + `
+local cap, ttl, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local nodes, pos = {}, {}
+local i = 4
+for j = 1, n do
+  nodes[j], pos[j] = ARGV[i], i
+  i = i + 2 + tonumber(ARGV[i + 1])
+end
+local found, ids, new = redis.call('HMGET', KEYS[2], unpack(nodes)), {}, 0
+for j = 1, n do
+  if found[j] then ids[nodes[j]] = found[j] elseif ids[nodes[j]] == nil then
+    ids[nodes[j]] = false
+    new = new + 1
+  end
+end
+if new > 0 then
+  local full = no_room(KEYS[1], cap, new)
+  if full then return redis.error_reply(full) end
+end
+local out, marks = {0}, {}
+for j = 1, n do
+  local id = ids[nodes[j]]
+  if not id then
+    local p = pos[j]
+    id = redis.call('XADD', KEYS[1], '*', unpack(ARGV, p + 2, p + 1 + tonumber(ARGV[p + 1])))
+    ids[nodes[j]] = id
+    marks[#marks + 1] = nodes[j]
+    marks[#marks + 1] = id
+    out[1] = out[1] + 1
+  end
+  out[j + 1] = id
+end
+if #marks > 0 then redis.call('HSET', KEYS[2], unpack(marks)) end
+redis.call('PEXPIRE', KEYS[2], ttl)
+return out
+`)
+
+// WorkflowReleaseParams are one call of scriptWorkflowRelease: the jobs
+// of one workflow for one queue, at most 1,000, added with Add.
+type WorkflowReleaseParams struct {
+	Workflow string        // the workflow's ID
+	MarkTTL  time.Duration // how long the marks live
+	// IDs receives the job IDs, in the order of Add.
+	IDs []string
+
+	nodes []string
+	args  []any
+}
+
+// Add adds the job of node, with its wire fields (see wire.Job.Args).
+func (p *WorkflowReleaseParams) Add(node string, fields []any) {
+	if p.args == nil {
+		p.args = make([]any, 3, 3+16*8)
+	}
+	p.nodes = append(p.nodes, node)
+	p.args = append(append(p.args, node, len(fields)), fields...)
+}
+
+// Len returns the number of jobs added.
+func (p *WorkflowReleaseParams) Len() int { return len(p.nodes) }
+
+// Nodes returns the nodes added, in the order of Add.
+func (p *WorkflowReleaseParams) Nodes() []string { return p.nodes }
+
+// WorkflowRelease runs scriptWorkflowRelease for the jobs of p and sets
+// p.IDs. A refusal wraps [ErrQueueFull].
+func (q *Queue) WorkflowRelease(ctx context.Context, p *WorkflowReleaseParams) error {
+	if len(p.nodes) == 0 {
+		return nil
+	}
+	args := p.args
+	args[0], args[1], args[2] = q.maxLen, p.MarkTTL.Milliseconds(), len(p.nodes)
+	keys := []string{q.keys.Stream, WorkflowMarks(q.keys, p.Workflow)}
+	cmd, _ := q.runScript(ctx, scriptWorkflowRelease, Memo{}, Replicas{}, keys, args)
+	res, err := cmd.Slice()
+	if err != nil {
+		return Translate(err)
+	}
+	if len(res) != len(p.nodes)+1 {
+		return fmt.Errorf("workflow release replied %d elements for %d jobs", len(res), len(p.nodes))
+	}
+	p.IDs = make([]string, len(p.nodes))
+	for i, v := range res[1:] {
+		p.IDs[i], _ = v.(string)
+	}
+	return nil
+}
 
 // workflowLib holds the helpers of the workflow scripts. KEYS are those of
 // WorkflowKeys, in its field order.
@@ -65,43 +170,107 @@ local K_META, K_SPEC, K_STATE, K_NEED, K_KIDS, K_PAR, K_JOBS, K_RES, K_BATCH =
 
 local function terminal(s) return s == 's' or s == 'd' or s == 'c' end
 
--- push_runnable appends node and its spec to out.
-local function push_runnable(out, node)
-  table.insert(out, node)
-  table.insert(out, redis.call('HGET', K_SPEC, node) or '')
+-- hset_many sets the field/value pairs of t (a flat list) in hash key, in
+-- chunks of 500 pairs (unpack's stack limit).
+local function hset_many(key, t)
+  for i = 1, #t, 1000 do
+    redis.call('HSET', key, unpack(t, i, math.min(i + 999, #t)))
+  end
 end
 
--- settle ends node with outcome ('s', 'd' or 'c') and applies it to its
--- children by the policy of each edge: 'c' cancels a waiting child when the
--- parent did not succeed (and so on down), any other policy counts the
--- parent as finished. Children whose last parent finished become runnable
--- and are appended to out. Returns how many nodes it ended. Its work is
--- bounded by the size of the workflow, which the builder bounds.
-local function settle(node, outcome, out)
-  local stack, closed = {{node, outcome}}, 0
+-- hmget_many returns the values of fields names of hash key (false for a
+-- missing one), in chunks of 1,000 fields.
+local function hmget_many(key, names)
+  local out = {}
+  for i = 1, #names, 1000 do
+    for _, v in ipairs(redis.call('HMGET', key, unpack(names, i, math.min(i + 999, #names)))) do
+      out[#out + 1] = v
+    end
+  end
+  return out
+end
+
+-- push_specs appends each of names and its spec to out (one HMGET per
+-- 1,000 nodes).
+local function push_specs(out, names)
+  local specs = hmget_many(K_SPEC, names)
+  for i, n in ipairs(names) do
+    out[#out + 1] = n
+    out[#out + 1] = specs[i] or ''
+  end
+end
+
+-- settle ends nodes with outcomes (ends: a flat list of node, outcome;
+-- outcome 's', 'd' or 'c') and applies each to its children by the policy
+-- of each edge: 'c' cancels a waiting child when the parent did not
+-- succeed (and so on down), any other policy counts the parent as
+-- finished. Children whose last parent finished become runnable and are
+-- appended to out with their specs. known holds states the caller read.
+-- The states and counters it reads go through a cache and are written
+-- back once, with one HSET per hash: a node's children cost one HMGET of
+-- their states and one of their counters, whatever their number. Returns
+-- how many nodes it ended. Its work is bounded by the size of the
+-- workflow, which the builder bounds.
+local function settle(ends, out, known)
+  local state, need, sw, nw, runnable = known or {}, {}, {}, {}, {}
+  local stack, closed = {}, 0
+  for i = #ends - 1, 1, -2 do stack[#stack + 1] = {ends[i], ends[i + 1]} end
   while #stack > 0 do
     local top = table.remove(stack)
     local n, o = top[1], top[2]
-    local st = redis.call('HGET', K_STATE, n)
+    local st = state[n]
+    if st == nil then
+      st = redis.call('HGET', K_STATE, n)
+      state[n] = st
+    end
     if st and not terminal(st) then
-      redis.call('HSET', K_STATE, n, o)
+      state[n] = o
+      sw[#sw + 1] = n
+      sw[#sw + 1] = o
       closed = closed + 1
       local kids = redis.call('HGET', K_KIDS, n)
       if kids then
-        for _, e in ipairs(cjson.decode(kids)) do
+        local es = cjson.decode(kids)
+        local unread = {}
+        for _, e in ipairs(es) do
+          if state[e[1]] == nil then unread[#unread + 1] = e[1] end
+        end
+        if #unread > 0 then
+          local vals = hmget_many(K_STATE, unread)
+          for i, c in ipairs(unread) do state[c] = vals[i] end
+        end
+        unread = {}
+        for _, e in ipairs(es) do
+          if state[e[1]] == 'w' and need[e[1]] == nil then unread[#unread + 1] = e[1] end
+        end
+        if #unread > 0 then
+          local vals = hmget_many(K_NEED, unread)
+          for i, c in ipairs(unread) do need[c] = tonumber(vals[i]) or 0 end
+        end
+        for _, e in ipairs(es) do
           local c, pol = e[1], e[2]
-          if redis.call('HGET', K_STATE, c) == 'w' then
+          if state[c] == 'w' then
             if o ~= 's' and pol == 'c' then
-              table.insert(stack, {c, 'c'})
-            elseif redis.call('HINCRBY', K_NEED, c, -1) <= 0 then
-              redis.call('HSET', K_STATE, c, 'r')
-              push_runnable(out, c)
+              stack[#stack + 1] = {c, 'c'}
+            else
+              need[c] = need[c] - 1
+              nw[#nw + 1] = c
+              nw[#nw + 1] = need[c]
+              if need[c] <= 0 then
+                state[c] = 'r'
+                sw[#sw + 1] = c
+                sw[#sw + 1] = 'r'
+                runnable[#runnable + 1] = c
+              end
             end
           end
         end
       end
     end
   end
+  hset_many(K_STATE, sw)
+  hset_many(K_NEED, nw)
+  push_specs(out, runnable)
   return closed
 end
 
@@ -144,75 +313,121 @@ if redis.call('EXISTS', K_META) == 1 then
   if redis.call('HGET', K_META, 'sum') ~= ARGV[2] then
     return redis.error_reply('WFEXISTS another workflow has this ID')
   end
-  local st = redis.call('HGETALL', K_STATE)
+  local st, runnable = redis.call('HGETALL', K_STATE), {}
   for i = 1, #st, 2 do
-    if st[i + 1] == 'r' then push_runnable(out, st[i]) end
+    if st[i + 1] == 'r' then runnable[#runnable + 1] = st[i] end
   end
+  push_specs(out, runnable)
   return out
 end
 local now, n = now_ms(), tonumber(ARGV[3])
 redis.call('HSET', K_META, 'state', 'running', 'sum', ARGV[2], 'created', now, 'touched', now,
   'retention', ARGV[1], 'nodes', n, 'open', n)
+local spec, state, need, kids, par, runnable = {}, {}, {}, {}, {}, {}
 local i = 4
 for j = 1, n do
-  local name, spec, need, kids, par = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
-  redis.call('HSET', K_SPEC, name, spec)
-  if need == 0 then
-    redis.call('HSET', K_STATE, name, 'r')
-    table.insert(out, name)
-    table.insert(out, spec)
+  local name, nd, k, p = ARGV[i], tonumber(ARGV[i + 2]), ARGV[i + 3], ARGV[i + 4]
+  spec[#spec + 1] = name
+  spec[#spec + 1] = ARGV[i + 1]
+  state[#state + 1] = name
+  if nd == 0 then
+    state[#state + 1] = 'r'
+    out[#out + 1] = name
+    out[#out + 1] = ARGV[i + 1]
   else
-    redis.call('HSET', K_STATE, name, 'w')
-    redis.call('HSET', K_NEED, name, need)
+    state[#state + 1] = 'w'
+    need[#need + 1] = name
+    need[#need + 1] = nd
   end
-  if kids ~= '' then redis.call('HSET', K_KIDS, name, kids) end
-  if par ~= '' then redis.call('HSET', K_PAR, name, par) end
+  if k ~= '' then
+    kids[#kids + 1] = name
+    kids[#kids + 1] = k
+  end
+  if p ~= '' then
+    par[#par + 1] = name
+    par[#par + 1] = p
+  end
   i = i + 5
 end
-local nb = tonumber(ARGV[i])
-for j = 1, nb do
-  redis.call('HSET', K_BATCH, ARGV[i + 2 * j - 1], ARGV[i + 2 * j])
-end
+hset_many(K_SPEC, spec)
+hset_many(K_STATE, state)
+hset_many(K_NEED, need)
+hset_many(K_KIDS, kids)
+hset_many(K_PAR, par)
+local nb, batches = tonumber(ARGV[i]), {}
+for j = 1, 2 * nb do batches[j] = ARGV[i + j] end
+hset_many(K_BATCH, batches)
 return out
 `)
 
-// scriptWorkflowComplete records the outcome of a node's job: 'f' a failed
-// attempt that will be retried, 's' success (with its result), 'd' a final
-// failure, 'c' cancelled. A terminal outcome is applied to the children
-// (see settle); recording it again changes nothing and returns the
-// children still runnable (not yet released), so that a worker that
-// crashed before releasing them, or the re-drive, releases them.
+// scriptWorkflowComplete records the outcomes of nodes' jobs, in order: 'f'
+// a failed attempt that will be retried, 's' success (with its result),
+// 'd' a final failure, 'c' cancelled. The terminal outcomes are applied to
+// the children together (see settle); recording one again changes nothing
+// and returns the node's children still runnable (not yet released), so
+// that a worker that crashed before releasing them, or the re-drive,
+// releases them. Workers record the jobs of one workflow that end
+// together in one call.
 //
 // KEYS: WorkflowKeys
-// ARGV[1] node, ARGV[2] outcome, ARGV[3] result, ARGV[4] "1" when ARGV[3]
-// is a result to store.
-// Returns {-1} when the workflow or node is unknown (expired, never
-// created), else {finished (1 when this call finished the workflow),
-// name_1, spec_1, ...} of the runnable children.
+// ARGV[1] count n (at most a few hundred); per record 4 arguments: node,
+// outcome, result, "1" when the result is one to store.
+// Returns {finished (1 when this call finished the workflow), found (a
+// string of n characters: "1" for a record of a known node, "0" for one of
+// an unknown workflow or node: expired, never created), name_1, spec_1,
+// ...} of the runnable children.
 var scriptWorkflowComplete = redis.NewScript(workflowLib + `
-local node, outcome = ARGV[1], ARGV[2]
-local st = redis.call('HGET', K_STATE, node)
-if not st then return {-1} end
+local n = tonumber(ARGV[1])
 local now = now_ms()
-if outcome == 'f' then
-  if st == 'q' or st == 'r' then
-    redis.call('HSET', K_STATE, node, 'f')
-    redis.call('HSET', K_META, 'touched', now)
+local known, found, ends, seen, again = {}, {}, {}, {}, {}
+local failed = false
+for j = 1, n do
+  local node, outcome = ARGV[4 * j - 2], ARGV[4 * j - 1]
+  local st = known[node]
+  if st == nil then
+    st = redis.call('HGET', K_STATE, node)
+    known[node] = st
   end
-  return {0}
-end
-local out = {0}
-if not terminal(st) then
-  if outcome == 's' and ARGV[4] == '1' then redis.call('HSET', K_RES, node, ARGV[3]) end
-  out[1] = close(settle(node, outcome, out), now)
-  return out
-end
-local kids = redis.call('HGET', K_KIDS, node)
-if kids then
-  for _, e in ipairs(cjson.decode(kids)) do
-    if redis.call('HGET', K_STATE, e[1]) == 'r' then push_runnable(out, e[1]) end
+  found[j] = st and '1' or '0'
+  if not st then
+  elseif outcome == 'f' then
+    if st == 'q' or st == 'r' then
+      redis.call('HSET', K_STATE, node, 'f')
+      known[node] = 'f'
+      failed = true
+    end
+  elseif not terminal(st) and not seen[node] then
+    seen[node] = true
+    if outcome == 's' and ARGV[4 * j + 1] == '1' then redis.call('HSET', K_RES, node, ARGV[4 * j]) end
+    ends[#ends + 1] = node
+    ends[#ends + 1] = outcome
+  elseif terminal(st) then
+    again[#again + 1] = node
   end
 end
+local out = {0, table.concat(found)}
+if #ends > 0 then
+  out[1] = close(settle(ends, out, known), now)
+elseif failed then
+  redis.call('HSET', K_META, 'touched', now)
+end
+local listed = {}
+for i = 3, #out, 2 do listed[out[i]] = true end
+local runnable = {}
+for _, node in ipairs(again) do
+  local kids = redis.call('HGET', K_KIDS, node)
+  if kids then
+    local names = {}
+    for _, e in ipairs(cjson.decode(kids)) do names[#names + 1] = e[1] end
+    for i, s in ipairs(hmget_many(K_STATE, names)) do
+      if s == 'r' and not listed[names[i]] then
+        listed[names[i]] = true
+        runnable[#runnable + 1] = names[i]
+      end
+    end
+  end
+end
+push_specs(out, runnable)
 return out
 `)
 
@@ -226,16 +441,31 @@ return out
 // ARGV: pairs of node and job reference ("<queue>\t<job ID>").
 // Returns the references of the jobs of cancelled nodes.
 var scriptWorkflowReleased = redis.NewScript(workflowLib + `
-local out = {}
+local names, refs, seen = {}, {}, {}
 for i = 1, #ARGV, 2 do
-  local st = redis.call('HGET', K_STATE, ARGV[i])
-  if st then redis.call('HSETNX', K_JOBS, ARGV[i], ARGV[i + 1]) end
-  if st == 'r' then
-    redis.call('HSET', K_STATE, ARGV[i], 'q')
-  elseif st == 'c' then
-    table.insert(out, ARGV[i + 1])
+  if not seen[ARGV[i]] then
+    seen[ARGV[i]] = true
+    names[#names + 1] = ARGV[i]
+    refs[#refs + 1] = ARGV[i + 1]
   end
 end
+local sts, jobs = hmget_many(K_STATE, names), hmget_many(K_JOBS, names)
+local jw, sw, out = {}, {}, {}
+for j, n in ipairs(names) do
+  local st = sts[j]
+  if st and not jobs[j] then
+    jw[#jw + 1] = n
+    jw[#jw + 1] = refs[j]
+  end
+  if st == 'r' then
+    sw[#sw + 1] = n
+    sw[#sw + 1] = 'q'
+  elseif st == 'c' then
+    out[#out + 1] = refs[j]
+  end
+end
+hset_many(K_JOBS, jw)
+hset_many(K_STATE, sw)
 if redis.call('EXISTS', K_META) == 1 then redis.call('HSET', K_META, 'touched', now_ms()) end
 return out
 `)
@@ -336,25 +566,55 @@ func (w *Workflow) Create(ctx context.Context, retention time.Duration, sum stri
 	return runnables(res), nil
 }
 
-// Complete runs scriptWorkflowComplete. found is false when the workflow
-// or node is unknown.
-func (w *Workflow) Complete(ctx context.Context, node, outcome string, result []byte, hasResult bool) (found, finished bool, run []Runnable, err error) {
-	flag := "0"
-	if hasResult {
-		flag = "1"
+// Completion is the outcome of one attempt of a node's job, for
+// [Workflow.Complete]: "f" failed (to be retried), "s" succeeded, "d"
+// failed for good, "c" cancelled.
+type Completion struct {
+	Node, Outcome string
+	Result        []byte
+	HasResult     bool // Result is one to store
+}
+
+// Complete runs scriptWorkflowComplete for cs. found[i] is false when the
+// workflow or cs[i]'s node is unknown; finished is true when this call
+// finished the workflow; run are the children now runnable.
+func (w *Workflow) Complete(ctx context.Context, cs []Completion) (found []bool, finished bool, run []Runnable, err error) {
+	args := make([]any, 0, 1+4*len(cs))
+	args = append(args, len(cs))
+	for _, c := range cs {
+		flag := "0"
+		if c.HasResult {
+			flag = "1"
+		}
+		args = append(args, c.Node, c.Outcome, c.Result, flag)
 	}
-	res, err := scriptWorkflowComplete.Run(ctx, w.client, w.keys.list(), node, outcome, result, flag).Slice()
+	res, err := scriptWorkflowComplete.Run(ctx, w.client, w.keys.list(), args...).Slice()
 	if err != nil {
-		return false, false, nil, err
+		return nil, false, nil, err
 	}
-	if len(res) == 0 {
-		return false, false, nil, fmt.Errorf("workflow complete: empty reply")
+	if len(res) < 2 {
+		return nil, false, nil, fmt.Errorf("workflow complete: reply of %d elements", len(res))
 	}
 	f, _ := res[0].(int64)
-	if f < 0 {
-		return false, false, nil, nil
+	flags, _ := res[1].(string)
+	if len(flags) != len(cs) {
+		return nil, false, nil, fmt.Errorf("workflow complete: %d found flags for %d records", len(flags), len(cs))
 	}
-	return true, f == 1, runnables(res[1:]), nil
+	found = make([]bool, len(cs))
+	for i := range cs {
+		found[i] = flags[i] == '1'
+	}
+	return found, f == 1, runnables(res[2:]), nil
+}
+
+// NodeState returns the state of node ("" for an unknown workflow or
+// node).
+func (w *Workflow) NodeState(ctx context.Context, node string) (string, error) {
+	st, err := w.client.HGet(ctx, w.keys.State, node).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return st, err
 }
 
 // Released runs scriptWorkflowReleased for pairs node, job reference and
