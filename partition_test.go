@@ -471,6 +471,6 @@ func TestPartitionedProducer_BatchRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(ids) != 800 || len(got) != 8 || cmds != 8 {
-		t.Fatalf("a batch of 800 jobs over 8 partitions: %d IDs, %d commands naming %v; want 800 IDs, 8 commands, one per partition", len(ids), cmds, got)
+		t.Fatalf("a batch of 800 jobs over 8 partitions: %d IDs, %d commands naming %v; want 800 IDs, 8 commands, one per partition; commands: %q", len(ids), cmds, got, tags.Log())
 	}
 }

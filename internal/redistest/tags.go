@@ -18,13 +18,14 @@ type Tags struct {
 	on   bool
 	cmds int
 	seen map[string]int
+	log  []string // "name tag…" of each command, for failure messages
 }
 
 // Start clears what was recorded and starts recording.
 func (h *Tags) Start() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.on, h.cmds, h.seen = true, 0, map[string]int{}
+	h.on, h.cmds, h.seen, h.log = true, 0, map[string]int{}, nil
 }
 
 // Stop stops recording and returns the tags seen, sorted, and the number
@@ -47,7 +48,11 @@ func (h *Tags) record(cmds ...redis.Cmder) {
 		return
 	}
 	for _, cmd := range cmds {
+		if handshake[cmd.Name()] {
+			continue // a new connection's, not the caller's
+		}
 		h.cmds++
+		line := cmd.Name()
 		for _, a := range cmd.Args() {
 			s, _ := a.(string)
 			if strings.ContainsAny(s, " \t\n") {
@@ -60,10 +65,24 @@ func (h *Tags) record(cmds ...redis.Cmder) {
 					break
 				}
 				h.seen["{"+tag+"}"]++
+				line += " {" + tag + "}"
 				s = after
 			}
 		}
+		h.log = append(h.log, line)
 	}
+}
+
+// handshake are the commands go-redis sends when it opens a connection
+// (a parallel call may open one); Tags does not count them.
+var handshake = map[string]bool{"hello": true, "client": true, "auth": true, "select": true, "readonly": true}
+
+// Log returns each command recorded since Start: its name and the tags it
+// named.
+func (h *Tags) Log() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.log)
 }
 
 // DialHook implements redis.Hook.
