@@ -25,12 +25,8 @@ import (
 // records.
 func TestFlow_PageAndSet(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, false)
+	f, q := idleQueue(t)
 	ctx := context.Background()
-	q, err := f.in.Queue(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := q.SetFlowLimits(ctx, inspect.FlowLimits{Global: 7, PerKey: 2, Keys: map[string]int{"customer:42": 5}, Kinds: map[string]int{"report.build": 3}}); err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +73,8 @@ func TestFlow_PageAndSet(t *testing.T) {
 // that says how to write it, and the limits stay as they were.
 func TestFlow_BadInput(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, false)
+	f, q := idleQueue(t)
 	ctx := context.Background()
-	q, err := f.in.Queue(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := inspect.FlowLimits{Global: 4}
 	if err := q.SetFlowLimits(ctx, before); err != nil {
 		t.Fatal(err)
@@ -124,12 +116,8 @@ func TestFlow_BadInput(t *testing.T) {
 // is refused; flow keys and kinds are escaped.
 func TestFlow_RefusedAndEscaped(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, false)
+	f, q := idleQueue(t)
 	ctx := context.Background()
-	q, err := f.in.Queue(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	evil := `<script>alert("k")</script>`
 	limits := inspect.FlowLimits{Keys: map[string]int{evil: 2}, Kinds: map[string]int{"<b>kind</b>": 1}}
 	if err := q.SetFlowLimits(ctx, limits); err != nil {
@@ -362,12 +350,8 @@ func newPagesFixture(t testing.TB, f *fixture) *pagesFixture {
 // posts it keeps them exactly, not their escaped text.
 func TestFlow_HiddenCharacterKeys(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, false)
+	f, q := idleQueue(t)
 	ctx := context.Background()
-	q, err := f.in.Queue(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	zw, rtl := "customer:\u200b42", "tenant:\u202eevil"
 	if err := q.SetFlowLimits(ctx, inspect.FlowLimits{Keys: map[string]int{zw: 5, "plain": 1}, Rates: map[string]float64{rtl: 2}, Weights: map[string]int{rtl: 3}}); err != nil {
 		t.Fatal(err)
@@ -402,4 +386,16 @@ func TestFlow_HiddenCharacterKeys(t *testing.T) {
 	if r := c.post("/queues/idle/flow", url.Values{"raw_key": {"%%%"}}); r.Status != http.StatusBadRequest || !strings.Contains(r.Body, "reload the flow page") {
 		t.Errorf("a malformed raw_key: status %d, want 400 saying what to do:\n%s", r.Status, r.Body)
 	}
+}
+
+// idleQueue returns a fixture without consumer and the inspector's view
+// of its queue "idle".
+func idleQueue(t *testing.T) (*fixture, *inspect.Queue) {
+	t.Helper()
+	f := newFixture(t, false)
+	q, err := f.in.Queue(context.Background(), "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, q
 }
