@@ -113,7 +113,7 @@ type QueueConfig struct {
 
 	// CompletedMax caps the records of completed jobs (see
 	// CompletedRetention): the oldest beyond it are deleted. Each record
-	// takes about 200 bytes of Redis memory plus its payload (see
+	// takes about 300 bytes of Redis memory plus its payload (see
 	// docs/operations.md). Defaults to DefaultCompletedMax (10,000) when
 	// CompletedRetention is set; -1 removes the cap. Setting it without
 	// CompletedRetention is an error.
