@@ -338,10 +338,11 @@ func newPagesFixture(t testing.TB, f *fixture) *pagesFixture {
 	}
 	partitioned(t, f, "shard", 4, 40)
 	ob := newOutbox(t, f.idle, "a", "b", "c", "d")
+	completedQueue(t, f, `{"report":"daily","rows":1200}`, `{"report":"weekly","rows":8400}`, `{"to":"ada@example.com","template":"welcome"}`)
 	return &pagesFixture{
 		outboxes: []dashboard.Outbox{{Name: "app-db", Store: ob}},
 		pages: map[string]string{"flow": "/queues/idle/flow", "why": "/queues/idle/jobs/" + escapeID(f.waiting[3]),
-			"partitions": "/queues/shard/partitions", "outbox": "/outbox"},
+			"partitions": "/queues/shard/partitions", "outbox": "/outbox", "completed": "/queues/done?state=completed"},
 	}
 }
 
