@@ -32,6 +32,19 @@ type costVariant struct {
 	handler  streamq.Handler
 	priority bool
 	limits   *streamq.FlowLimits // flow-control limits of the queue (nil: none)
+	// custom, when set, builds the variant's own queues, producers and
+	// runners in place of the above (workflow, partitioned, outbox and
+	// replicated jobs, see costs_more.go).
+	custom func(ctx context.Context, c *redis.Client, name string, h streamq.Handler) (*costSetup, error)
+}
+
+// costSetup is what a custom variant runs: enqueue sends all costJobs jobs,
+// run runs them until its context ends (each through the handler it was
+// given), close releases what the setup made (nil: nothing).
+type costSetup struct {
+	enqueue func(ctx context.Context) error
+	run     func(ctx context.Context) error
+	close   func()
 }
 
 // costArgs are the typed variant's args, about 100 bytes of JSON.
@@ -77,6 +90,10 @@ func costVariants(payload []byte) []costVariant {
 			_, err := pq.Push(ctx, priority.Job{Priority: i % 10, Payload: payload})
 			return err
 		}},
+		{name: "replicated (MinReplicas 1)", custom: replicatedCost(payload)},
+		{name: "partitioned (4 partitions)", custom: partitionedCost(payload)},
+		{name: "workflow (1, 98 after it, 1 after all)", custom: workflowCost()},
+		{name: "outbox (SQLite relay)", custom: outboxCost(payload)},
 	}
 }
 
@@ -110,10 +127,17 @@ func (b *bench) scenarioCosts(ctx context.Context) error {
 		var runs []costRun
 		for r := range b.o.runs {
 			cr, err := b.costRun(ctx, v, r)
+			if errors.Is(err, errCostSkipped) {
+				fmt.Fprintf(b.out, "%-28s %v\n", "costs/"+v.name, err)
+				break
+			}
 			if err != nil {
 				return fmt.Errorf("%s: %w", v.name, err)
 			}
 			runs = append(runs, cr)
+		}
+		if len(runs) == 0 {
+			continue
 		}
 		cr := medianCost(runs)
 		if i == 0 {
@@ -150,31 +174,9 @@ func medianCost(rs []costRun) costRun {
 // costRun enqueues and runs costJobs jobs of v and returns what Redis did
 // per job.
 func (b *bench) costRun(ctx context.Context, v costVariant, run int) (costRun, error) {
-	name := b.name("cost", strings.NewReplacer(" ", "", "(", "", ")", "").Replace(v.name), strconv.Itoa(run))
+	name := b.name("cost", strings.NewReplacer(" ", "", "(", "", ")", "", ",", "").Replace(v.name), strconv.Itoa(run))
 	rdb := redis.NewClient(&redis.Options{Addr: b.o.addr, PoolSize: costConcurrency + 10})
 	defer rdb.Close()
-	q, err := streamq.NewQueue(rdb, name, nil)
-	if err != nil {
-		return costRun{}, err
-	}
-	if err := q.Setup(ctx); err != nil {
-		return costRun{}, err
-	}
-	if v.limits != nil {
-		if err := q.SetFlowLimits(ctx, *v.limits); err != nil {
-			return costRun{}, err
-		}
-	}
-	p, err := streamq.NewProducer(q, nil)
-	if err != nil {
-		return costRun{}, err
-	}
-	var pq *priority.Queue
-	if v.priority {
-		if pq, err = priority.NewQueue(q, nil); err != nil {
-			return costRun{}, err
-		}
-	}
 	var done atomic.Int64
 	finished := make(chan struct{})
 	h := v.handler
@@ -188,34 +190,29 @@ func (b *bench) costRun(ctx context.Context, v costVariant, run int) (costRun, e
 		}
 		return err
 	})
+	setup := v.custom
+	if setup == nil {
+		setup = v.queueSetup
+	}
+	st, err := setup(ctx, rdb, name, counted)
+	if err != nil {
+		return costRun{}, err
+	}
+	if st.close != nil {
+		defer st.close()
+	}
 	before, err := cmdCosts(ctx, b.admin)
 	if err != nil {
 		return costRun{}, err
 	}
 	cpu0 := redisCPU(ctx, b.admin)
-	for i := range costJobs {
-		if err := v.enqueue(ctx, p, pq, i); err != nil {
-			return costRun{}, err
-		}
-	}
-	var runFn func(context.Context) error
-	if v.priority {
-		w, err := priority.NewWorker(pq, counted, &priority.WorkerConfig{Concurrency: costConcurrency})
-		if err != nil {
-			return costRun{}, err
-		}
-		runFn = w.Run
-	} else {
-		c, err := streamq.NewConsumer(q, counted, &streamq.ConsumerConfig{Concurrency: costConcurrency, Backoff: func(int) time.Duration { return time.Millisecond }})
-		if err != nil {
-			return costRun{}, err
-		}
-		runFn = c.Run
+	if err := st.enqueue(ctx); err != nil {
+		return costRun{}, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- runFn(rctx) }()
+	go func() { errc <- st.run(rctx) }()
 	timedOut, runErr := waitDone(ctx, finished, errc, b.o.runTimeout)
 	cancel()
 	if runErr == nil {
@@ -234,6 +231,51 @@ func (b *bench) costRun(ctx context.Context, v costVariant, run int) (costRun, e
 	r := costDelta(before, after, costJobs)
 	r.cpu = (redisCPU(ctx, b.admin) - cpu0) * 1e6 / costJobs
 	return r, nil
+}
+
+// queueSetup is the set-up of a variant without one of its own: a queue
+// with v's limits, jobs sent with v.enqueue one by one, run by a consumer
+// (or a priority worker).
+func (v costVariant) queueSetup(ctx context.Context, c *redis.Client, name string, h streamq.Handler) (*costSetup, error) {
+	q, err := costQueue(ctx, c, name)
+	if err != nil {
+		return nil, err
+	}
+	if v.limits != nil {
+		if err := q.SetFlowLimits(ctx, *v.limits); err != nil {
+			return nil, err
+		}
+	}
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		return nil, err
+	}
+	var pq *priority.Queue
+	var run func(context.Context) error
+	if v.priority {
+		if pq, err = priority.NewQueue(q, nil); err != nil {
+			return nil, err
+		}
+		w, err := priority.NewWorker(pq, h, &priority.WorkerConfig{Concurrency: costConcurrency})
+		if err != nil {
+			return nil, err
+		}
+		run = w.Run
+	} else {
+		cons, err := streamq.NewConsumer(q, h, &streamq.ConsumerConfig{Concurrency: costConcurrency, Backoff: func(int) time.Duration { return time.Millisecond }})
+		if err != nil {
+			return nil, err
+		}
+		run = cons.Run
+	}
+	return &costSetup{run: run, enqueue: func(ctx context.Context) error {
+		for i := range costJobs {
+			if err := v.enqueue(ctx, p, pq, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}, nil
 }
 
 // cmdCost is one command's calls and time (INFO commandstats).

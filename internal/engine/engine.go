@@ -231,6 +231,7 @@ func (e *Engine[F]) Run(ctx context.Context, b Backend) error {
 	r.stop = make(chan struct{})
 	if e.cfg.ControlInterval > 0 && e.cfg.DB != nil || e.recordLatency {
 		r.lat = new(latency)
+		r.sysClock = e.cfg.DB == nil || e.cfg.DB.SystemClock()
 	}
 	// Handlers reach the config through their context (SetProgress,
 	// SetResult): one value for the run, nothing per job.
@@ -322,6 +323,9 @@ type run[F any] struct {
 	// lat are the wait and run times not yet added to the queue's latency
 	// hashes (nil: the run writes no statistics).
 	lat *latency
+	// sysClock is set when the queue's clock is the process's: a run's end
+	// time is then the time of its minute, with no other reading.
+	sysClock bool
 }
 
 // SlotMessageBytes is the most bytes the state of one run of a front (the

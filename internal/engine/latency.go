@@ -29,13 +29,16 @@ type kindHist struct {
 	ok, failed atomic.Int64
 }
 
-// latMinute is the histograms of one minute: the queue's, and those of up
-// to rdb.MaxLatencyKinds kinds, taken in the order they first ran.
+// latMinute is the histograms of one minute: those of up to
+// rdb.MaxLatencyKinds kinds, taken in the order they first ran, and one for
+// the runs of the other kinds. The queue's histogram is their sum, made when
+// they are drained: a run adds to one histogram, not two (the adds are
+// atomic on counters every handler shares, so each costs at concurrency).
 type latMinute struct {
 	minute    atomic.Int64
 	dirty     atomic.Bool // something was recorded since the last drain
-	all       latHist
 	kinds     [rdb.MaxLatencyKinds]atomic.Pointer[kindHist]
+	other     latHist // the runs of kinds without histograms of their own
 	untracked atomic.Int64
 }
 
@@ -67,7 +70,6 @@ func (l *latency) record(at time.Time, kind string, wait, run time.Duration, ok 
 		wi = hist.Index(wait)
 	}
 	ri := hist.Index(run)
-	s.all.add(wi, ri)
 	if k := s.kind(kind); k != nil {
 		k.add(wi, ri)
 		if ok {
@@ -76,6 +78,7 @@ func (l *latency) record(at time.Time, kind string, wait, run time.Duration, ok 
 			k.failed.Add(1)
 		}
 	} else {
+		s.other.add(wi, ri)
 		s.untracked.Add(1)
 	}
 	if !s.dirty.Load() { // after the counts: see drain
@@ -187,13 +190,13 @@ func (l *latency) drain(s *latMinute) {
 		}
 		return p
 	}
-	s.all.drain(get, "", false)
+	var all [2][hist.Buckets]int64 // the queue's wait and run histograms
 	for i := range s.kinds {
 		k := s.kinds[i].Load()
 		if k == nil {
 			break
 		}
-		k.drain(get, k.name, true)
+		k.drain(get, k.name, true, &all)
 		if n := k.ok.Swap(0); n > 0 {
 			get()[rdb.LatencyCountField(rdb.LatencyOK, k.name)] += n
 		}
@@ -201,18 +204,35 @@ func (l *latency) drain(s *latMinute) {
 			get()[rdb.LatencyCountField(rdb.LatencyFail, k.name)] += n
 		}
 	}
+	s.other.drain(nil, "", false, &all)
+	for i := range all[0] {
+		if n := all[0][i]; n > 0 {
+			get()[rdb.LatencyField(rdb.LatencyWait, i, "", false)] += n
+		}
+		if n := all[1][i]; n > 0 {
+			get()[rdb.LatencyField(rdb.LatencyRun, i, "", false)] += n
+		}
+	}
 	if n := s.untracked.Swap(0); n > 0 {
 		get()[rdb.LatencyUntracked] += n
 	}
 }
 
-func (h *latHist) drain(get func() map[string]int64, kind string, perKind bool) {
+// drain takes the counts of h, adds them to all (wait, run) and, if get is
+// not nil, to kind's fields.
+func (h *latHist) drain(get func() map[string]int64, kind string, perKind bool, all *[2][hist.Buckets]int64) {
 	for i := range h.wait {
-		if n := h.wait[i].Swap(0); n > 0 {
-			get()[rdb.LatencyField(rdb.LatencyWait, i, kind, perKind)] += int64(n)
+		if n := int64(h.wait[i].Swap(0)); n > 0 {
+			all[0][i] += n
+			if get != nil {
+				get()[rdb.LatencyField(rdb.LatencyWait, i, kind, perKind)] += n
+			}
 		}
-		if n := h.run[i].Swap(0); n > 0 {
-			get()[rdb.LatencyField(rdb.LatencyRun, i, kind, perKind)] += int64(n)
+		if n := int64(h.run[i].Swap(0)); n > 0 {
+			all[1][i] += n
+			if get != nil {
+				get()[rdb.LatencyField(rdb.LatencyRun, i, kind, perKind)] += n
+			}
 		}
 	}
 }
@@ -246,7 +266,7 @@ func (r *run[F]) recordRun(d *Delivery, wj *wire.Job, start time.Time, ok bool) 
 		wait = max(start.Sub(time.UnixMilli(ready)), 0)
 	}
 	at := start.Add(run)
-	if r.cfg.DB != nil {
+	if r.cfg.DB != nil && !r.sysClock {
 		at = r.cfg.DB.Now() // the clock of the throughput counters
 	}
 	r.lat.record(at, wj.Kind, wait, run, ok)

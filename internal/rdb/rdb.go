@@ -127,6 +127,13 @@ func (q *Queue) SetClock(c Clock) { q.clock = c }
 // Now returns the time of the queue's clock.
 func (q *Queue) Now() time.Time { return q.clock.Now() }
 
+// SystemClock reports whether the queue's clock is [SystemClock], so that a
+// time read with [time.Now] is a time of its clock.
+func (q *Queue) SystemClock() bool {
+	_, ok := q.clock.(SystemClock)
+	return ok
+}
+
 // Client returns the queue's Redis client.
 func (q *Queue) Client() redis.UniversalClient { return q.client }
 
