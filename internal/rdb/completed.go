@@ -189,9 +189,9 @@ func ReadCompletedConfig(ctx context.Context, c redis.Cmdable, k Keys) (Complete
 		return CompletedConfig{}, err
 	}
 	var cc CompletedConfig
-	ms, max, _ := strings.Cut(s, " ")
+	ms, limit, _ := strings.Cut(s, " ")
 	n, _ := strconv.ParseInt(ms, 10, 64)
 	cc.Retention = time.Duration(n) * time.Millisecond
-	cc.Max, _ = strconv.ParseInt(max, 10, 64)
+	cc.Max, _ = strconv.ParseInt(limit, 10, 64)
 	return cc, nil
 }
