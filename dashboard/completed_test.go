@@ -12,7 +12,8 @@ import (
 )
 
 // completedQueue adds queue "done" to f, whose consumer keeps completed
-// jobs, runs payloads through it and returns their IDs once all completed.
+// jobs and runs one at a time (they finish in order), runs payloads
+// through it and returns it and their IDs once all completed.
 func completedQueue(t testing.TB, f *fixture, payloads ...string) (*streamq.Queue, []string) {
 	t.Helper()
 	ctx := context.Background()
@@ -32,7 +33,7 @@ func completedQueue(t testing.TB, f *fixture, payloads ...string) (*streamq.Queu
 		}
 		ids = append(ids, id)
 	}
-	c, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }), &streamq.ConsumerConfig{Block: 10 * time.Millisecond})
+	c, err := streamq.NewConsumer(q, streamq.HandlerFunc(func(context.Context, *streamq.Message) error { return nil }), &streamq.ConsumerConfig{Block: 10 * time.Millisecond, Concurrency: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
