@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/streamq/streamq/internal/engine"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/wire"
@@ -180,32 +178,53 @@ func (b *streamBackend) checkFlow(ctx context.Context) error {
 	return nil
 }
 
-// flowRead reads and admits new entries under flow control; when none was
-// admitted it waits up to block for new entries.
+// flowRead reads up to n new entries under flow control: a plain read
+// (XREADGROUP, BLOCK up to block; block < 0: without), then one script
+// that admits them by their IDs, flow keys and kinds (see
+// rdb.Queue.FlowAdmitRead) and looks at the pause flag. Entries read while
+// the queue is paused do not start: they are put back as a plain read's
+// are (see putBack).
 func (b *streamBackend) flowRead(ctx context.Context, n int, block time.Duration) ([]engine.Delivery, error) {
-	ents, last, err := b.q.db.FlowRead(ctx, rdb.FlowReadParams{Consumer: b.c.cfg.Name, N: n, Budget: flowReadBudget(n)})
+	args := b.readArgs(n)
+	args.Block = block
+	streams, err := b.q.client.XReadGroup(ctx, args).Result()
 	if err != nil {
-		if rdb.IsNoGroup(err) {
-			return nil, b.Start(ctx)
-		}
-		if errors.Is(err, rdb.ErrPaused) {
-			return nil, err // nothing was read
-		}
-		b.scanNow = true // the reply may have been lost after Redis delivered entries
-		return nil, fmt.Errorf("streamq: flow read %s: %w", b.q.keys.Stream, err)
+		return nil, b.readFailed(ctx, err)
 	}
-	if len(ents) == 0 {
-		if last == "" {
-			last = "$"
-		}
-		err := b.q.client.XRead(ctx, &redis.XReadArgs{Streams: []string{b.q.keys.Stream, last}, Count: 1, Block: block}).Err()
-		if err != nil && err != redis.Nil && ctx.Err() == nil {
-			return nil, fmt.Errorf("streamq: wait for jobs on %s: %w", b.q.keys.Stream, err)
-		}
+	ds := b.deliveries(streams)
+	if len(ds) == 0 {
 		return nil, nil
 	}
-	ds := b.reads[:0]
-	for _, e := range ents {
+	read := make([]rdb.FlowRead, 0, len(ds))
+	for i := range ds {
+		if r, ok := rdb.FlowReadOf(ds[i].Key, ds[i].Fields); ok {
+			read = append(read, r)
+		}
+	}
+	// Redis delivered the entries: admit them even when the run ended
+	// meanwhile, so that they start or wait aside (see handBackContext).
+	actx, cancel := handBackContext(ctx)
+	skip, more, err := b.q.db.FlowAdmitRead(actx, rdb.FlowAdmitReadParams{Consumer: b.c.cfg.Name,
+		First: ds[0].Key, Last: ds[len(ds)-1].Key, Read: read, N: n, Budget: flowReadBudget(n)})
+	cancel()
+	if errors.Is(err, rdb.ErrPaused) {
+		b.putBack(ctx, ds)
+		return nil, err
+	}
+	if err != nil {
+		b.scanNow = true // they stay pending here: the look for them admits them (see admit)
+		return nil, fmt.Errorf("streamq: flow read %s: %w", b.q.keys.Stream, err)
+	}
+	if len(skip) > 0 {
+		out := ds[:0]
+		for _, d := range ds {
+			if !slices.Contains(skip, d.Key) {
+				out = append(out, d)
+			}
+		}
+		ds = out
+	}
+	for _, e := range more {
 		ds = append(ds, engine.Delivery{Key: e.ID, ID: e.ID, Fields: e.Fields, Charged: true, Suspect: wire.Crashed(e.Fields)})
 	}
 	b.reads = ds

@@ -19,8 +19,9 @@ import (
 // b.N jobs of 1,000 flow keys (interleaved), on a Redis server of its own,
 // without limits, with a cap of 1 per key, and with global caps above the
 // concurrency (128: a cap the running jobs plus those whose acknowledgement
-// is in flight reach; 512: one they do not). It reports jobs/s, Redis commands per job and Redis CPU per
-// job (INFO deltas; the server serves nothing else).
+// is in flight reach; 512: one they do not). It reports jobs/s, Redis
+// commands per job (scripts' inner commands included), script calls per
+// job and Redis CPU per job (INFO deltas; the server serves nothing else).
 //
 //	go test -run '^$' -bench BenchmarkFlow -benchtime 50000x -count 3 .
 func BenchmarkFlow(b *testing.B) {
@@ -71,7 +72,7 @@ func BenchmarkFlow(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			cmds0, cpu0 := redisWork(b, c)
+			w0 := redisWork(b, c)
 			rctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			errc := make(chan error, 1)
@@ -85,10 +86,12 @@ func BenchmarkFlow(b *testing.B) {
 				b.Fatalf("only %d of %d jobs done after 5 minutes", done.Load(), b.N)
 			}
 			b.StopTimer()
-			cmds1, cpu1 := redisWork(b, c)
+			w1 := redisWork(b, c)
+			per := func(a, b int64, n int) float64 { return float64(b-a) / float64(n) }
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-			b.ReportMetric(float64(cmds1-cmds0)/float64(b.N), "cmds/job")
-			b.ReportMetric((cpu1-cpu0)*1e6/float64(b.N), "redis-µs/job")
+			b.ReportMetric(per(w0.calls, w1.calls, b.N), "cmds/job")
+			b.ReportMetric(per(w0.scripts, w1.scripts, b.N), "scripts/job")
+			b.ReportMetric((w1.cpu-w0.cpu)*1e6/float64(b.N), "redis-µs/job")
 			cancel()
 			if err := <-errc; err != nil {
 				b.Fatal(err)
@@ -97,30 +100,41 @@ func BenchmarkFlow(b *testing.B) {
 	}
 }
 
-// redisWork returns the commands Redis has run (INFO commandstats calls,
-// scripts' inner commands included) and the CPU seconds it used.
-func redisWork(b *testing.B, c *redis.Client) (calls int64, cpu float64) {
+// work is what a Redis server did: commands run (INFO commandstats calls,
+// scripts' inner commands included), script calls (EVALSHA and EVAL) and
+// CPU seconds.
+type work struct {
+	calls, scripts int64
+	cpu            float64
+}
+
+// redisWork returns what Redis has done so far.
+func redisWork(b *testing.B, c *redis.Client) work {
 	b.Helper()
 	info, err := c.Info(context.Background(), "commandstats", "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
+	var w work
 	for _, line := range strings.Split(info, "\r\n") {
 		if rest, ok := strings.CutPrefix(line, "cmdstat_"); ok {
-			_, stats, _ := strings.Cut(rest, ":")
+			name, stats, _ := strings.Cut(rest, ":")
 			for _, kv := range strings.Split(stats, ",") {
 				if n, ok := strings.CutPrefix(kv, "calls="); ok {
 					v, _ := strconv.ParseInt(n, 10, 64)
-					calls += v
+					w.calls += v
+					if name == "evalsha" || name == "eval" {
+						w.scripts += v
+					}
 				}
 			}
 		}
 		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
 			if n, ok := strings.CutPrefix(line, f); ok {
 				v, _ := strconv.ParseFloat(n, 64)
-				cpu += v
+				w.cpu += v
 			}
 		}
 	}
-	return calls, cpu
+	return w
 }

@@ -170,7 +170,7 @@ func (b *streamBackend) fetch(ctx context.Context, n int, wait time.Duration, ow
 		block = max(b.blockFor(wait), time.Millisecond) // 0 would block forever
 	}
 	if b.flow.Load() {
-		return b.flowRead(ctx, n, max(block, time.Millisecond))
+		return b.flowRead(ctx, n, block)
 	}
 	return b.read(ctx, n, block)
 }

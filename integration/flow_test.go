@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -126,14 +129,7 @@ func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
 	for _, w := range workers {
 		w.Stop(t, crashStop)
 	}
-	redistest.WaitFor(t, relWait, "every slot given back and nothing waiting aside", func() bool {
-		st, err := core.Of(q).DB.FlowStatus(ctx)
-		return err == nil && st.Running == 0 && len(st.Waiting) == 0
-	})
-	most, err := rdb.HGetAll(ctx, keys.Part(testworker.KeyFlowMost)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	most := flowDrained(t, q)
 	// A job taken over from a worker that still ran it (its keep-alive
 	// stalled for MinIdle under load: at-least-once, see docs/guarantees.md)
 	// runs twice in its one slot; the gauge reports such runs as "dup", and
@@ -162,4 +158,122 @@ func TestFlow_CapsHoldWhileWorkersCrash(t *testing.T) {
 	}
 	t.Logf("%d jobs of %d keys and 2 kinds, global cap %d, per-key cap %d, %d workers x %d: %d kills (%d jobs handled by then), all handled after %s; most at once (and duplicate runs): %v",
 		flowCrashJobs, flowCrashKeys, flowCrashGlobal, flowCrashPerKey, flowCrashWorkers, crashConcurrency, kills, atKills, took.Round(time.Millisecond), most)
+}
+
+// flowDrained waits until q's flow control holds no slot and no waiting
+// job, and returns the most jobs the workers' gauge saw running at once.
+func flowDrained(t *testing.T, q *streamq.Queue) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	redistest.WaitFor(t, relWait, "every slot given back and nothing waiting aside", func() bool {
+		st, err := core.Of(q).DB.FlowStatus(ctx)
+		return err == nil && st.Running == 0 && len(st.Waiting) == 0
+	})
+	most, err := core.Of(q).RDB.HGetAll(ctx, core.Of(q).Keys.Part(testworker.KeyFlowMost)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return most
+}
+
+// TestFlow_CrashedWorkersSlotsComeBack SIGKILLs a worker process while it
+// holds every slot of a global cap (its jobs run, each in the slot it took
+// when it was read), starts another, and checks that the slots come back
+// and are never counted twice: the new worker takes the dead worker's
+// jobs over after MinIdle and runs them in their slots, then every other
+// job, all within the cap (an external gauge, in Redis, counts the jobs
+// running at once), and no slot stays taken. A taken-over job that took
+// a second slot would leave its first one to the sweep of slots whose
+// entries are gone (a slot the sweep missed would stall a queue with a cap
+// this small): the test checks that the sweep gave back none.
+func TestFlow_CrashedWorkersSlotsComeBack(t *testing.T) {
+	t.Parallel()
+	const (
+		jobs   = 40
+		keys   = 2
+		global = 4 // below the worker's concurrency (crashConcurrency), so the cap binds
+	)
+	bin := proctest.Build(t, crashWorkerPkg)
+	rdb := redistest.NewIsolatedClient(t)
+	q, p := relQueue(t, rdb, nil)
+	ctx := context.Background()
+	if err := q.SetFlowLimits(ctx, streamq.FlowLimits{Global: global}); err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string][]string{}
+	for n := range jobs {
+		k := testworker.FlowKeyOf(n, keys)
+		byKey[k] = append(byKey[k], strconv.Itoa(n))
+	}
+	for k, ns := range byKey {
+		enqueueAll(t, p, ns, streamq.FlowKey(k))
+	}
+	keysOf := core.Of(q).Keys
+	logDir := t.TempDir()
+	args := []string{"-flow-keys", strconv.Itoa(keys), "-work", "200ms-300ms"}
+	a := crashStart(t, bin, q, "a", logDir, args...)
+	a.WaitReady(t, crashReady)
+	running := func() int64 {
+		st, err := core.Of(q).DB.FlowStatus(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Running
+	}
+	inflight := func(w string) []string {
+		ns, err := rdb.HKeys(ctx, keysOf.Part(testworker.KeyInflight+w)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
+	}
+	redistest.WaitFor(t, relWait, "worker a to run as many jobs as the cap allows", func() bool {
+		return len(inflight("a")) == global
+	})
+	a.Kill()
+	held := inflight("a")
+	if n := running(); n != global {
+		t.Fatalf("%d slots taken right after the kill, want the %d of the killed worker's jobs", n, global)
+	}
+	for _, ns := range held { // they no longer run
+		n, _ := strconv.Atoi(ns)
+		gk, gargs := testworker.Gauge(keysOf.Part(""), n, keys, false)
+		if err := testworker.GaugeLeave.Run(ctx, rdb, gk, gargs...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := crashStart(t, bin, q, "b", logDir, args...)
+	b.WaitReady(t, crashReady)
+	handled := func(n string) bool {
+		ok, err := rdb.HExists(ctx, keysOf.Part(testworker.KeyHandled), n).Result()
+		return err == nil && ok
+	}
+	redistest.WaitFor(t, flowCrashDrain, "the killed worker's jobs to run again in their slots", func() bool {
+		for _, n := range held {
+			if !handled(n) {
+				return false
+			}
+		}
+		return true
+	})
+	redistest.WaitFor(t, flowCrashDrain, fmt.Sprintf("all %d jobs handled", jobs), func() bool {
+		n, err := rdb.HLen(ctx, keysOf.Part(testworker.KeyHandled)).Result()
+		return err == nil && n == jobs
+	})
+	relSettled(t, q, 0, flowCrashDrain)
+	b.Stop(t, crashStop)
+	most := flowDrained(t, q)
+	dup, _ := strconv.Atoi(most["dup"])
+	if got, _ := strconv.Atoi(most[""]); got != global || dup != 0 {
+		t.Errorf("at most %s jobs ran at once (%d duplicate runs), want the global cap %d: reached, never exceeded", most[""], dup, global)
+	}
+	// The dead worker's slots went to its jobs when they were taken over:
+	// none was left to the sweep of slots whose entries are gone.
+	log, err := os.ReadFile(filepath.Join(logDir, "b.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(log, []byte("gave back flow slots of jobs that are gone")) {
+		t.Errorf("the sweep gave back slots of the killed worker's jobs: their takeover did not run them in their slots")
+	}
 }

@@ -115,7 +115,7 @@ func TestMetrics_QueueWaiting(t *testing.T) {
 	}
 	// A consumer's read under flow control: the first job of tenant-a
 	// starts, the other two wait aside at the key's cap.
-	if _, _, err := core.Of(q).DB.FlowRead(ctx, rdb.FlowReadParams{Consumer: "c", N: 10}); err != nil {
+	if _, err := core.Of(q).DB.FlowRead(ctx, rdb.FlowReadParams{Consumer: "c", N: 10}); err != nil {
 		t.Fatal(err)
 	}
 	got := waitingPoints(t, reader)

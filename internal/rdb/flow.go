@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,6 +46,8 @@ import (
 //	                   of the ring (a queue with weights, "w:<key>" in
 //	                   flow:limits)
 //	flow:sweep   STRING the cursor of the sweep over flow:run
+//	flow:adm     STRING the last stream entry admitted or set aside in
+//	                   stream order (see scriptFlowRead)
 //	flow:tb:<key> HASH the token bucket of a rate-limited key: "t" tokens,
 //	                   "at" when they were counted (Unix ms, Redis's clock)
 //
@@ -121,24 +124,86 @@ local flow_trail = flow_base .. 'trail'
 -- flow_scan bounds the keys of the ring one dispatch visits.
 local flow_scan = 32
 local function flow_wait(k) return flow_base .. 'flow:w:' .. k end
-local flow_lim
+-- flow_lim holds the limits; flow_has the prefixes ("cap:", "rate:",
+-- "kind:", "kkey:", "w:") of the fields it has, so that a queue without
+-- limits of single keys builds no field name per job.
+local flow_lim, flow_has
 local function flow_limits()
   if not flow_lim then
-    flow_lim = {}
+    flow_lim, flow_has = {}, {}
     local l = redis.call('HGETALL', flow_base .. 'flow:limits')
-    for i = 1, #l, 2 do flow_lim[l[i]] = tonumber(l[i + 1]) end
+    for i = 1, #l, 2 do
+      flow_lim[l[i]] = tonumber(l[i + 1])
+      local c = string.find(l[i], ':', 1, true)
+      if c then flow_has[string.sub(l[i], 1, c)] = true end
+    end
   end
   return flow_lim
 end
--- flow_running is the number of slots taken (HLEN of flow:run), read once
--- per call and kept up to date by flow_take and flow_give.
-local flow_running
+-- flow_h caches the fields of flow:run and flow:cnt that a call reads or
+-- writes: reads go through it (flow_hget, flow_hmget: one HMGET for a
+-- batch), writes stay in it until flow_flush writes them with one HSET and
+-- one HDEL per hash, so that a batch of jobs costs a few commands instead
+-- of a few per job. Every script that takes or gives slots calls
+-- flow_flush before it returns (a value false is a field to delete).
+-- flow_h.moved counts the slots taken (+) and given back (-) in this call,
+-- flow_h.flushed those of them written.
+local flow_h = {run = {key = flow_run, v = {}, dirty = {}}, cnt = {key = flow_cnt, v = {}, dirty = {}}, moved = 0, flushed = 0}
+local function flow_hget(h, f)
+  local v = h.v[f]
+  if v == nil then
+    v = redis.call('HGET', h.key, f)
+    h.v[f] = v
+  end
+  return v
+end
+-- flow_hmget caches fields fs of h with one HMGET of those not cached yet.
+local function flow_hmget(h, fs)
+  local need = {}
+  for _, f in ipairs(fs) do
+    if h.v[f] == nil then need[#need + 1] = f end
+  end
+  if #need == 0 then return end
+  local r = redis.call('HMGET', h.key, unpack(need))
+  for i, f in ipairs(need) do h.v[f] = r[i] end
+end
+local function flow_hset(h, f, v)
+  h.v[f] = v
+  h.dirty[f] = true
+end
+-- flow_cnt_add adds d to the slots of key k (a count of 0 is deleted).
+local function flow_cnt_add(k, d)
+  local n = tonumber(flow_hget(flow_h.cnt, k) or 0) + d
+  if n <= 0 then n = false end
+  flow_hset(flow_h.cnt, k, n)
+end
+local function flow_flush()
+  for _, h in ipairs({flow_h.run, flow_h.cnt}) do
+    local set, del = {}, {}
+    for f in pairs(h.dirty) do
+      local v = h.v[f]
+      if v then
+        set[#set + 1] = f
+        set[#set + 1] = v
+      else
+        del[#del + 1] = f
+      end
+    end
+    if #set > 0 then redis.call('HSET', h.key, unpack(set)) end
+    if #del > 0 then redis.call('HDEL', h.key, unpack(del)) end
+    h.dirty = {}
+  end
+  flow_h.flushed = flow_h.moved
+end
+-- flow_before is the number of slots taken before this call (HLEN of
+-- flow:run), read once per call.
+local flow_before
 -- flow_global_room returns how many more jobs may run in the queue (1 without a cap).
 local function flow_global_room()
   local g = flow_limits()['global']
   if not g then return 1 end
-  if not flow_running then flow_running = redis.call('HLEN', flow_run) end
-  return g - flow_running
+  if not flow_before then flow_before = redis.call('HLEN', flow_run) - flow_h.flushed end
+  return g - flow_before - flow_h.moved
 end
 -- flow_ring_empty is true while the ring is known to be empty in this call
 -- (then no wait list holds a job: a lane is in the ring while its list is
@@ -155,13 +220,13 @@ end
 local function flow_key_cap(k)
   if k == '' then return nil end
   local l = flow_limits()
-  return l['cap:' .. k] or l['cap']
+  return (flow_has['cap:'] and l['cap:' .. k]) or l['cap']
 end
 -- flow_key_room returns how many more jobs of key k may run (1 without a cap).
 local function flow_key_room(k)
   local c = flow_key_cap(k)
   if not c then return 1 end
-  return c - tonumber(redis.call('HGET', flow_cnt, k) or 0)
+  return c - tonumber(flow_hget(flow_h.cnt, k) or 0)
 end
 -- flow_tag returns the tag of kind c and key k: k for a job without a
 -- kind, else NUL kind NUL key (a flow key holds no NUL).
@@ -176,16 +241,9 @@ local function flow_split(t)
   return string.sub(t, 2, p - 1), string.sub(t, p + 1)
 end
 -- flow_kinds reports whether the queue has caps per kind.
-local flow_kinds_on
 local function flow_kinds()
-  if flow_kinds_on == nil then
-    flow_kinds_on = false
-    for f in pairs(flow_limits()) do
-      local p = string.sub(f, 1, 5)
-      if p == 'kind:' or p == 'kkey:' then flow_kinds_on = true end
-    end
-  end
-  return flow_kinds_on
+  flow_limits()
+  return flow_has['kind:'] or flow_has['kkey:'] or false
 end
 -- flow_lane returns the wait list name of a job of kind c and key k: its
 -- key's, or its own per kind and key when its kind has caps (so a kind at
@@ -213,10 +271,10 @@ end
 -- flow_take takes a slot for entry id of kind c and key k. A job with a
 -- kind counts in flow:kcnt (per kind, and per kind and key) whether or not
 -- its kind has caps, so that caps set later are exact at once.
-local function flow_take(id, c, k, counted)
-  redis.call('HSET', flow_run, id, flow_tag(c, k))
-  if flow_running then flow_running = flow_running + 1 end
-  if not counted then redis.call('HINCRBY', flow_cnt, k, 1) end
+local function flow_take(id, c, k)
+  flow_hset(flow_h.run, id, flow_tag(c, k))
+  flow_h.moved = flow_h.moved + 1
+  flow_cnt_add(k, 1)
   if c ~= '' then
     redis.call('HINCRBY', flow_kcnt, c, 1)
     if k ~= '' then redis.call('HINCRBY', flow_kcnt, flow_tag(c, k), 1) end
@@ -226,27 +284,22 @@ local function flow_decr(h, f)
   if redis.call('HINCRBY', h, f, -1) <= 0 then redis.call('HDEL', h, f) end
 end
 -- flow_take_keyed takes a slot for entry id of kind c and key k if key k
--- is under its cap, counting first and taking the count back when the key
--- was at its cap (one command instead of a read and a write); returns
--- whether it took one. The caller checked every other limit.
+-- is under its cap; returns whether it took one. The caller checked every
+-- other limit.
 local function flow_take_keyed(id, c, k)
-  local cap = flow_key_cap(k)
-  if cap and redis.call('HINCRBY', flow_cnt, k, 1) > cap then
-    flow_decr(flow_cnt, k)
-    return false
-  end
-  flow_take(id, c, k, cap ~= nil)
+  if flow_key_room(k) <= 0 then return false end
+  flow_take(id, c, k)
   return true
 end
 -- flow_give gives back the slot of entry id; returns its key and kind, or
 -- nil when it held none.
 local function flow_give(id)
-  local t = redis.call('HGET', flow_run, id)
+  local t = flow_hget(flow_h.run, id)
   if not t then return nil end
-  redis.call('HDEL', flow_run, id)
-  if flow_running then flow_running = flow_running - 1 end
+  flow_hset(flow_h.run, id, false)
+  flow_h.moved = flow_h.moved - 1
   local c, k = flow_split(t)
-  flow_decr(flow_cnt, k)
+  flow_cnt_add(k, -1)
   if c ~= '' then
     flow_decr(flow_kcnt, c)
     if k ~= '' then flow_decr(flow_kcnt, t) end
@@ -304,7 +357,7 @@ local flow_now
 local function flow_rate(k)
   if k == '' then return nil end
   local l = flow_limits()
-  local r = l['rate:' .. k] or l['rate']
+  local r = (flow_has['rate:'] and l['rate:' .. k]) or l['rate']
   if not r or r <= 0 then return nil end
   return r
 end
@@ -337,6 +390,30 @@ local function flow_delay(id, f, wait)
   mark_retry(flow_base .. 'delayed', did, f, 1)
   redis.call('HSET', flow_trail, jid, 'd:' .. did)
 end
+-- flow_try takes a slot for entry id of kind c and key k if every limit
+-- allows and no job waits ahead of it in its lane, and returns true; else
+-- it returns false and the lane to park it in, or, when its key's rate
+-- limit holds it, nil and the ms until its token is due.
+local function flow_try(id, c, k)
+  local lane = flow_lane(c, k)
+  if flow_global_room() > 0 and flow_kind_room(c, k) and not flow_waiting(lane) then
+    if not flow_rate(k) then
+      if flow_take_keyed(id, c, k) then return true end
+    elseif flow_key_room(k) > 0 then
+      local wait = flow_rate_wait(k)
+      if wait > 0 then return false, nil, wait end
+      flow_take(id, c, k)
+      return true
+    end
+  end
+  return false, lane
+end
+-- flow_aside parks the job of entry id (fields f) in lane, or when lane is
+-- nil delays it by wait ms (see flow_try). The caller acknowledges and
+-- deletes the entry.
+local function flow_aside(id, f, lane, wait)
+  if lane then flow_park(id, lane, f) else flow_delay(id, f, wait) end
+end
 -- flow_admit takes a slot for entry id (fields f) and returns true, or
 -- parks it (or, when its key is rate-limited, delays it until its token is
 -- due) and returns false. An entry that holds a slot keeps it: one
@@ -349,23 +426,10 @@ local function flow_admit(id, f, fresh)
   if #f > 2000 then return true end
   local k, slot, c = flow_field3(f, 'fk', 'fs', 'kind')
   k, c = k or '', c or ''
-  if slot == '1' or (not fresh and redis.call('HEXISTS', flow_run, id) == 1) then return true end
-  local lane = flow_lane(c, k)
-  if flow_global_room() > 0 and flow_kind_room(c, k) and not flow_waiting(lane) then
-    if not flow_rate(k) then
-      if flow_take_keyed(id, c, k) then return true end
-    elseif flow_key_room(k) > 0 then
-      local wait = flow_rate_wait(k)
-      if wait > 0 then
-        flow_delay(id, f, wait)
-        return false
-      end
-      flow_take(id, c, k)
-      return true
-    end
-  end
-  flow_park(id, lane, f)
-  return false
+  if slot == '1' or (not fresh and flow_hget(flow_h.run, id)) then return true end
+  local ok, lane, wait = flow_try(id, c, k)
+  if not ok then flow_aside(id, f, lane, wait) end
+  return ok
 end
 -- flow_release moves the oldest waiting job of wait list lane into the
 -- stream with a slot taken for it; returns false when lane has none. A job
@@ -396,15 +460,9 @@ local function flow_release(stream, lane)
   return true
 end
 -- flow_weighted reports whether the queue has weights per key.
-local flow_weighted_on
 local function flow_weighted()
-  if flow_weighted_on == nil then
-    flow_weighted_on = false
-    for f in pairs(flow_limits()) do
-      if string.sub(f, 1, 2) == 'w:' then flow_weighted_on = true end
-    end
-  end
-  return flow_weighted_on
+  flow_limits()
+  return flow_has['w:'] or false
 end
 -- flow_turn releases up to budget jobs of lane, the head of the ring, in
 -- a queue with weights: a lane keeps the head until it released as many
@@ -517,49 +575,137 @@ end
 // when it settled it (a reply other than 0 or false).
 func withFlow(body string) string {
 	return "local function settle()\n" + body + "\nend\nlocal r = settle()\n" +
-		"if r and r ~= 0 then flow_settled(KEYS[1], ARGV[3]) end\nreturn r\n"
+		"if r and r ~= 0 then flow_settled(KEYS[1], ARGV[3]) end\nflow_flush()\nreturn r\n"
 }
 
-// scriptFlowRead reads new entries for a consumer and admits them: each
-// takes a slot, or is parked in its key's wait list (acknowledged and
-// deleted from the stream, uncharged: its attempt field is unchanged).
+// scriptFlowRead admits the entries a consumer just read with a plain
+// XREADGROUP (outside Lua: a read inside a script costs twice as much, its
+// reply being built as Lua tables), given by their IDs, flow keys and
+// kinds: each takes a slot, or is parked in its lane's wait list
+// (acknowledged and deleted from the stream, uncharged: its attempt field
+// is unchanged), or is delayed by its key's rate limit. Only an entry set
+// aside is read (XRANGE). An entry that holds a slot already keeps it: a
+// slot is never taken twice. When it set entries aside and admitted fewer
+// than asked, and no other read came after this one, it reads on in Lua,
+// so that a key's backlog is set aside in few calls (see flowReadBudget).
 //
-// It reads nothing while the queue is paused, in the same script, so that
-// no job it admits starts after a pause ended (a flow read holds no start
-// lease).
+// Admission follows stream order across consumers, as per-key order needs
+// (with a cap of 1, a key's jobs start in enqueue order): flow:adm holds
+// the last entry admitted or set aside. When reads of other consumers
+// delivered entries before this read's that are not admitted yet, the
+// script admits those first (read with XRANGE, at most the read budget per
+// call; when more are left it returns {"later"} and the caller calls
+// again); their consumers' calls then find them admitted (they hold a slot)
+// or set aside (they do not start).
+//
+// It admits nothing while the queue is paused, in the same script, so
+// that no job it admits starts after a pause ended (a flow read holds no
+// start lease): the caller puts the entries back (see scriptAdopt).
 //
 // KEYS[1] stream, KEYS[2] pause flag
-// ARGV[1] group, ARGV[2] consumer, ARGV[3] the most entries to admit, ARGV[4]
-// the most entries to read.
-// Returns {"paused"} while the queue is paused; else {last, id, fields, id,
-// fields, ...}: the admitted entries, and when there are none, last is the
-// group's last delivered ID (the caller blocks on new entries after it),
-// else "".
+// ARGV[1] group, ARGV[2] consumer, ARGV[3] the most entries to admit,
+// ARGV[4] the most entries to read (those given included), ARGV[5] and
+// ARGV[6] the first and last entries read, ARGV[7..] per entry read to
+// admit: its ID, flow key and kind ("" for none).
+// Returns {"paused"} while the queue is paused; {"later"} when it admitted
+// entries of other reads and has more of them to admit first; else {{id,
+// ...}, id, fields, id, fields, ...}: the IDs of the given entries that
+// must not start (set aside, or gone from the stream: the reaper settles
+// those), then the entries it read itself and admitted.
 var scriptFlowRead = redis.NewScript(streamLib + flowLib + `
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused'} end
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local want, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
-local out, admitted, seen = {''}, 0, 0
-while admitted < want and seen < budget do
+local first, last = ARGV[5], ARGV[6]
+local adm = flow_base .. 'flow:adm'
+local mark = redis.call('GET', adm)
+local aside = {}
+local function set_aside()
+  flow_flush()
+  if #aside > 0 then
+    redis.call('XACK', stream, group, unpack(aside))
+    redis.call('XDEL', stream, unpack(aside))
+    aside = {}
+  end
+end
+-- Entries of other reads before this one, not admitted yet: after the
+-- mark, or on the first call, from the oldest pending entry.
+local from
+if mark then
+  if id_lt(mark, first) then from = '(' .. mark end
+else
+  local p = redis.call('XPENDING', stream, group)
+  if p[1] > 0 and id_lt(p[2], first) then from = p[2] end
+end
+if from then
+  local r = redis.call('XRANGE', stream, from, '(' .. first, 'COUNT', budget)
+  for _, e in ipairs(r) do
+    if not flow_admit(e[1], e[2], false) then aside[#aside + 1] = e[1] end
+  end
+  if #r == budget then
+    redis.call('SET', adm, r[#r][1])
+    set_aside()
+    return {'later'}
+  end
+end
+local ids, keys = {}, {}
+for i = 7, #ARGV, 3 do
+  ids[#ids + 1] = ARGV[i]
+  keys[#keys + 1] = ARGV[i + 1]
+end
+flow_hmget(flow_h.run, ids)
+flow_hmget(flow_h.cnt, keys)
+local skip = {}
+local out, admitted, seen = {skip}, 0, 0
+local before = mark and not id_lt(mark, first)
+for i = 7, #ARGV, 3 do
+  local id, k, c = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  seen = seen + 1
+  if before then before = not id_lt(mark, id) end -- ids are in stream order
+  local ok, lane, wait = true, nil, nil
+  if flow_h.run.v[id] then
+    ok = true
+  elseif before and not (owned(stream, group, consumer, id) and #redis.call('XRANGE', stream, id, id) > 0) then
+    -- Another read's call set it aside (it is gone). One still here and
+    -- ours was never admitted (read before the first admission in order).
+    ok = false
+  else
+    ok, lane, wait = flow_try(id, c, k)
+  end
+  if ok then
+    admitted = admitted + 1
+  else
+    skip[#skip + 1] = id
+    if lane or wait then
+      local e = redis.call('XRANGE', stream, id, id)
+      if #e > 0 then
+        flow_aside(id, e[1][2], lane, wait)
+        aside[#aside + 1] = id
+      end
+    end
+  end
+end
+if not mark or id_lt(mark, last) then mark = last end
+-- Reading on is in order only if no other read came after this one.
+local on = #aside > 0 and admitted < want and seen < budget and flow_last_delivered(stream, group) == mark
+while on and #aside > 0 and admitted < want and seen < budget do
+  set_aside()
   local r = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', math.min(want - admitted, budget - seen), 'STREAMS', stream, '>')
   if not r or #r[1][2] == 0 then break end
-  local parked = {}
   for _, e in ipairs(r[1][2]) do
     seen = seen + 1
+    mark = e[1]
     if flow_admit(e[1], e[2], true) then
       out[#out + 1] = e[1]
       out[#out + 1] = e[2]
       admitted = admitted + 1
     else
-      parked[#parked + 1] = e[1]
+      aside[#aside + 1] = e[1]
     end
   end
-  if #parked > 0 then
-    redis.call('XACK', stream, group, unpack(parked))
-    redis.call('XDEL', stream, unpack(parked))
-  end
 end
-if admitted == 0 then out[1] = flow_last_delivered(stream, group) or '' end
+redis.call('SET', adm, mark)
+set_aside()
 return out
 `)
 
@@ -578,6 +724,7 @@ for i = 3, #ARGV do
     if #e > 0 and not flow_admit(id, e[1][2], false) then parked[#parked + 1] = id end
   end
 end
+flow_flush()
 if #parked > 0 then
   redis.call('XACK', KEYS[1], ARGV[1], unpack(parked))
   redis.call('XDEL', KEYS[1], unpack(parked))
@@ -616,6 +763,7 @@ for i = 1, #r[2], 2 do
   if not keep and flow_give(id) then freed = freed + 1 end
 end
 local released = flow_dispatch(stream, nil, flow_scan)
+flow_flush()
 local done = 0
 if r[1] == '0' then done = 1 end
 return {freed, released, done}
@@ -632,17 +780,29 @@ local consumer = table.remove(ARGV)
 local n = tonumber(ARGV[2])
 local freed = {}
 local mine = flow_owned(KEYS[1], ARGV[1], consumer, {unpack(ARGV, 6, 5 + n)})
+local ids, keys = {}, {}
 for i = 6, 5 + n do
-  if mine[ARGV[i]] then
-    local k, c = flow_give(ARGV[i])
-    if k then freed[#freed + 1] = {k, c} end
+  if mine[ARGV[i]] then ids[#ids + 1] = ARGV[i] end
+end
+flow_hmget(flow_h.run, ids)
+for _, id in ipairs(ids) do
+  local t = flow_h.run.v[id]
+  if t then
+    local _, k = flow_split(t)
+    keys[#keys + 1] = k
   end
+end
+flow_hmget(flow_h.cnt, keys)
+for _, id in ipairs(ids) do
+  local k, c = flow_give(id)
+  if k then freed[#freed + 1] = {k, c} end
 end
 local function ack()
 ` + ackBody + `
 end
 local acked = ack()
 for _, kc in ipairs(freed) do flow_dispatch(KEYS[1], kc[1], flow_freed(kc[2]), kc[2]) end
+flow_flush()
 return acked
 `)
 
@@ -684,7 +844,9 @@ func (q *Queue) FlowDelete(ctx context.Context, p FlowDeleteParams) (string, err
 // ARGV[1] the most jobs to release
 // Returns the number released.
 var scriptFlowKick = redis.NewScript(flowLib + `
-return flow_dispatch(KEYS[1], nil, tonumber(ARGV[1]))
+local n = flow_dispatch(KEYS[1], nil, tonumber(ARGV[1]))
+flow_flush()
+return n
 `)
 
 // FlowEntry is an entry a flow read admitted.
@@ -693,35 +855,130 @@ type FlowEntry struct {
 	Fields map[string]any
 }
 
-// FlowReadParams are one call of scriptFlowRead.
+// FlowRead is one entry a consumer read, as scriptFlowRead admits it.
+type FlowRead struct {
+	ID, Key, Kind string
+}
+
+// laterReply is scriptFlowRead's reply when entries of other reads are
+// to be admitted first.
+const laterReply = "later"
+
+// maxFlowCatchUp bounds the calls of scriptFlowRead for one read.
+const maxFlowCatchUp = 20
+
+// FlowAdmitReadParams are one call of scriptFlowRead.
+type FlowAdmitReadParams struct {
+	Consumer    string
+	First, Last string     // the first and last entries read
+	Read        []FlowRead // the entries read to admit, in stream order
+	N           int        // the most entries to admit
+	Budget      int        // the most entries to read (admitted or set aside)
+}
+
+// FlowAdmitRead runs scriptFlowRead. It returns the IDs of the entries of
+// p.Read that must not start (set aside, or gone), and the entries it read
+// itself and admitted; or [ErrPaused] when the queue is paused (nothing
+// was admitted: the caller puts p.Read back).
+func (q *Queue) FlowAdmitRead(ctx context.Context, p FlowAdmitReadParams) (skip []string, more []FlowEntry, err error) {
+	args := make([]any, 0, 6+3*len(p.Read))
+	args = append(args, q.group, p.Consumer, p.N, max(p.Budget, p.N, len(p.Read)), p.First, p.Last)
+	for _, r := range p.Read {
+		args = append(args, r.ID, r.Key, r.Kind)
+	}
+	var res []any
+	for range maxFlowCatchUp {
+		if res, err = scriptFlowRead.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Paused}, args...).Slice(); err != nil {
+			return nil, nil, err
+		}
+		if len(res) != 1 || res[0] != laterReply {
+			break
+		}
+	}
+	if len(res) == 1 && res[0] == pausedReply {
+		return nil, nil, ErrPaused
+	}
+	if len(res) == 1 && res[0] == laterReply {
+		return nil, nil, fmt.Errorf("the entries read before these are not all admitted after %d calls", maxFlowCatchUp)
+	}
+	if len(res) == 0 || len(res)%2 != 1 {
+		return nil, nil, fmt.Errorf("unexpected flow read reply of %d elements", len(res))
+	}
+	ids, _ := res[0].([]any)
+	for _, id := range ids {
+		s, _ := id.(string)
+		skip = append(skip, s)
+	}
+	for i := 1; i < len(res); i += 2 {
+		id, _ := res[i].(string)
+		more = append(more, FlowEntry{ID: id, Fields: fieldMap(res[i+1])})
+	}
+	return skip, more, nil
+}
+
+// FlowReadParams are one flow read (see Queue.FlowRead).
 type FlowReadParams struct {
 	Consumer string
 	N        int // the most entries to admit
 	Budget   int // the most entries to read (admitted or parked)
 }
 
-// FlowRead runs scriptFlowRead. It returns the admitted entries, and when
-// there are none, the group's last delivered ID; or [ErrPaused] when the
-// queue is paused (nothing was read).
-func (q *Queue) FlowRead(ctx context.Context, p FlowReadParams) ([]FlowEntry, string, error) {
-	res, err := scriptFlowRead.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Paused}, q.group, p.Consumer, p.N, max(p.Budget, p.N)).Slice()
+// FlowRead reads up to p.N new entries for p.Consumer (XREADGROUP, without
+// BLOCK) and admits them (FlowAdmitRead), as a consumer under flow control
+// does. It returns the admitted entries; or the entries read and
+// [ErrPaused] when the queue is paused (they are pending for p.Consumer,
+// with no slot).
+func (q *Queue) FlowRead(ctx context.Context, p FlowReadParams) ([]FlowEntry, error) {
+	streams, err := q.client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: q.group, Consumer: p.Consumer,
+		Streams: []string{q.keys.Stream, ">"}, Count: int64(p.N), Block: -1}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	if len(res) == 1 && res[0] == pausedReply {
-		return nil, "", ErrPaused
+	var read []FlowEntry
+	var admit []FlowRead
+	for _, s := range streams {
+		for _, m := range s.Messages {
+			read = append(read, FlowEntry{ID: m.ID, Fields: m.Values})
+			if r, ok := FlowReadOf(m.ID, m.Values); ok {
+				admit = append(admit, r)
+			}
+		}
 	}
-	if len(res) == 0 || len(res)%2 != 1 {
-		return nil, "", fmt.Errorf("unexpected flow read reply of %d elements", len(res))
+	if len(read) == 0 {
+		return nil, nil
 	}
-	last, _ := res[0].(string)
-	out := make([]FlowEntry, 0, len(res)/2)
-	for i := 1; i < len(res); i += 2 {
-		id, _ := res[i].(string)
-		out = append(out, FlowEntry{ID: id, Fields: fieldMap(res[i+1])})
+	skip, more, err := q.FlowAdmitRead(ctx, FlowAdmitReadParams{Consumer: p.Consumer, First: read[0].ID, Last: read[len(read)-1].ID, Read: admit, N: p.N, Budget: p.Budget})
+	if err != nil {
+		return read, err
 	}
-	return out, last, nil
+	out := read[:0]
+	for _, e := range read {
+		if !slices.Contains(skip, e.ID) {
+			out = append(out, e)
+		}
+	}
+	return append(out, more...), nil
 }
+
+// FlowReadOf returns what scriptFlowRead needs of the entry id with
+// fields f, just read, and whether it is to be admitted at all: an entry
+// that holds a slot already (released from a wait list: field fs) or has
+// more fields than a job may have (the engine dead-letters it) is not.
+func FlowReadOf(id string, f map[string]any) (FlowRead, bool) {
+	if f["fs"] == "1" || len(f) > maxFlowFields {
+		return FlowRead{}, false
+	}
+	k, _ := f["fk"].(string)
+	c, _ := f["kind"].(string)
+	return FlowRead{ID: id, Key: k, Kind: c}, true
+}
+
+// maxFlowFields is the most fields of an entry that flow control admits
+// (see flow_admit: a job has far fewer).
+const maxFlowFields = 1000
 
 // FlowAdmit runs scriptFlowAdmit for entries consumer holds, and returns
 // those it parked.

@@ -40,7 +40,7 @@ func (e *env) flowLimits(l FlowLimits) {
 
 func (e *env) flowRead(consumer string, n int) []string {
 	e.t.Helper()
-	got, _, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: consumer, N: n, Budget: 100})
+	got, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: consumer, N: n, Budget: 100})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -97,40 +97,110 @@ func TestQueue_FlowRead(t *testing.T) {
 	if at, _ := e.c.HGet(e.ctx, e.k.Trail, ids[1]).Result(); at != TrailWaiting+"a" {
 		t.Errorf("trail of a parked job %q", at)
 	}
-	// Nothing left to read: the reply names the last delivered ID.
-	none, last, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: 10})
-	if err != nil || len(none) != 0 || last != ids[len(ids)-1] {
-		t.Fatalf("empty read: %v, last %q (want %q), %v", none, last, ids[len(ids)-1], err)
+	if none := e.flowRead("c", 10); len(none) != 0 {
+		t.Fatalf("nothing left to read, but the flow read admitted %v", none)
 	}
 }
 
-// TestQueue_FlowReadPaused: a flow read of a paused queue reads nothing
-// (no delivery counted, no slot taken) and says the queue is paused; after
-// the resume it reads as before.
+// TestQueue_FlowReadPaused: a flow read of a paused queue admits nothing
+// (no slot taken, nothing set aside, the entries left pending for the
+// consumer to put back) and says the queue is paused; after the resume
+// the entries are admitted and new ones read as before.
 func TestQueue_FlowReadPaused(t *testing.T) {
 	t.Parallel()
 	e := setup(t, Config{})
 	e.group()
 	e.flowLimits(FlowLimits{PerKey: 1})
-	e.addKeyed("a", "b")
+	ids := e.addKeyed("a", "b", "a")
 	if err := e.c.Set(e.ctx, e.k.Paused, "1", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: 10, Budget: 100})
-	if !errors.Is(err, ErrPaused) || len(got) != 0 {
-		t.Fatalf("flow read while paused: %v, %v; want ErrPaused and nothing", got, err)
+	got, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: 10, Budget: 100})
+	if !errors.Is(err, ErrPaused) || len(got) != 3 {
+		t.Fatalf("flow read while paused: %v, %v; want ErrPaused and the 3 entries read", got, err)
 	}
-	if p := e.pending("c"); len(p) != 0 {
-		t.Fatalf("a flow read while paused delivered %v", p)
+	if st := e.flowState(); st.Running != 0 || len(st.Waiting) != 0 {
+		t.Fatalf("a flow read while paused took %d slots and set %v aside", st.Running, st.Waiting)
 	}
-	if st := e.flowState(); st.Running != 0 {
-		t.Fatalf("a flow read while paused took %d slots", st.Running)
+	if n := e.card(e.k.Stream); n != 3 {
+		t.Fatalf("%d entries in the stream, want all 3", n)
 	}
 	if err := e.c.Del(e.ctx, e.k.Paused).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.flowRead("c", 10); len(got) != 2 {
-		t.Fatalf("after the resume the flow read admitted %v, want both jobs", got)
+	parked, err := e.q.FlowAdmit(e.ctx, "c", ids)
+	if err != nil || !slices.Equal(parked, ids[2:]) {
+		t.Fatalf("after the resume the admission parked %v, %v; want the second job of a", parked, err)
+	}
+	e.addKeyed("b")
+	if got := e.flowRead("c", 10); len(got) != 0 {
+		t.Fatalf("after the resume the flow read admitted %v, want nothing (b at its cap)", got)
+	}
+	if st := e.flowState(); st.Running != 2 || st.Waiting["a"] != 1 || st.Waiting["b"] != 1 {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+// TestQueue_FlowAdmitReadTakenOver: an entry that another consumer took
+// over and admitted between a read and its admission keeps its one slot
+// (the key's count is not taken twice, which at cap 1 would also set it
+// aside); an entry gone from the stream is not started and not set aside.
+func TestQueue_FlowAdmitReadTakenOver(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	ids := e.addKeyed("a", "a")
+	e.read("c1", 10)
+	e.idle("c2", 0, ids[0]) // c2 takes it over
+	if parked, err := e.q.FlowAdmit(e.ctx, "c2", ids[:1]); err != nil || len(parked) != 0 {
+		t.Fatalf("takeover admission parked %v, %v", parked, err)
+	}
+	if err := e.c.XDel(e.ctx, e.k.Stream, ids[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	skip, more, err := e.q.FlowAdmitRead(e.ctx, FlowAdmitReadParams{Consumer: "c1", N: 10, First: ids[0], Last: ids[1],
+		Read: []FlowRead{{ID: ids[0], Key: "a"}, {ID: ids[1], Key: "a"}}})
+	if err != nil || !slices.Equal(skip, ids[1:]) || len(more) != 0 {
+		t.Fatalf("admission: skip %v, more %v, %v; want the deleted entry skipped", skip, more, err)
+	}
+	if st := e.flowState(); st.Running != 1 || st.PerKey["a"] != 1 || len(st.Waiting) != 0 {
+		t.Fatalf("state %+v, want one slot of a and nothing waiting", st)
+	}
+}
+
+// TestQueue_FlowAdmitReadInStreamOrder: reads of two consumers admitted in
+// the other order still admit in stream order: the later read's call
+// admits the earlier read's entries first, so with a cap of 1 the key's
+// first job starts and its second waits, whichever call came first.
+func TestQueue_FlowAdmitReadInStreamOrder(t *testing.T) {
+	t.Parallel()
+	e := setup(t, Config{})
+	e.group()
+	e.flowLimits(FlowLimits{PerKey: 1})
+	ids := e.addKeyed("a", "a", "b")
+	e.read("c1", 1)
+	e.read("c2", 2)
+	admit := func(consumer string, read ...FlowRead) []string {
+		t.Helper()
+		skip, _, err := e.q.FlowAdmitRead(e.ctx, FlowAdmitReadParams{Consumer: consumer, N: 10, First: read[0].ID, Last: read[len(read)-1].ID, Read: read})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return skip
+	}
+	if skip := admit("c2", FlowRead{ID: ids[1], Key: "a"}, FlowRead{ID: ids[2], Key: "b"}); !slices.Equal(skip, ids[1:2]) {
+		t.Fatalf("the later read's call did not start %v, want the second job of a only", skip)
+	}
+	if skip := admit("c1", FlowRead{ID: ids[0], Key: "a"}); len(skip) != 0 {
+		t.Fatalf("the earlier read's call did not start %v, want its job (admitted by the other call)", skip)
+	}
+	st := e.flowState()
+	if st.Running != 2 || st.PerKey["a"] != 1 || st.Waiting["a"] != 1 {
+		t.Fatalf("state %+v, want a's first job and b's running, a's second waiting", st)
+	}
+	if held, _ := e.c.HExists(e.ctx, e.k.Flow().Run, ids[0]).Result(); !held {
+		t.Errorf("the first job of a holds no slot")
 	}
 }
 
@@ -455,7 +525,7 @@ func TestQueue_FlowAckOwnedBatch(t *testing.T) {
 		keys[i] = "k" + strings.Repeat("x", i%5)
 	}
 	ids := e.addKeyed(keys...)
-	got, _, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: n, Budget: n})
+	got, err := e.q.FlowRead(e.ctx, FlowReadParams{Consumer: "c", N: n, Budget: n})
 	if err != nil || len(got) != n {
 		t.Fatalf("admitted %d of %d: %v", len(got), n, err)
 	}
