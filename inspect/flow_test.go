@@ -17,7 +17,7 @@ import (
 // flowRead reads for consumer "c" under flow control, as a consumer does.
 func (e *env) flowRead(t *testing.T) []rdb.FlowEntry {
 	t.Helper()
-	got, _, err := core.Of(e.q).DB.FlowRead(context.Background(), rdb.FlowReadParams{Consumer: "c", N: 10})
+	got, err := core.Of(e.q).DB.FlowRead(context.Background(), rdb.FlowReadParams{Consumer: "c", N: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

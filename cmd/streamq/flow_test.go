@@ -38,7 +38,7 @@ func TestCLI_FlowAndWhy(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	if got, _, err := core.Of(q).DB.FlowRead(ctx, rdb.FlowReadParams{Consumer: "c", N: 10}); err != nil || len(got) != 1 {
+	if got, err := core.Of(q).DB.FlowRead(ctx, rdb.FlowReadParams{Consumer: "c", N: 10}); err != nil || len(got) != 1 {
 		t.Fatalf("flow read: %d, %v", len(got), err)
 	}
 	var fj flowJSON
@@ -84,7 +84,7 @@ func TestCLI_FlowKinds(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
-	if got, _, err := core.Of(q).DB.FlowRead(ctx, rdb.FlowReadParams{Consumer: "c", N: 10}); err != nil || len(got) != 1 {
+	if got, err := core.Of(q).DB.FlowRead(ctx, rdb.FlowReadParams{Consumer: "c", N: 10}); err != nil || len(got) != 1 {
 		t.Fatalf("flow read: %d, %v", len(got), err)
 	}
 	var fj flowJSON
