@@ -163,19 +163,7 @@ func BenchmarkProducer_EnqueueBatch(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			jobs := make([]streamq.Job, size)
-			for i := range jobs {
-				jobs[i].Payload = benchPayload
-			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i += size {
-				if _, err := p.EnqueueBatch(ctx, jobs[:min(size, b.N-i)]); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			enqueueBatches(b, size, p.EnqueueBatch)
 		})
 	}
 }

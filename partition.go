@@ -189,11 +189,20 @@ func (pq *PartitionedQueue) partitions(n int) ([]*Queue, error) {
 
 // Layout reads the queue's layout from Redis (N = 1 when none was set).
 func (pq *PartitionedQueue) Layout(ctx context.Context) (PartitionLayout, error) {
-	l, err := rdb.ReadLayout(ctx, pq.client, pq.key)
+	l, err := pq.layout(ctx)
 	if err != nil {
-		return PartitionLayout{}, fmt.Errorf("streamq: read partitions of %s: %w", pq.name, err)
+		return PartitionLayout{}, err
 	}
 	return newLayout(l), nil
+}
+
+// layout reads the queue's layout from Redis.
+func (pq *PartitionedQueue) layout(ctx context.Context) (rdb.Layout, error) {
+	l, err := rdb.ReadLayout(ctx, pq.client, pq.key)
+	if err != nil {
+		return rdb.Layout{}, fmt.Errorf("streamq: read partitions of %s: %w", pq.name, err)
+	}
+	return l, nil
 }
 
 // SetPartitions sets the number of partitions producers write to, 1 to
@@ -225,9 +234,9 @@ func (pq *PartitionedQueue) SetPartitions(ctx context.Context, n int) (Partition
 // still write with the old layout: it checks again after the change and
 // undoes it if a job arrived.
 func (pq *PartitionedQueue) FinishDrain(ctx context.Context) (PartitionLayout, error) {
-	l, err := rdb.ReadLayout(ctx, pq.client, pq.key)
+	l, err := pq.layout(ctx)
 	if err != nil {
-		return PartitionLayout{}, fmt.Errorf("streamq: read partitions of %s: %w", pq.name, err)
+		return PartitionLayout{}, err
 	}
 	if l.Drain <= l.N {
 		return newLayout(l), nil
@@ -326,18 +335,26 @@ func (pq *PartitionedQueue) Stats(ctx context.Context) (QueueStats, error) {
 }
 
 // Cancel removes a delayed job before it is due, given the ID Enqueue
-// returned, from whichever partition holds it (see [Queue.Cancel]).
+// returned (see [Queue.CancelDelayed]). An ID that names its partition
+// ("p3~…", see [PartitionedProducer.Enqueue]) costs one call to that
+// partition; another ID (a chosen one, or one from before IDs named their
+// partition) is looked for in the partition its hash routes to first, then
+// in the others.
 func (pq *PartitionedQueue) Cancel(ctx context.Context, id string) (bool, error) {
-	l, err := pq.Layout(ctx)
-	if err != nil {
-		return false, err
+	l := rdb.Layout{N: 1}
+	if _, _, named := rdb.SplitPartitionJobID(id); !named {
+		var err error
+		if l, err = pq.layout(ctx); err != nil {
+			return false, err
+		}
 	}
-	qs, err := pq.partitions(l.Read())
-	if err != nil {
-		return false, err
-	}
-	for _, q := range qs {
-		ok, err := q.Cancel(ctx, id)
+	bare, ks := rdb.PartitionsToAsk(id, l)
+	for _, k := range ks {
+		q, err := pq.Partition(k)
+		if err != nil {
+			return false, err
+		}
+		ok, err := q.CancelDelayed(ctx, bare)
 		if err != nil || ok {
 			return ok, err
 		}

@@ -94,19 +94,25 @@ func (p *PartitionedProducer) partitions(ctx context.Context) (int, error) {
 	return l.N, nil
 }
 
-// route returns the partition of a job with options o (key: its own
+// route returns the partition of job j with options o (key: its own
 // partition key in a keyed batch) among n.
-func (p *PartitionedProducer) route(o *EnqueueOptions, key string, n int) int {
-	if k := routeKey(o, key); k != "" {
+func (p *PartitionedProducer) route(o *EnqueueOptions, key string, j *Job, n int) int {
+	if k := routeKey(o, key, j); k != "" {
 		return rdb.PartitionOf(k, n)
 	}
 	return int((p.rr.Add(1) - 1) % uint64(n))
 }
 
-// routeKey returns the key a job routes by: key, else the options'
-// partition key, unique key or flow key ("": none, round robin).
-func routeKey(o *EnqueueOptions, key string) string {
-	for _, k := range []string{key, o.PartitionKey, o.UniqueKey, o.FlowKey} {
+// routeKey returns the key job j with options o routes by: key, else the
+// options' partition key, else the key of its dedup mode (unique, by args,
+// throttle, debounce), its flow key, or its chosen ID ("": none, round
+// robin). Every key that Redis checks within one queue thus routes to one
+// partition, so that the check stays exact.
+func routeKey(o *EnqueueOptions, key string, j *Job) string {
+	if o.UniqueByArgs && key == "" && o.PartitionKey == "" {
+		return argsKey(o.Kind, j.Payload)
+	}
+	for _, k := range []string{key, o.PartitionKey, o.UniqueKey, o.ThrottleKey, o.DebounceKey, o.FlowKey, o.JobID, j.ID} {
 		if k != "" {
 			return k
 		}
@@ -114,9 +120,24 @@ func routeKey(o *EnqueueOptions, key string) string {
 	return ""
 }
 
+// qualify names the partition k in the generated IDs of ids (see
+// rdb.PartitionJobID); chosen IDs stay as they are.
+func qualify(k int, ids []string) []string {
+	for i, id := range ids {
+		ids[i] = rdb.PartitionJobID(k, id)
+	}
+	return ids
+}
+
 // Enqueue adds one job to its partition and returns its ID, as
-// [Producer.Enqueue] does. The ID is unique within the partition; a
-// [PartitionedQueue] and package inspect find the job by it alone.
+// [Producer.Enqueue] does. A generated ID names the partition:
+// "p<k>~<ID within the partition>" (for example "p3~1700000000000-0"), so
+// [PartitionedQueue.Cancel] and package inspect's Partitioned go to that
+// partition at once. A chosen ID ([WithJobID]) is returned as chosen; the
+// job routes by it when it has no partition, dedup or flow key, and a
+// look-up asks that partition first. [Message.ID] is the ID within the
+// partition and [Message.Queue] names the partition ("orders#3"). See
+// docs/partitions.md, "Job IDs".
 func (p *PartitionedProducer) Enqueue(ctx context.Context, payload []byte, opts ...EnqueueOption) (string, error) {
 	var o EnqueueOptions
 	if err := buildOptions(&o, opts); err != nil {
@@ -126,22 +147,25 @@ func (p *PartitionedProducer) Enqueue(ctx context.Context, payload []byte, opts 
 	if err != nil {
 		return "", err
 	}
-	pr, err := p.producer(p.route(&o, "", n))
+	j := Job{Payload: payload}
+	k := p.route(&o, "", &j, n)
+	pr, err := p.producer(k)
 	if err != nil {
 		return "", err
 	}
-	ids, err := pr.enqueueWith(ctx, []Job{{Payload: payload}}, &o)
+	ids, err := pr.enqueueWith(ctx, []Job{j}, &o)
 	if len(ids) == 0 {
 		return "", err
 	}
-	return ids[0], err
+	return qualify(k, ids)[0], err
 }
 
 // EnqueueBatch adds many jobs with the options opts: all to one partition
 // when the options name a key, else spread evenly over the partitions.
 // Each partition's share is written as [Producer.EnqueueBatch] writes a
-// batch, the partitions concurrently. On error, ids[i] is "" for every job
-// that was not enqueued, and the error is the first one met.
+// batch, the partitions concurrently. The IDs name their partitions, as
+// Enqueue's do. On error, ids[i] is "" for every job that was not
+// enqueued, and the error is the first one met.
 func (p *PartitionedProducer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) ([]string, error) {
 	keyed := make([]KeyedJob, len(jobs))
 	for i, j := range jobs {
@@ -171,7 +195,7 @@ func (p *PartitionedProducer) EnqueueKeyed(ctx context.Context, jobs []KeyedJob,
 	// the round robin's next partition.
 	keyless := 0
 	for _, j := range jobs {
-		if routeKey(&o, j.Key) == "" {
+		if routeKey(&o, j.Key, &j.Job) == "" {
 			keyless++
 		}
 	}
@@ -181,7 +205,7 @@ func (p *PartitionedProducer) EnqueueKeyed(ctx context.Context, jobs []KeyedJob,
 	seen := 0
 	for i, j := range jobs {
 		k := (start + seen/max(per, 1)) % n
-		if rk := routeKey(&o, j.Key); rk != "" {
+		if rk := routeKey(&o, j.Key, &jobs[i].Job); rk != "" {
 			k = rdb.PartitionOf(rk, n)
 		} else {
 			seen++
@@ -204,6 +228,7 @@ func (p *PartitionedProducer) EnqueueKeyed(ctx context.Context, jobs []KeyedJob,
 			}
 			oo := o
 			got, err := pr.enqueueWith(ctx, sub, &oo)
+			qualify(k, got)
 			for i, x := range idx {
 				if i < len(got) {
 					ids[x] = got[i]

@@ -18,7 +18,7 @@ import (
 
 // partSetup returns a partitioned queue of n partitions under the test's
 // own key prefix, with cfg's other settings.
-func partSetup(t *testing.T, c redis.UniversalClient, n int, cfg *streamq.PartitionedQueueConfig) *streamq.PartitionedQueue {
+func partSetup(t testing.TB, c redis.UniversalClient, n int, cfg *streamq.PartitionedQueueConfig) *streamq.PartitionedQueue {
 	t.Helper()
 	prefix := "t-" + redistest.Name(t)
 	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
@@ -350,5 +350,127 @@ func TestPartitionedQueue_SetFlowLimits(t *testing.T) {
 	}
 	if sum != 10 {
 		t.Fatalf("global caps sum to %d, want 10", sum)
+	}
+}
+
+// TestPartitionedQueue_JobIDs checks that the IDs of a partitioned queue
+// name their partitions, so that a cancel by such an ID talks to that
+// partition alone, while a bare ID (from before) is still found by asking
+// the partitions in turn; and that every dedup key routes to one
+// partition, so that a duplicate is found whichever producer sends it.
+func TestPartitionedQueue_JobIDs(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	tags := &redistest.Tags{}
+	c.AddHook(tags)
+	pq := partSetup(t, c, 8, nil)
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 16 {
+		id, err := p.Enqueue(ctx, []byte("later-"+strconv.Itoa(i)), streamq.ProcessIn(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	parts := map[string]bool{}
+	for _, id := range ids {
+		num, bare, ok := strings.Cut(id, "~")
+		if !ok || !strings.HasPrefix(num, "p") || strings.Contains(bare, "~") {
+			t.Fatalf("Enqueue returned %q, want p<partition>~<ID>", id)
+		}
+		parts[num] = true
+	}
+	if len(parts) != 8 {
+		t.Fatalf("16 keyless jobs went to partitions %v, want all 8", parts)
+	}
+	// A cancel by an ID that names its partition talks to it alone.
+	for _, id := range ids[:8] {
+		k, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(id, "~", 2)[0], "p"))
+		q, _ := pq.Partition(k)
+		tags.Start()
+		ok, err := pq.Cancel(ctx, id)
+		got, cmds := tags.Stop()
+		if err != nil || !ok {
+			t.Fatalf("Cancel(%s) = %v, %v; want true", id, ok, err)
+		}
+		if want := "{" + q.Name() + "}"; len(got) != 1 || got[0] != want {
+			t.Fatalf("Cancel(%s) sent %d commands naming %v, want only %s", id, cmds, got, want)
+		}
+	}
+	// A bare ID is found too, by asking the partitions in turn.
+	for _, id := range ids[8:] {
+		_, bare, _ := strings.Cut(id, "~")
+		if ok, err := pq.Cancel(ctx, bare); err != nil || !ok {
+			t.Fatalf("Cancel(%s) of a bare ID = %v, %v; want true", bare, ok, err)
+		}
+	}
+	if s, err := pq.Stats(ctx); err != nil || s.Delayed != 0 {
+		t.Fatalf("after cancelling every job: %d delayed (%v), want 0", s.Delayed, err)
+	}
+	// A chosen ID stays as chosen and routes by its hash.
+	id, err := p.Enqueue(ctx, []byte("chosen"), streamq.WithJobID("invoice-42"), streamq.ProcessIn(time.Hour))
+	if err != nil || id != "invoice-42" {
+		t.Fatalf("Enqueue WithJobID = %q, %v; want invoice-42", id, err)
+	}
+	// Every dedup key routes to one partition: a second enqueue from
+	// another producer, round robin elsewhere, finds the first.
+	p2, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dedups := map[string][]streamq.EnqueueOption{
+		"WithJobID":    {streamq.WithJobID("invoice-42")},
+		"Throttle":     {streamq.Throttle("report:7", time.Minute)},
+		"Debounce":     {streamq.Debounce("sync:9", time.Hour)},
+		"UniqueByArgs": {streamq.UniqueByArgs(time.Minute)},
+	}
+	for name, opts := range dedups {
+		first, err := p.Enqueue(ctx, []byte(name), opts...)
+		if err != nil && !errors.Is(err, streamq.ErrDuplicate) {
+			t.Fatal(err)
+		}
+		for i := range 8 {
+			again, err := p2.Enqueue(ctx, []byte(name), opts...)
+			// Debounce answers a later enqueue with the waiting job's ID.
+			if again != first || (name == "Debounce") != (err == nil) || (err != nil && !errors.Is(err, streamq.ErrDuplicate)) {
+				t.Fatalf("%s: enqueue %d of a job enqueued as %s: %q, %v; want its ID (and ErrDuplicate)", name, i+2, first, again, err)
+			}
+		}
+	}
+}
+
+// TestPartitionedProducer_BatchRoundTrips checks that a keyless batch over
+// 8 partitions costs one script call per partition.
+func TestPartitionedProducer_BatchRoundTrips(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	tags := &redistest.Tags{}
+	c.AddHook(tags)
+	pq := partSetup(t, c, 8, nil)
+	ctx := context.Background()
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := make([]streamq.Job, 800)
+	for i := range jobs {
+		jobs[i].Payload = []byte("j-" + strconv.Itoa(i))
+	}
+	if _, err := p.EnqueueBatch(ctx, jobs); err != nil { // reads the layout, loads the script
+		t.Fatal(err)
+	}
+	tags.Start()
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	got, cmds := tags.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 800 || len(got) != 8 || cmds != 8 {
+		t.Fatalf("a batch of 800 jobs over 8 partitions: %d IDs, %d commands naming %v; want 800 IDs, 8 commands, one per partition", len(ids), cmds, got)
 	}
 }

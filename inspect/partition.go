@@ -18,6 +18,7 @@ import (
 // too. It is cheap and safe for concurrent use; its layout is the one read
 // when it was made.
 type Partitioned struct {
+	in     *Inspector
 	name   string
 	layout rdb.Layout
 	parts  []*Queue
@@ -30,7 +31,7 @@ func (in *Inspector) Partitioned(ctx context.Context, name string) (*Partitioned
 	if err != nil {
 		return nil, fmt.Errorf("inspect: partitions of %s: %w", name, err)
 	}
-	p := &Partitioned{name: name, layout: l}
+	p := &Partitioned{in: in, name: name, layout: l}
 	for k := range l.Read() {
 		p.parts = append(p.parts, in.newQueue(rdb.PartitionName(name, k), KindStream))
 	}
@@ -77,25 +78,49 @@ func (p *Partitioned) Overview(ctx context.Context) (*Overview, error) {
 }
 
 // Job finds the job id in whichever partition holds it (see [Queue.Job]);
-// Job.Queue names the partition. It asks the partitions in turn, so a
-// look-up costs up to one [Queue.Job] per partition.
+// Job.Queue names the partition and Job.ID is the ID as the partitioned
+// producer gave it (it names the partition, "p3~1700000000000-0", when it
+// was generated). An id that names its partition costs one [Queue.Job] of
+// that partition. Another id (a chosen one, or one from before IDs named
+// their partition) is looked for in the partition its hash routes to
+// first, where a job with a chosen ID and no other key is, then in the
+// others in turn.
 func (p *Partitioned) Job(ctx context.Context, id string) (*Job, error) {
-	for _, q := range p.parts {
-		j, err := q.Job(ctx, id)
+	j, _, err := p.find(ctx, id)
+	return j, err
+}
+
+// find returns the job id and the queue of its partition.
+func (p *Partitioned) find(ctx context.Context, id string) (*Job, *Queue, error) {
+	bare, ks := rdb.PartitionsToAsk(id, p.layout)
+	for _, k := range ks {
+		q := p.partition(k)
+		j, err := q.Job(ctx, bare)
 		if err == nil {
-			return j, nil
+			j.ID = rdb.PartitionJobID(k, j.ID)
+			return j, q, nil
 		}
 		if !errors.Is(err, ErrJobNotFound) {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return nil, fmt.Errorf("inspect: job %s of %s: %w", id, p.name, &NotFoundError{What: "job", Name: id})
+	return nil, nil, fmt.Errorf("inspect: job %s of %s: %w", id, p.name, &NotFoundError{What: "job", Name: id})
+}
+
+// partition returns the queue of partition k, read or not (an ID may name
+// a partition a lowered N dropped, whose finished jobs' results remain).
+func (p *Partitioned) partition(k int) *Queue {
+	if k < len(p.parts) {
+		return p.parts[k]
+	}
+	return p.in.newQueue(rdb.PartitionName(p.name, k), KindStream)
 }
 
 // Jobs lists the jobs of every partition in one state (see [Queue.Jobs]),
 // merged in time order (enqueue time for waiting jobs, start for running
 // ones, due time for delayed and retrying ones, dead-letter time for dead
-// ones): a page of up to o.Limit jobs in all. The cursor continues every
+// ones): a page of up to o.Limit jobs in all, each job's ID naming its
+// partition as [Partitioned.Job] gives it. The cursor continues every
 // partition's listing where the page left it. A page holds only jobs that
 // come before any job a partition has not yet shown, so it may hold fewer
 // than o.Limit jobs, even none, while the cursor is not "" (a partition's
@@ -144,6 +169,7 @@ func (p *Partitioned) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 		next[k] = pp.Cursor
 		jobs := pp.Jobs[min(c.Skip, len(pp.Jobs)):]
 		for i := range jobs {
+			jobs[i].ID = rdb.PartitionJobID(k, jobs[i].ID)
 			all = append(all, cand{&jobs[i], k})
 		}
 		shown[k] = len(jobs)
@@ -244,16 +270,15 @@ func (p *Partitioned) Resume(ctx context.Context) error {
 }
 
 // Cancel cancels the job id in whichever partition holds it (see
-// [Queue.Cancel]).
+// [Queue.Cancel]), found as [Partitioned.Job] finds it.
 func (p *Partitioned) Cancel(ctx context.Context, id string) error {
-	j, err := p.Job(ctx, id)
+	j, q, err := p.find(ctx, id)
 	if err != nil {
 		return err
 	}
-	for _, q := range p.parts {
-		if q.name == j.Queue {
-			return q.Cancel(ctx, id)
-		}
+	_, bare, ok := rdb.SplitPartitionJobID(j.ID)
+	if !ok {
+		bare = j.ID
 	}
-	return fmt.Errorf("inspect: job %s is in %s, which is not a partition of %s", id, j.Queue, p.name)
+	return q.Cancel(ctx, bare)
 }

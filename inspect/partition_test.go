@@ -3,36 +3,57 @@ package inspect_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
+// partEnv is a partitioned queue "orders" of one test, with a producer.
+type partEnv struct {
+	c      *redis.Client
+	prefix string
+	pq     *streamq.PartitionedQueue
+	p      *streamq.PartitionedProducer
+}
+
+// partSetup returns a queue "orders" of n partitions under the test's own
+// key prefix.
+func partSetup(t *testing.T, n int) *partEnv {
+	t.Helper()
+	e := &partEnv{c: redistest.NewClient(t), prefix: "iq-" + redistest.Name(t)}
+	redistest.DeleteKeysAtCleanup(t, e.c, e.prefix+":*")
+	ctx := context.Background()
+	var err error
+	e.pq, err = streamq.NewPartitionedQueue(e.c, "orders", &streamq.PartitionedQueueConfig{Queue: &streamq.QueueConfig{KeyPrefix: e.prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pq.SetPartitions(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pq.Setup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.p, err = streamq.NewPartitionedProducer(e.pq, nil); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 func TestPartitioned_ReadsAsOneQueue(t *testing.T) {
 	t.Parallel()
-	c := redistest.NewClient(t)
-	prefix := "iq-" + redistest.Name(t)
-	redistest.DeleteKeysAtCleanup(t, c, prefix+":*")
+	e := partSetup(t, 3)
+	c, prefix, pq, p := e.c, e.prefix, e.pq, e.p
 	ctx := context.Background()
-	pq, err := streamq.NewPartitionedQueue(c, "orders", &streamq.PartitionedQueueConfig{Queue: &streamq.QueueConfig{KeyPrefix: prefix}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pq.SetPartitions(ctx, 3); err != nil {
-		t.Fatal(err)
-	}
-	if err := pq.Setup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p, err := streamq.NewPartitionedProducer(pq, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []string
 	for i := range 30 {
 		id, err := p.Enqueue(ctx, []byte("job-"+strconv.Itoa(i)), streamq.PartitionKey("key"+strconv.Itoa(i)))
@@ -128,5 +149,79 @@ func TestPartitioned_ReadsAsOneQueue(t *testing.T) {
 	}
 	if o, err := pi.Overview(ctx); err != nil || o.Delayed != 0 {
 		t.Fatalf("after Cancel: %d delayed (%v), want 0", o.Delayed, err)
+	}
+}
+
+// TestPartitioned_JobByPartitionID finds, shows and cancels jobs by the
+// IDs the partitioned producer returned: one that names its partition
+// talks to that partition alone, a chosen ID to the partition of its hash;
+// a bare ID from before is still found by asking the partitions in turn.
+func TestPartitioned_JobByPartitionID(t *testing.T) {
+	t.Parallel()
+	e := partSetup(t, 8)
+	ctx := context.Background()
+	var ids []string
+	for i := range 8 {
+		id, err := e.p.Enqueue(ctx, []byte("job-"+strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	chosen, err := e.p.Enqueue(ctx, []byte("chosen"), streamq.WithJobID("invoice-42"))
+	if err != nil || chosen != "invoice-42" {
+		t.Fatalf("Enqueue WithJobID = %q, %v; want invoice-42", chosen, err)
+	}
+	c := redistest.NewClient(t)
+	tags := &redistest.Tags{}
+	c.AddHook(tags)
+	in, err := inspect.New(c, &inspect.Options{Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pi, err := in.Partitioned(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var se *inspect.StateError
+	for _, id := range append(ids, chosen) {
+		for verb, call := range map[string]func() error{
+			"Job": func() error {
+				j, err := pi.Job(ctx, id)
+				if err == nil && (j.ID != id || j.State != inspect.StateWaiting) {
+					err = fmt.Errorf("job %s in state %s", j.ID, j.State)
+				}
+				return err
+			},
+			// A waiting job is found, and not cancelled: only running ones are.
+			"Cancel": func() error {
+				if err := pi.Cancel(ctx, id); !errors.As(err, &se) {
+					return fmt.Errorf("%w, want a *StateError", err)
+				}
+				return nil
+			},
+		} {
+			tags.Start()
+			err := call()
+			got, cmds := tags.Stop()
+			if err != nil {
+				t.Fatalf("%s(%s): %v", verb, id, err)
+			}
+			if len(got) != 1 || !strings.HasPrefix(got[0], "{orders") {
+				t.Fatalf("%s(%s) sent %d commands naming %v, want one partition", verb, id, cmds, got)
+			}
+			if k, _, named := strings.Cut(id, "~"); named && got[0] != "{orders#"+strings.TrimPrefix(k, "p")+"}" && !(k == "p0" && got[0] == "{orders}") {
+				t.Fatalf("%s(%s) asked partition %s", verb, id, got[0])
+			}
+		}
+	}
+	// Bare IDs, as producers returned them before IDs named partitions. Two
+	// partitions may hold the same entry ID (jobs of one millisecond): a
+	// bare ID finds one of them.
+	for _, id := range ids {
+		_, bare, _ := strings.Cut(id, "~")
+		if j, err := pi.Job(ctx, bare); err != nil || !strings.HasSuffix(j.ID, "~"+bare) {
+			t.Fatalf("Job(%s) of a bare ID: %v, %v; want a job p<k>~%s", bare, j, err, bare)
+		}
 	}
 }

@@ -354,31 +354,7 @@ func TestCluster_SlotMigratedMidRun(t *testing.T) {
 	}
 	tr := newTraffic(t, q, nil)
 	tr.opts = []streamq.EnqueueOption{streamq.ProcessIn(20 * time.Millisecond)}
-	faultAt := tr.run(func() {
-		mctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		m, err := c.BeginMigration(mctx, slot, to)
-		if err != nil {
-			t.Errorf("begin migration: %v", err)
-			return
-		}
-		// Move the keys one by one while traffic goes on, then finish.
-		for {
-			n, err := m.MoveKeys(mctx, 1)
-			if err != nil {
-				t.Errorf("move keys: %v", err)
-				return
-			}
-			if n == 0 {
-				break
-			}
-			pause := time.NewTimer(50 * time.Millisecond)
-			<-pause.C
-		}
-		if err := m.Finish(mctx); err != nil {
-			t.Errorf("finish migration: %v", err)
-		}
-	})
+	faultAt := tr.run(func() { migrateSlowly(t, c, slot, to) })
 	lost := tr.report(faultAt).lost
 	tr.mu.Lock()
 	failed, errs := tr.failed, tr.errs

@@ -153,9 +153,12 @@ With --all: {"queue","action":"` + v.action + `","state","matched":<jobs there>,
 			bar := a.progress(v.action, len(ids))
 			code := exitOK
 			for i, id := range ids {
-				ctx, cancel := a.ctx(cmd)
-				err := v.call(q, ctx, id)
-				cancel()
+				jq, jid, err := a.jobQueue(cmd, q, args[0], id)
+				if err == nil {
+					ctx, cancel := a.ctx(cmd)
+					err = v.call(jq, ctx, jid)
+					cancel()
+				}
 				bar.done(i + 1)
 				if err == nil {
 					out.Done = append(out.Done, id)

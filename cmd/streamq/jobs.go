@@ -335,6 +335,7 @@ attempt, headers and errors).`,
 }
 
 func (a *app) showJob(cmd *cobra.Command, queue, id string) error {
+	queue, id = partitionJob(queue, id)
 	q, err := a.queue(cmd, queue)
 	if err != nil {
 		return err

@@ -3,11 +3,13 @@ package main
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/visible"
 )
 
@@ -164,4 +166,28 @@ func (a *app) showPartitions(cmd *cobra.Command, name string) error {
 		t.row(visible.Escape(label, false), o.Waiting, o.Running, o.Delayed, o.Retrying, o.Dead, o.Consumers)
 	}
 	return t.flush()
+}
+
+// partitionJob returns the queue and ID to find job id of queue under: for
+// an ID that names its partition ("p3~<ID>", as a partitioned producer
+// returns it; see docs/partitions.md, "Job IDs"), the queue of that
+// partition of queue's base name and the ID within it; else queue and id.
+func partitionJob(queue, id string) (string, string) {
+	k, bare, ok := rdb.SplitPartitionJobID(id)
+	if !ok {
+		return queue, id
+	}
+	base, _, _ := strings.Cut(queue, rdb.PartitionSep)
+	return rdb.PartitionName(base, k), bare
+}
+
+// jobQueue returns the queue and ID to act on job id of q (named queue) by,
+// as partitionJob says.
+func (a *app) jobQueue(cmd *cobra.Command, q *inspect.Queue, queue, id string) (*inspect.Queue, string, error) {
+	pname, bare := partitionJob(queue, id)
+	if pname == q.Name() {
+		return q, bare, nil
+	}
+	pq, err := a.queue(cmd, pname)
+	return pq, bare, err
 }

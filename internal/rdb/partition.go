@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -157,4 +158,63 @@ func layoutReply(cmd *redis.Cmd) (Layout, error) {
 		return Layout{}, fmt.Errorf("unexpected layout reply %v", v)
 	}
 	return Layout{N: int(v[0]), Epoch: v[1], Drain: int(v[2]), Switched: v[3]}, nil
+}
+
+// Job IDs of partitioned queues. A job enqueued into partition k with a
+// generated ID (a stream entry ID, see Generated) is named "p<k>~<ID>" by
+// the partitioned producer, so a look-up goes to its partition at once. No
+// ID a plain queue generates or a producer may choose holds a '~' (see
+// JobIDProblem), so such an ID meets no other. A chosen ID stays as chosen:
+// it routes by its own hash (unless a partition, dedup or flow key routes
+// the job), and a look-up asks that partition first.
+
+// partitionIDMark and partitionIDSep frame a partition's number in a
+// partition-qualified job ID.
+const (
+	partitionIDMark = "p"
+	partitionIDSep  = "~"
+)
+
+// PartitionJobID returns the ID a partitioned queue gives the job id of
+// partition k: "p<k>~<id>" for a generated id, id itself for a chosen one
+// (and for "").
+func PartitionJobID(k int, id string) string {
+	if !Generated(id) {
+		return id
+	}
+	return partitionIDMark + strconv.Itoa(k) + partitionIDSep + id
+}
+
+// SplitPartitionJobID returns the partition and the ID within it of a
+// partition-qualified job ID ("p3~1700000000000-0" -> 3,
+// "1700000000000-0"); ok is false for any other id.
+func SplitPartitionJobID(id string) (k int, rest string, ok bool) {
+	head, rest, found := strings.Cut(id, partitionIDSep)
+	num, marked := strings.CutPrefix(head, partitionIDMark)
+	if !found || !marked || rest == "" || !Decimal(num) || len(num) > 4 || (len(num) > 1 && num[0] == '0') {
+		return 0, "", false
+	}
+	k, _ = strconv.Atoi(num)
+	if k >= MaxPartitions {
+		return 0, "", false
+	}
+	return k, rest, true
+}
+
+// PartitionsToAsk returns where to look for the job id of a partitioned
+// queue of layout l: the partition and ID within it of a
+// partition-qualified id; else id and the partitions that are read, the
+// one id's hash routes to first (where a chosen ID routed by itself is).
+func PartitionsToAsk(id string, l Layout) (bare string, ks []int) {
+	if k, rest, ok := SplitPartitionJobID(id); ok {
+		return rest, []int{k}
+	}
+	first := PartitionOf(id, l.N)
+	ks = append(make([]int, 0, l.Read()), first)
+	for k := range l.Read() {
+		if k != first {
+			ks = append(ks, k)
+		}
+	}
+	return id, ks
 }

@@ -267,7 +267,8 @@ type AckParams struct {
 // changes nothing more: the entries are acknowledged, the locks released
 // and the trail forgotten already (a lock taken by another job since has
 // another token), and a done marker written again only lives a little
-// longer.
+// longer; so on a Redis Cluster the script is sent again as [Queue.redo]
+// says.
 func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	k := &q.keys
 	if p.Completed != nil && q.completedTTL > 0 {
@@ -277,10 +278,13 @@ func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 		return q.client.XAck(ctx, k.Stream, q.group, p.IDs...).Err()
 	}
 	keys, args := q.ackArgs(p)
+	s := scriptAck
 	if p.Flow != "" {
-		return scriptFlowAck.Run(ctx, q.client, keys, append(args, p.Flow)...).Err()
+		s, args = scriptFlowAck, append(args, p.Flow)
 	}
-	return scriptAck.Run(ctx, q.client, keys, args...).Err()
+	// On a Redis Cluster, sent again while its slot migrates (TRYAGAIN: the
+	// stream and the trail are on two nodes for a while) or fails over.
+	return q.redo(ctx, func() error { return s.Run(ctx, q.client, keys, args...).Err() })
 }
 
 // ackArgs returns the keys and arguments of scriptAck for p.
@@ -309,18 +313,21 @@ func (q *Queue) ackArgs(p *AckParams) ([]string, []any) {
 // ackCompleted acknowledges p and records its jobs as completed: in one
 // script, or, under flow control, recording first and acknowledging in a
 // second call (scriptFlowAck), so that a failure between the two leaves
-// the jobs pending and recorded, to run and be recorded again.
+// the jobs pending and recorded, to run and be recorded again. Each is
+// sent again on a Redis Cluster as the plain acknowledgement is (a send
+// records only entries still pending).
 func (q *Queue) ackCompleted(ctx context.Context, p *AckParams) error {
 	keys, args := q.ackArgs(p)
 	if p.Flow == "" {
 		keys, args = q.completedArgs(keys, args, p)
-		return scriptAckCompleted.Run(ctx, q.client, keys, args...).Err()
+		return q.redo(ctx, func() error { return scriptAckCompleted.Run(ctx, q.client, keys, args...).Err() })
 	}
 	rkeys, rargs := q.completedArgs([]string{q.keys.Stream}, []any{q.group}, p)
-	if err := scriptRecordCompleted.Run(ctx, q.client, rkeys, rargs...).Err(); err != nil {
+	if err := q.redo(ctx, func() error { return scriptRecordCompleted.Run(ctx, q.client, rkeys, rargs...).Err() }); err != nil {
 		return err
 	}
-	return scriptFlowAck.Run(ctx, q.client, keys, append(args, p.Flow)...).Err()
+	args = append(args, p.Flow)
+	return q.redo(ctx, func() error { return scriptFlowAck.Run(ctx, q.client, keys, args...).Err() })
 }
 
 // pick returns flow when under flow control, else plain.
