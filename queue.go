@@ -31,6 +31,13 @@ const (
 	// DefaultDoneRetention is how long a finished job with a chosen ID
 	// keeps its ID taken when QueueConfig.DoneRetention is 0.
 	DefaultDoneRetention = 24 * time.Hour
+	// DefaultCompletedMax is the most completed jobs a queue that keeps
+	// them (QueueConfig.CompletedRetention) keeps when
+	// QueueConfig.CompletedMax is 0.
+	DefaultCompletedMax = 10_000
+	// CompletedPayloadMax is the largest payload the record of a completed
+	// job keeps, in bytes; a larger one is recorded by its size only.
+	CompletedPayloadMax = 1024
 	// MaxNameLen is the longest accepted name of a queue, group, key
 	// prefix, consumer or worker, in bytes.
 	MaxNameLen = 200
@@ -87,6 +94,30 @@ type QueueConfig struct {
 	// leave none. Defaults to DefaultDoneRetention (24 h); -1 keeps no done
 	// markers (the ID is free again as soon as the job finished).
 	DoneRetention time.Duration
+
+	// CompletedRetention, when positive, makes the consumers of this queue
+	// record every job that succeeded, for this long, so that operators can
+	// list completed jobs (inspect, streamq jobs --state completed, the
+	// dashboard's Completed tab) and find one by ID. A record holds the
+	// job's stable ID, kind, enqueue time, the start and end of its
+	// successful run (Redis's clock), its attempt number, its payload's size
+	// and the payload itself when it is at most [CompletedPayloadMax] bytes;
+	// not its headers. The acknowledgement writes it in the same script
+	// and deletes expired records and those beyond CompletedMax, a bounded
+	// number per call, so records may outlive the retention for a moment
+	// after a burst. It is the consumer's setting: give every consumer of
+	// the queue the same one (the last to start notes it for the
+	// inspector). Defaults to 0: no records, and an acknowledgement that
+	// costs nothing more. Not kept for priority queues.
+	CompletedRetention time.Duration
+
+	// CompletedMax caps the records of completed jobs (see
+	// CompletedRetention): the oldest beyond it are deleted. Each record
+	// takes about 300 bytes of Redis memory plus its payload (see
+	// docs/operations.md). Defaults to DefaultCompletedMax (10,000) when
+	// CompletedRetention is set; -1 removes the cap. Setting it without
+	// CompletedRetention is an error.
+	CompletedMax int64
 }
 
 // Queue is a named job queue on one Redis stream, with its consumer group,
@@ -165,7 +196,11 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 	case c.DoneRetention < time.Millisecond && c.DoneRetention != -1:
 		return nil, configErr("QueueConfig.DoneRetention", "%s: use at least 1ms, 0 for the default (%s) or -1 for none", c.DoneRetention, DefaultDoneRetention)
 	}
-	db := rdb.New(client, rdb.Config{Prefix: c.KeyPrefix, Name: name, Group: c.Group, MaxLen: c.MaxLen, DeadLetterMaxLen: c.DeadLetterMaxLen, DoneRetention: c.DoneRetention})
+	if err := c.completed(); err != nil {
+		return nil, err
+	}
+	db := rdb.New(client, rdb.Config{Prefix: c.KeyPrefix, Name: name, Group: c.Group, MaxLen: c.MaxLen, DeadLetterMaxLen: c.DeadLetterMaxLen, DoneRetention: c.DoneRetention,
+		Completed: rdb.CompletedConfig{Retention: c.CompletedRetention, Max: c.CompletedMax}})
 	q := &Queue{client: client, db: db, name: name, group: c.Group, cfg: c, keys: db.Keys()}
 	q.handle = core.NewHandle(&core.Queue{
 		DB:               db,
@@ -183,6 +218,21 @@ func NewQueue(client redis.UniversalClient, name string, cfg *QueueConfig) (*Que
 		Defaults:         runDefaults(),
 	})
 	return q, nil
+}
+
+// completed checks and defaults the retention of completed jobs.
+func (c *QueueConfig) completed() error {
+	switch {
+	case c.CompletedRetention < 0 || c.CompletedRetention > 0 && c.CompletedRetention < time.Millisecond:
+		return configErr("QueueConfig.CompletedRetention", "%s: use at least 1ms, or 0 to keep no completed jobs", c.CompletedRetention)
+	case c.CompletedRetention == 0 && c.CompletedMax != 0:
+		return configErr("QueueConfig.CompletedMax", "%d without CompletedRetention: set CompletedRetention to keep completed jobs, or leave CompletedMax 0", c.CompletedMax)
+	case c.CompletedMax < -1:
+		return configErr("QueueConfig.CompletedMax", "%d is negative: use a positive cap, 0 for the default (%d) or -1 for no cap", c.CompletedMax, DefaultCompletedMax)
+	case c.CompletedRetention > 0 && c.CompletedMax == 0:
+		c.CompletedMax = DefaultCompletedMax
+	}
+	return nil
 }
 
 // validName accepts 1..MaxNameLen bytes of printable ASCII without spaces or

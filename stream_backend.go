@@ -89,6 +89,7 @@ func (b *streamBackend) Start(ctx context.Context) error {
 	} else {
 		core.Of(b.q).WarnEvictionPolicy(ctx, b.c.run.Mon.Log)
 		core.Of(b.q).WarnFailoverLoss(ctx, b.c.run.Mon.Log)
+		noteCompleted(ctx, b.q, b.c.run.Mon.Log)
 	}
 	if err := setup(ctx); err != nil {
 		rdb.Heal(ctx, b.q.client, err)
@@ -546,6 +547,9 @@ func (b *streamBackend) Finish(ctx context.Context, done []engine.Finished) erro
 	}
 	if b.flow.Load() {
 		p.Flow = b.c.cfg.Name
+	}
+	if b.q.db.KeepsCompleted() {
+		p.Completed = completedJobs(done)
 	}
 	return b.q.db.Ack(ctx, &p)
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/streamq/streamq/dashboard"
 	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/hist"
+	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -241,6 +243,12 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("after the form, the global cap shows %q, want 12", got)
 	}
 
+	// The history charts wait and run percentiles over the last half hour.
+	seedLatency(t, f, "work", 30)
+	redistest.WaitFor(t, waitTimeout, "wait and run percentiles in the history of work", func() bool {
+		h, err := work.History(ctx, time.Hour)
+		return err == nil && len(slices.DeleteFunc(h.Points, func(p inspect.Point) bool { return p.WaitP95 == 0 || p.RunP95 == 0 })) >= 30
+	})
 	shotsOf(t, bctx, srv.URL, f.retrying, newPages.pages, shot)
 
 	// Delete every waiting job of idle: the confirmation counts them, the
@@ -320,6 +328,7 @@ func shotsOf(t *testing.T, bctx context.Context, base, job string, extra map[str
 		"desktop/light/why": "why", "phone/dark/why": "why-phone-dark",
 		"desktop/light/partitions": "partitions", "phone/dark/partitions": "partitions-phone-dark",
 		"desktop/light/outbox": "outbox", "phone/light/outbox": "outbox-phone",
+		"desktop/light/completed": "completed", "phone/dark/completed": "completed-phone-dark",
 	}
 	for _, size := range []struct {
 		name          string
@@ -346,5 +355,30 @@ func shotsOf(t *testing.T, bctx context.Context, base, job string, extra map[str
 		return err
 	})); err != nil {
 		t.Fatalf("browser: back to the desktop: %v", err)
+	}
+}
+
+// seedLatency writes the latency histograms a consumer of queue would have
+// written over the minutes before the current one (the fixture's jobs run
+// in one minute, whose lone point draws no line): 20 jobs a minute, waits
+// and run times that vary from minute to minute.
+func seedLatency(t *testing.T, f *fixture, queue string, minutes int) {
+	t.Helper()
+	ctx := context.Background()
+	k := rdb.NewKeys(f.prefix, queue)
+	now := rdb.Minute(time.Now())
+	pipe := f.rdb.Pipeline()
+	for i := 1; i <= minutes; i++ {
+		key := k.Latency(now - int64(i))
+		for j := range 20 {
+			wait := time.Duration(20+10*(i%7)+j*j) * time.Millisecond
+			run := time.Duration(80+15*(i%5)+j*12) * time.Millisecond
+			pipe.HIncrBy(ctx, key, rdb.LatencyField(rdb.LatencyWait, hist.Index(wait), "", false), 1)
+			pipe.HIncrBy(ctx, key, rdb.LatencyField(rdb.LatencyRun, hist.Index(run), "", false), 1)
+		}
+		pipe.Expire(ctx, key, rdb.StatsTTL*time.Second)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

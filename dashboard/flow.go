@@ -3,6 +3,7 @@ package dashboard
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"maps"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/visible"
 )
 
 // maxFlowRows bounds the flow keys the flow page lists: the keys with the
@@ -73,6 +75,11 @@ type whyRow struct {
 type flowForm struct {
 	Global, PerKey, Rate                     string
 	Keys, Rates, Weights, Kinds, KindsPerKey string
+	// Raw are the flow keys and kinds that the lines show escaped (they
+	// hold characters that would not show as themselves: see
+	// visible.Escape), each base64url-encoded, so that a save gives them
+	// back exactly (see rawNames).
+	Raw []string
 }
 
 func (s *server) flow(w http.ResponseWriter, r *http.Request) {
@@ -183,8 +190,10 @@ func formOf(l inspect.FlowLimits) flowForm {
 		}
 		return strconv.Itoa(n)
 	}
-	f := flowForm{Global: num(l.Global), PerKey: num(l.PerKey), Keys: linesOf(l.Keys), Weights: linesOf(l.Weights),
-		Kinds: linesOf(l.Kinds), KindsPerKey: linesOf(l.KindPerKey)}
+	var f flowForm
+	f.Global, f.PerKey = num(l.Global), num(l.PerKey)
+	f.Keys, f.Weights = linesOf(l.Keys, &f.Raw), linesOf(l.Weights, &f.Raw)
+	f.Kinds, f.KindsPerKey = linesOf(l.Kinds, &f.Raw), linesOf(l.KindPerKey, &f.Raw)
 	if l.Rate > 0 {
 		f.Rate = strconv.FormatFloat(l.Rate, 'g', -1, 64)
 	}
@@ -192,17 +201,51 @@ func formOf(l inspect.FlowLimits) flowForm {
 	for k, r := range l.Rates {
 		rates[k] = strconv.FormatFloat(r, 'g', -1, 64)
 	}
-	f.Rates = linesOf(rates)
+	f.Rates = linesOf(rates, &f.Raw)
+	slices.Sort(f.Raw)
+	f.Raw = slices.Compact(f.Raw)
 	return f
 }
 
-// linesOf writes m as "<name>=<value>" lines sorted by name.
-func linesOf[V any](m map[string]V) string {
+// linesOf writes m as "<name>=<value>" lines sorted by name, a name that
+// would not show as itself escaped (one line, see visible.Escape), its raw
+// bytes appended to raw (base64url).
+func linesOf[V any](m map[string]V, raw *[]string) string {
 	var b strings.Builder
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		fmt.Fprintf(&b, "%s=%v\n", k, m[k])
+		shown := visible.Escape(k, false)
+		if shown != k {
+			*raw = append(*raw, base64.RawURLEncoding.EncodeToString([]byte(k)))
+		}
+		fmt.Fprintf(&b, "%s=%v\n", shown, m[k])
 	}
 	return b.String()
+}
+
+// rawNames reads the raw_key fields of the limits form (see flowForm.Raw):
+// the escaped form of each name -> the name.
+func rawNames(form url.Values) (map[string]string, error) {
+	out := make(map[string]string, len(form["raw_key"]))
+	for _, v := range form["raw_key"] {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("raw_key %q is not base64url: reload the flow page and save again", v))
+		}
+		out[visible.Escape(string(b), false)] = string(b)
+	}
+	return out, nil
+}
+
+// withRaw returns m with each name that is the escaped form of a raw name
+// (see rawNames) replaced by that name.
+func withRaw[V any](m map[string]V, raw map[string]string) map[string]V {
+	for shown, name := range raw {
+		if v, ok := m[shown]; ok && shown != name {
+			delete(m, shown)
+			m[name] = v
+		}
+	}
+	return m
 }
 
 // setFlow replaces the queue's flow limits with those of the form, which
@@ -275,6 +318,14 @@ func parseLimits(form url.Values) (inspect.FlowLimits, error) {
 	if l.KindPerKey, err = pairs(form.Get("kind_per_key"), "kind caps per key", "<kind>=<cap per flow key>, a cap of 1 or more", intLine); err != nil {
 		return l, err
 	}
+	raw, err := rawNames(form)
+	if err != nil {
+		return l, err
+	}
+	for _, m := range []map[string]int{l.Keys, l.Weights, l.Kinds, l.KindPerKey} {
+		withRaw(m, raw)
+	}
+	withRaw(l.Rates, raw)
 	for _, m := range []map[string]int{l.Kinds, l.KindPerKey} {
 		for k := range m {
 			if strings.ContainsAny(k, " \t\x00") {

@@ -3,10 +3,12 @@ package dashboard_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,12 +25,8 @@ import (
 // records.
 func TestFlow_PageAndSet(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, false)
+	f, q := idleQueue(t)
 	ctx := context.Background()
-	q, err := f.in.Queue(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := q.SetFlowLimits(ctx, inspect.FlowLimits{Global: 7, PerKey: 2, Keys: map[string]int{"customer:42": 5}, Kinds: map[string]int{"report.build": 3}}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,12 +73,8 @@ func TestFlow_PageAndSet(t *testing.T) {
 // that says how to write it, and the limits stay as they were.
 func TestFlow_BadInput(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, false)
+	f, q := idleQueue(t)
 	ctx := context.Background()
-	q, err := f.in.Queue(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := inspect.FlowLimits{Global: 4}
 	if err := q.SetFlowLimits(ctx, before); err != nil {
 		t.Fatal(err)
@@ -122,12 +116,8 @@ func TestFlow_BadInput(t *testing.T) {
 // is refused; flow keys and kinds are escaped.
 func TestFlow_RefusedAndEscaped(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, false)
+	f, q := idleQueue(t)
 	ctx := context.Background()
-	q, err := f.in.Queue(ctx, "idle")
-	if err != nil {
-		t.Fatal(err)
-	}
 	evil := `<script>alert("k")</script>`
 	limits := inspect.FlowLimits{Keys: map[string]int{evil: 2}, Kinds: map[string]int{"<b>kind</b>": 1}}
 	if err := q.SetFlowLimits(ctx, limits); err != nil {
@@ -348,9 +338,65 @@ func newPagesFixture(t testing.TB, f *fixture) *pagesFixture {
 	}
 	partitioned(t, f, "shard", 4, 40)
 	ob := newOutbox(t, f.idle, "a", "b", "c", "d")
+	completedQueue(t, f, `{"report":"daily","rows":1200}`, `{"report":"weekly","rows":8400}`, `{"to":"ada@example.com","template":"welcome"}`)
 	return &pagesFixture{
 		outboxes: []dashboard.Outbox{{Name: "app-db", Store: ob}},
 		pages: map[string]string{"flow": "/queues/idle/flow", "why": "/queues/idle/jobs/" + escapeID(f.waiting[3]),
-			"partitions": "/queues/shard/partitions", "outbox": "/outbox"},
+			"partitions": "/queues/shard/partitions", "outbox": "/outbox", "completed": "/queues/done?state=completed"},
 	}
+}
+
+// TestFlow_HiddenCharacterKeys: flow keys holding a zero-width space and a
+// right-to-left override show escaped, and saving the form as a browser
+// posts it keeps them exactly, not their escaped text.
+func TestFlow_HiddenCharacterKeys(t *testing.T) {
+	t.Parallel()
+	f, q := idleQueue(t)
+	ctx := context.Background()
+	zw, rtl := "customer:\u200b42", "tenant:\u202eevil"
+	if err := q.SetFlowLimits(ctx, inspect.FlowLimits{Keys: map[string]int{zw: 5, "plain": 1}, Rates: map[string]float64{rtl: 2}, Weights: map[string]int{rtl: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, newDashboard(t, f, dashboard.Options{}))
+	r := c.mustGet("/queues/idle/flow", `customer:\u200b42=5`, `tenant:\u202eevil=2`, `<code>customer:\u200b42</code>`, `name="raw_key"`)
+	for _, raw := range []string{"\u200b", "\u202e"} {
+		if strings.Contains(r.Body, raw) {
+			t.Errorf("the flow page holds %q raw", raw)
+		}
+	}
+	// Post the form as a browser would: every field as the page holds it.
+	form := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="raw_key" value="([^"]*)">`).FindAllStringSubmatch(r.Body, -1) {
+		form.Add("raw_key", m[1])
+	}
+	for _, name := range []string{"keys", "key_rates", "weights"} {
+		text := regexpFind(t, r.Body, `<textarea name="`+name+`"[^>]*>((?s:[^<]*))</textarea>`)
+		form.Set(name, html.UnescapeString(text))
+	}
+	if r := c.post("/queues/idle/flow", form); r.Status != http.StatusSeeOther {
+		t.Fatalf("POST limits: status %d:\n%s", r.Status, r.Body)
+	}
+	st, err := q.Flow(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := inspect.FlowLimits{Keys: map[string]int{zw: 5, "plain": 1}, Rates: map[string]float64{rtl: 2}, Weights: map[string]int{rtl: 3}}
+	if !reflect.DeepEqual(st.Limits, want) {
+		t.Errorf("limits after saving the form:\n got %#v\nwant %#v", st.Limits, want)
+	}
+	if r := c.post("/queues/idle/flow", url.Values{"raw_key": {"%%%"}}); r.Status != http.StatusBadRequest || !strings.Contains(r.Body, "reload the flow page") {
+		t.Errorf("a malformed raw_key: status %d, want 400 saying what to do:\n%s", r.Status, r.Body)
+	}
+}
+
+// idleQueue returns a fixture without consumer and the inspector's view
+// of its queue "idle".
+func idleQueue(t *testing.T) (*fixture, *inspect.Queue) {
+	t.Helper()
+	f := newFixture(t, false)
+	q, err := f.in.Queue(context.Background(), "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, q
 }

@@ -216,6 +216,10 @@ type queueData struct {
 	NextURL, FirstURL string
 	Message           string
 	Similar           []string
+	// Completed is what the queue keeps of its completed jobs, read for
+	// the completed tab (a zero Retention: none, and the tab says how to
+	// keep them).
+	Completed inspect.CompletedRetention
 }
 
 // stateTab is one state link with its count.
@@ -282,6 +286,10 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 		}
 		opts.Header = map[string]string{strings.TrimSpace(k): strings.TrimSpace(v)}
 	}
+	if d.State == inspect.StateCompleted && (d.Header != "" || d.Tag != "") {
+		s.fail(w, r, badRequest("completed jobs keep no headers or tags: search them by ID, kind or payload"))
+		return
+	}
 	if (d.Grep != "" || d.Header != "") && s.opts.HidePayloads {
 		s.fail(w, r, badRequest("payloads and headers are hidden on this dashboard: search by payload and by header is off"))
 		return
@@ -295,12 +303,22 @@ func (s *server) queue(w http.ResponseWriter, r *http.Request) {
 		d.Points, err = q.Throughput(gctx, chartMinutes)
 		return err
 	})
+	if d.State == inspect.StateCompleted {
+		g.Go(func() (err error) {
+			d.Completed, err = q.CompletedRetention(gctx)
+			return err
+		})
+	}
 	if err := g.Wait(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	base := pathOf(s.opts.BasePath, "queues", q.Name())
-	for _, st := range []inspect.State{inspect.StateWaiting, inspect.StateRunning, inspect.StateDelayed, inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled} {
+	tabs := []inspect.State{inspect.StateWaiting, inspect.StateRunning, inspect.StateDelayed, inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled}
+	if q.Kind() != inspect.KindPriority { // priority queues keep no completed jobs
+		tabs = append(tabs, inspect.StateCompleted)
+	}
+	for _, st := range tabs {
 		approx := ov.Estimated && st == inspect.StateWaiting
 		d.States = append(d.States, stateTab{State: st, Count: ov.Count(st), Approx: approx, URL: base + "?state=" + string(st)})
 	}

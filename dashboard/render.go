@@ -15,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 	"github.com/streamq/streamq/internal/visible"
 )
@@ -64,13 +65,14 @@ type bulkButton struct {
 // of base (the BasePath links start with).
 func parseTemplates(base string) (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"path":    func(parts ...string) string { return pathOf(base, parts...) },
-		"ago":     ago,
-		"dur":     fmtDuration,
-		"ts":      timestamp,
-		"chart":   throughputChart,
-		"history": historyChart,
-		"latency": latencyChart,
+		"path":       func(parts ...string) string { return pathOf(base, parts...) },
+		"ago":        ago,
+		"dur":        fmtDuration,
+		"payloadMax": func() int { return streamq.CompletedPayloadMax },
+		"ts":         timestamp,
+		"chart":      throughputChart,
+		"history":    historyChart,
+		"latency":    latencyChart,
 		"bulk": func(v *view, action, state, before, after, class string) bulkButton {
 			return bulkButton{V: v, Action: action, State: state, Before: before, After: after, Class: class}
 		},

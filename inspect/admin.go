@@ -174,14 +174,14 @@ func globEscape(s string) string {
 
 // structural returns the keys that exist while a queue has anything in it:
 // its jobs in every state, dead letters, pause flag, workers, schedules,
-// trail and cancel requests. Per-job keys (results, progress, unique
+// trail, cancel requests and completed jobs. Per-job keys (results, progress, unique
 // locks) and counters expire on their own and are left out.
 func structural(k rdb.Keys) []string {
 	pk := k.Priority()
 	return []string{
 		k.Stream, k.Dead, k.Delayed, k.DelayedJobs, k.Paused, k.Cancel, k.Trail, k.Workers,
 		pk.Ready, pk.Leases, pk.Delayed, pk.Jobs, k.Part(rdb.PartSchedules),
-		k.Retrying, k.Cancelled, pk.Retrying,
+		k.Retrying, k.Cancelled, pk.Retrying, k.Completed(),
 	}
 }
 

@@ -64,6 +64,8 @@ func (o *Overview) Count(st State) int64 {
 		return o.Dead
 	case StateCancelled:
 		return o.Cancelled
+	case StateCompleted:
+		return o.Completed
 	}
 	return 0
 }

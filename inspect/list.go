@@ -30,7 +30,9 @@ type item struct {
 type fetchFunc func(ctx context.Context, cursor string, n int) (items []item, more bool, err error)
 
 // Jobs lists the queue's jobs in state o.State, oldest (or, for waiting
-// priority jobs, first to run) first, filtered by o.Header and o.Grep. One
+// priority jobs, first to run; for completed jobs, last to finish) first,
+// filtered by o.Header and o.Grep (completed jobs keep no headers or tags:
+// filtering them by headers or tags is an error). One
 // call examines at most the inspector's ScanLimit entries (Page.Scanned)
 // and returns up to o.Limit jobs and a cursor to continue from. Listing
 // StateDone returns an empty page: results are kept by job ID only (use
@@ -45,6 +47,9 @@ func (q *Queue) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 		return nil, fmt.Errorf("inspect: ListOptions.Limit %d: use 1 to %d, or 0 for the default (%d)", o.Limit, MaxListLimit, DefaultListLimit)
 	}
 	if err := q.checkCursor(o.State, o.Cursor); err != nil {
+		return nil, err
+	}
+	if err := checkCompleted(&o); err != nil {
 		return nil, err
 	}
 	if o.State == StateDone {
@@ -67,6 +72,8 @@ func (q *Queue) fetchFor(ctx context.Context, st State) (fetchFunc, error) {
 		return q.streamFetch(ctx, st)
 	case StateDead, StateCancelled:
 		return q.deadFetch(st == StateCancelled), nil
+	case StateCompleted:
+		return q.completedFetch(), nil
 	}
 	_, err := ParseState(string(st))
 	if err == nil {
@@ -203,7 +210,7 @@ func (q *Queue) streamFetch(ctx context.Context, st State) (fetchFunc, error) {
 	default: // delayed, retrying
 		wantRetry := st == StateRetrying
 		return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
-			zs, more, err := zpage(ctx, c, q.keys.Delayed, cursor, n)
+			zs, more, err := zpage(ctx, c, q.keys.Delayed, cursor, n, false)
 			if err != nil || len(zs) == 0 {
 				return nil, false, err
 			}
@@ -298,7 +305,7 @@ func (q *Queue) priorityFetch(st State) fetchFunc {
 	c := q.rdb()
 	key := q.prioritySet(st)
 	return func(ctx context.Context, cursor string, n int) ([]item, bool, error) {
-		zs, more, err := zpage(ctx, c, key, cursor, n)
+		zs, more, err := zpage(ctx, c, key, cursor, n, false)
 		if err != nil || len(zs) == 0 {
 			return nil, false, err
 		}
@@ -354,7 +361,7 @@ func (q *Queue) checkCursor(st State, cursor string) error {
 	if cursor == "" {
 		return nil
 	}
-	zset := q.kind == KindPriority || st == StateDelayed || st == StateRetrying
+	zset := q.kind == KindPriority || st == StateDelayed || st == StateRetrying || st == StateCompleted
 	if st == StateDead || st == StateCancelled {
 		zset = false
 	}
@@ -382,25 +389,38 @@ func zpos(z redis.Z) string {
 }
 
 // zpage reads up to n elements of sorted set key after cursor (see zpos),
-// in order. The cursor's member is found by rank (O(log n)); when it left
-// the set, the page starts after the elements of lower score.
-func zpage(ctx context.Context, c redis.UniversalClient, key, cursor string, n int) ([]redis.Z, bool, error) {
+// in order, or in reverse order when desc. The cursor's member is found by
+// rank (O(log n)); when it left the set, the page starts after the
+// elements of lower (desc: higher) score.
+func zpage(ctx context.Context, c redis.UniversalClient, key, cursor string, n int, desc bool) ([]redis.Z, bool, error) {
 	var start int64
 	if cursor != "" {
 		score, member, _ := strings.Cut(cursor, " ")
-		rank, err := c.ZRank(ctx, key, member).Result()
+		rank := c.ZRank
+		if desc {
+			rank = c.ZRevRank
+		}
+		r, err := rank(ctx, key, member).Result()
 		switch {
 		case err == nil:
-			start = rank + 1
+			start = r + 1
 		case errors.Is(err, redis.Nil):
-			if start, err = c.ZCount(ctx, key, "-inf", "("+score).Result(); err != nil {
+			lo, hi := "-inf", "("+score
+			if desc {
+				lo, hi = "("+score, "+inf"
+			}
+			if start, err = c.ZCount(ctx, key, lo, hi).Result(); err != nil {
 				return nil, false, err
 			}
 		default:
 			return nil, false, err
 		}
 	}
-	zs, err := c.ZRangeWithScores(ctx, key, start, start+int64(n)-1).Result()
+	get := c.ZRangeWithScores
+	if desc {
+		get = c.ZRevRangeWithScores
+	}
+	zs, err := get(ctx, key, start, start+int64(n)-1).Result()
 	if err != nil {
 		return nil, false, err
 	}

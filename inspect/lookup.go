@@ -18,8 +18,10 @@ import (
 // state it is, with its progress and result when the handler recorded them.
 // It follows the trail of a job that was retried, dead-lettered or
 // requeued, then looks for id in the stream, the delayed set and the
-// priority set. A job that finished and left a result, or a done marker
-// (a job with a chosen ID, see streamq.WithJobID), is StateDone. Otherwise it returns a [*NotFoundError] (errors.Is
+// priority set. A job that finished is StateCompleted while the queue
+// keeps its record (streamq.QueueConfig.CompletedRetention), else
+// StateDone if it left a result, a done marker (a job with a chosen ID,
+// see streamq.WithJobID) or its acknowledged entry. Otherwise it returns a [*NotFoundError] (errors.Is
 // [ErrJobNotFound]).
 //
 // The IDs of different structures can be equal (a dead letter written in
@@ -40,11 +42,20 @@ func (q *Queue) Job(ctx context.Context, id string) (*Job, error) {
 	prog := pipe.Get(ctx, q.keys.Progress(stable))
 	res := pipe.Get(ctx, q.keys.Result(stable))
 	var done *redis.IntCmd
+	var rec *redis.StringCmd
 	if j == nil {
 		done = pipe.Exists(ctx, q.keys.Done(stable))
 	}
+	if q.kind != KindPriority && (j == nil || j.State == StateDone) {
+		rec = pipe.HGet(ctx, q.keys.CompletedJobs(), stable)
+	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: job %s of %s: %w", id, q.name, err)
+	}
+	if rec != nil && rec.Err() == nil {
+		if c, ok := completedJob(stable, rec.Val()); ok {
+			j = withRecord(j, c)
+		}
 	}
 	if j == nil {
 		if res.Err() != nil && done.Val() == 0 {

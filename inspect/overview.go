@@ -31,7 +31,7 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 	wb := pipe.HExists(ctx, q.in.wb, q.name)
 	dead := pipe.XLen(ctx, q.keys.Dead)
 	cancelled := pipe.ZCard(ctx, q.keys.Cancelled)
-	var xlen, delayed, retrying, ready, leases *redis.IntCmd
+	var xlen, delayed, retrying, ready, leases, completed *redis.IntCmd
 	live := pipe.ZCount(ctx, q.keys.Workers, strconv.FormatInt(time.Now().Add(-LiveWithin).UnixMilli(), 10), "+inf")
 	if q.kind == KindPriority {
 		ready = pipe.ZCard(ctx, q.pkeys.Ready)
@@ -42,6 +42,7 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 		xlen = pipe.XLen(ctx, q.keys.Stream)
 		delayed = pipe.ZCard(ctx, q.keys.Delayed)
 		retrying = pipe.SCard(ctx, q.keys.Retrying)
+		completed = pipe.ZCard(ctx, q.keys.Completed())
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)
@@ -61,7 +62,7 @@ func (q *Queue) Overview(ctx context.Context) (*Overview, error) {
 		}
 		return o, nil
 	}
-	o.Length = xlen.Val()
+	o.Length, o.Completed = xlen.Val(), completed.Val()
 	last, lag, pending, err := q.group(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: overview of %s: %w", q.name, err)

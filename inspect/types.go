@@ -32,6 +32,9 @@ type Overview struct {
 	// Dead letters, of which Cancelled were cancelled jobs (dl_reason
 	// "cancelled"); Dead counts the others.
 	Dead, Cancelled int64
+	// Completed is the number of completed jobs kept (0 unless the queue
+	// keeps them: streamq.QueueConfig.CompletedRetention).
+	Completed int64
 	// Consumers and workers alive now: with a heartbeat within
 	// [LiveWithin].
 	Consumers int
@@ -76,9 +79,12 @@ const (
 	StateDead      State = "dead"      // dead-lettered
 	StateCancelled State = "cancelled" // cancelled while it ran; kept as a dead letter
 	StateDone      State = "done"      // finished with a result stored
+	// StateCompleted: succeeded, and recorded because the queue keeps
+	// completed jobs (streamq.QueueConfig.CompletedRetention).
+	StateCompleted State = "completed"
 )
 
-var states = []State{StateWaiting, StateRunning, StateDelayed, StateRetrying, StateDead, StateCancelled, StateDone}
+var states = []State{StateWaiting, StateRunning, StateDelayed, StateRetrying, StateDead, StateCancelled, StateDone, StateCompleted}
 
 // ParseState parses a state name ("waiting", "running", ...).
 func ParseState(s string) (State, error) {
@@ -87,7 +93,7 @@ func ParseState(s string) (State, error) {
 			return st, nil
 		}
 	}
-	return "", fmt.Errorf("inspect: unknown state %q: use one of waiting, running, delayed, retrying, dead, cancelled, done", s)
+	return "", fmt.Errorf("inspect: unknown state %q: use one of waiting, running, delayed, retrying, dead, cancelled, done, completed", s)
 }
 
 // Reasons are the dead-letter reasons streamq writes (dl_reason), in the
@@ -185,9 +191,13 @@ type Job struct {
 	Priority   int64
 	EnqueuedAt time.Time
 	DueAt      time.Time // delayed and retrying: when it runs
-	StartedAt  time.Time // running: when the current run started (approximate: from the entry's idle time)
+	StartedAt  time.Time // running: when the current run started (approximate: from the entry's idle time); completed: see FinishedAt
 	DeadAt     time.Time // dead and cancelled: when it was dead-lettered
-	Owner      string    // running: the consumer or worker
+	// FinishedAt is when a completed job was acknowledged (Redis's
+	// clock); StartedAt is then when its successful run started, and
+	// RunTime how long it ran.
+	FinishedAt time.Time
+	Owner      string // running: the consumer or worker
 	// RunTime is how long the current run has been going (running jobs;
 	// for a stream job, the idle time of its pending entry, which the
 	// consumer's keep-alive resets, so it is a lower bound).
@@ -202,6 +212,10 @@ type Job struct {
 	Key string
 	// Kind is the job's kind ("" for an untyped job).
 	Kind string
+	// PayloadSize is a completed job's payload size in bytes: its record
+	// keeps the payload itself (Payload) only up to
+	// streamq.CompletedPayloadMax bytes.
+	PayloadSize int
 	// Tags are the job's tags (nil: none).
 	Tags []string
 	// FlowKey is the job's flow key, if it has one (see [Queue.Explain]).

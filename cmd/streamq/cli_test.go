@@ -309,7 +309,7 @@ func TestCLI_ExitCodes(t *testing.T) {
 		{[]string{"queues", "extra"}, exitUsage, "takes none"},
 		{[]string{"jobs"}, exitUsage, "<queue>"},
 		{[]string{"jobs", "orders", "--state", "sleeping"}, exitUsage, "--state"},
-		{[]string{"jobs", "orders", "--state", "done"}, exitUsage, "finished jobs are not listed"},
+		{[]string{"jobs", "orders", "--state", "done"}, exitUsage, "finished jobs are listed as completed"},
 		{[]string{"jobs", "orders", "--cursor", "zzz"}, exitUsage, "cursor"},
 		{[]string{"jobs", "orders", "--state", "delayed", "--cursor", "zzz"}, exitUsage, "previous page"},
 		{[]string{"dead", "ls", "orders", "--reason", "bogus"}, exitUsage, "max_deliveries, permanent, malformed, cancelled"},

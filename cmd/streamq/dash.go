@@ -72,7 +72,7 @@ const (
 
 // dashStates are the states the jobs screen pages through.
 var dashStates = []inspect.State{inspect.StateWaiting, inspect.StateRunning, inspect.StateDelayed,
-	inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled}
+	inspect.StateRetrying, inspect.StateDead, inspect.StateCancelled, inspect.StateCompleted}
 
 // dashPage is the most jobs the jobs screen lists.
 const dashPage = 100
@@ -596,6 +596,7 @@ func (m *dashModel) viewJob(b *strings.Builder) {
 	field("Enqueued", since(j.EnqueuedAt, now))
 	field("Due", since(j.DueAt, now))
 	field("Dead since", since(j.DeadAt, now))
+	field("Finished", since(j.FinishedAt, now))
 	field("Owner", cell(j.Owner))
 	field("Last error", cell(j.LastError))
 	if j.Progress != nil {

@@ -125,7 +125,7 @@ func TestDash(t *testing.T) {
 	}
 
 	// The delayed job: d asks, n keeps it, d and y delete it.
-	d.key("esc", "tab", "tab", "tab", "tab") // dead -> cancelled -> waiting -> running -> delayed
+	d.key("esc", "tab", "tab", "tab", "tab", "tab") // dead -> cancelled -> completed -> waiting -> running -> delayed
 	d.sees("orders, delayed", "[delayed 1]", f.delayed)
 	d.key("d")
 	d.sees("delete asks", "delete delayed job "+f.delayed+" of orders? (y/n)")
@@ -144,7 +144,7 @@ func TestDash(t *testing.T) {
 		t.Errorf("after r the retrying job is %+v, %v", j, err)
 	}
 	// c and y cancel the running job.
-	d.key("tab", "tab", "tab", "tab") // retrying -> dead -> cancelled -> waiting -> running
+	d.key("tab", "tab", "tab", "tab", "tab") // retrying -> dead -> cancelled -> completed -> waiting -> running
 	d.key("c", "y")
 	d.sees("cancel", "cancel requested for job "+f.running)
 

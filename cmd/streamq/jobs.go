@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/inspect"
 )
 
@@ -35,8 +36,9 @@ type jobJSON struct {
 	DueAt      *time.Time        `json:"due_at,omitempty"`
 	StartedAt  *time.Time        `json:"started_at,omitempty"`
 	DeadAt     *time.Time        `json:"dead_at,omitempty"`
+	FinishedAt *time.Time        `json:"finished_at,omitempty"`
 	Owner      string            `json:"owner,omitempty"`
-	RunTimeMS  int64             `json:"run_time_ms,omitempty"`
+	RunTimeMS  *int64            `json:"run_time_ms,omitempty"` // running jobs; completed ones, even at 0
 	LastError  string            `json:"last_error,omitempty"`
 	Errors     []failureJSON     `json:"errors"`
 	Reason     string            `json:"reason,omitempty"`
@@ -45,6 +47,9 @@ type jobJSON struct {
 	TraceID    string            `json:"trace_id,omitempty"`
 	Kind       string            `json:"kind,omitempty"`
 	Tags       []string          `json:"tags,omitempty"`
+	// PayloadSize is set for completed jobs, whose records keep payloads
+	// only up to streamq.CompletedPayloadMax bytes.
+	PayloadSize int `json:"payload_size,omitempty"`
 }
 
 type failureJSON struct {
@@ -64,11 +69,16 @@ func newJobJSON(j *inspect.Job) jobJSON {
 		ID: j.ID, EntryID: j.EntryID, Queue: j.Queue, State: string(j.State),
 		Payload: newBlob(j.Payload), Headers: j.Headers, Attempt: j.Attempt, Priority: j.Priority,
 		EnqueuedAt: jsonTime(j.EnqueuedAt), DueAt: jsonTime(j.DueAt), StartedAt: jsonTime(j.StartedAt), DeadAt: jsonTime(j.DeadAt),
-		Owner: j.Owner, RunTimeMS: ms(j.RunTime), LastError: j.LastError, Errors: []failureJSON{},
+		Owner: j.Owner, LastError: j.LastError, Errors: []failureJSON{},
 		Reason: j.Reason, Result: newBlob(j.Result), TraceID: j.TraceID, Kind: j.Kind, Tags: j.Tags,
+		FinishedAt: jsonTime(j.FinishedAt), PayloadSize: j.PayloadSize,
 	}
 	if out.Headers == nil {
 		out.Headers = map[string]string{}
+	}
+	if j.RunTime > 0 || j.State == inspect.StateCompleted {
+		n := ms(j.RunTime)
+		out.RunTimeMS = &n
 	}
 	for _, f := range j.Errors {
 		out.Errors = append(out.Errors, failureJSON{At: jsonTime(f.At), Attempt: f.Attempt, Error: f.Error})
@@ -100,7 +110,7 @@ type listFlags struct {
 func (f *listFlags) register(cmd *cobra.Command, withState bool) {
 	fs := cmd.Flags()
 	if withState {
-		fs.StringVar(&f.state, "state", "waiting", "waiting, running, delayed, retrying, dead or cancelled")
+		fs.StringVar(&f.state, "state", "waiting", "waiting, running, delayed, retrying, dead, cancelled or completed")
 	}
 	fs.IntVar(&f.limit, "limit", defaultListLimit, "most jobs to list (1..1000)")
 	fs.StringVar(&f.cursor, "cursor", "", "where to go on: the cursor printed by the previous page")
@@ -115,9 +125,9 @@ func (f *listFlags) options() (inspect.ListOptions, error) {
 	if f.state != "" {
 		s, err := inspect.ParseState(f.state)
 		if err != nil || s == inspect.StateDone {
-			msg := "use waiting, running, delayed, retrying, dead or cancelled"
+			msg := "use waiting, running, delayed, retrying, dead, cancelled or completed"
 			if s == inspect.StateDone {
-				msg = "finished jobs are not listed (only their results are kept, by job ID: 'streamq job <queue> <id>' shows one); " + msg
+				msg = "finished jobs are listed as completed, when the queue keeps them (QueueConfig.CompletedRetention); others only by job ID ('streamq job <queue> <id>'); " + msg
 			}
 			return o, usagef("--state %q: %s", f.state, msg)
 		}
@@ -139,7 +149,9 @@ func newJobsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "jobs <queue>",
 		Short: "List a queue's jobs in one state, a page at a time",
-		Long: `List the jobs of a queue in one state, oldest first, a page of --limit at a time;
+		Long: `List the jobs of a queue in one state, oldest first (completed jobs: the last
+to finish first, kept only when the queue's consumers set
+QueueConfig.CompletedRetention), a page of --limit at a time;
 the command to get the next page is printed after the table. --header, --grep,
 --kind and --tag filter; a filtered page examines a bounded number of entries, so it may be short
 while more follow.
@@ -150,6 +162,7 @@ each job as 'streamq job --json' prints it.`,
   streamq jobs orders --state retrying --limit 20
   streamq jobs orders --state dead --header tenant=acme --grep "timeout"
   streamq jobs orders --kind email.send --tag tenant:42
+  streamq jobs orders --state completed --limit 20
   streamq jobs orders --state waiting --cursor 1732500000000-0 --json`,
 		Args: exactArgs(1, "<queue>"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -242,6 +255,11 @@ func (a *app) listJobs(cmd *cobra.Command, queue string, o inspect.ListOptions, 
 	}
 	if len(jobs) == 0 {
 		fmt.Fprintf(a.stdout, "(no %s jobs on this page; %d entries examined)\n", o.State, page.Scanned)
+		if o.State == inspect.StateCompleted && o.Cursor == "" {
+			if r, err := q.CompletedRetention(ctx); err == nil && r.Retention == 0 {
+				fmt.Fprintln(a.stdout, "(this queue keeps no completed jobs: set QueueConfig.CompletedRetention on its consumers)")
+			}
+		}
 	}
 	if page.Cursor != "" {
 		fmt.Fprintf(a.stdout, "more: %s\n", shellLine(append(append([]string{"streamq"}, again...), "--cursor", page.Cursor)))
@@ -278,6 +296,8 @@ func when(j *inspect.Job, now time.Time) string {
 		return "running " + age(j.RunTime)
 	case inspect.StateDead, inspect.StateCancelled:
 		return "dead " + since(j.DeadAt, now)
+	case inspect.StateCompleted:
+		return "done " + since(j.FinishedAt, now) + ", ran " + age(j.RunTime)
 	}
 	return "-"
 }
@@ -365,7 +385,7 @@ func writeJob(w io.Writer, j *inspect.Job, now time.Time) {
 	for _, t := range []struct {
 		k string
 		v time.Time
-	}{{"Enqueued", j.EnqueuedAt}, {"Due", j.DueAt}, {"Started", j.StartedAt}, {"Dead", j.DeadAt}} {
+	}{{"Enqueued", j.EnqueuedAt}, {"Due", j.DueAt}, {"Started", j.StartedAt}, {"Dead", j.DeadAt}, {"Finished", j.FinishedAt}} {
 		if !t.v.IsZero() {
 			line(t.k, clock(t.v)+" ("+since(t.v, now)+")")
 		}
@@ -373,7 +393,13 @@ func writeJob(w io.Writer, j *inspect.Job, now time.Time) {
 	if j.Owner != "" {
 		line("Owner", j.Owner)
 	}
-	if j.RunTime > 0 {
+	switch {
+	case j.State == inspect.StateCompleted:
+		line("Ran for", age(j.RunTime))
+		if len(j.Payload) != j.PayloadSize {
+			line("Payload", fmt.Sprintf("%d bytes, not kept (completed jobs keep payloads up to %d bytes)", j.PayloadSize, streamq.CompletedPayloadMax))
+		}
+	case j.RunTime > 0:
 		line("Running for", age(j.RunTime))
 	}
 	if j.TraceID != "" {

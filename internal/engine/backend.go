@@ -112,6 +112,12 @@ type Finished struct {
 	// move: retry, requeue; or enqueued with a chosen ID): its trail entry
 	// is to be removed, and a chosen ID leaves its done marker. Else "".
 	Moved string
+	// For a backend that records completed jobs: the delivery (valid
+	// until Finish returns), when its handler started (the process's
+	// clock, with its monotonic reading) and the run's attempt number.
+	D       *Delivery
+	Started time.Time
+	Attempt int
 }
 
 // Loop is a backend's periodic task. Do reports more when it stopped at its

@@ -353,6 +353,8 @@ type finished[F any] struct {
 	job         *pool.Job[slot[F]]
 	lock, token string
 	moved       string // the stable ID of a moved copy
+	started     time.Time
+	attempt     int
 }
 
 // fetchLoop fetches jobs, never more than there are free handler slots, and
@@ -751,7 +753,7 @@ func (r *run[F]) process(j *pool.Job[slot[F]]) bool {
 	r.recordRun(d, &wj, start, err == nil)
 	if err == nil {
 		r.mon.processed.Add(1)
-		r.fins.Add(finished[F]{job: j, lock: wj.Key, token: wj.KeyToken, moved: wj.JobID})
+		r.fins.Add(finished[F]{job: j, lock: wj.Key, token: wj.KeyToken, moved: wj.JobID, started: start, attempt: rn.Attempt})
 		return true
 	}
 	cause := context.Cause(ctx)
@@ -1007,7 +1009,7 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn Run, reason string, cause e
 func (r *run[F]) flush(batch []finished[F]) {
 	done, jobs := r.flushDone[:0], r.flushJobs[:0]
 	for _, f := range batch {
-		done = append(done, Finished{Key: f.job.Key, ID: f.job.Val.d.ID, Lock: f.lock, Token: f.token, Moved: f.moved})
+		done = append(done, Finished{Key: f.job.Key, ID: f.job.Val.d.ID, Lock: f.lock, Token: f.token, Moved: f.moved, D: &f.job.Val.d, Started: f.started, Attempt: f.attempt})
 		jobs = append(jobs, f.job)
 	}
 	defer func() {
@@ -1104,6 +1106,10 @@ func errString(err error) string {
 // ID when it is retried). It only reads d, so the control loop may call it
 // while the job runs: the fields of a stream delivery never change, and
 // those of a packed (priority) one are not looked at.
+// StableID returns the job's stable ID: the jid field of its fields
+// (packed or not), else its ID.
+func (d *Delivery) StableID() string { return stableID(d) }
+
 func stableID(d *Delivery) string {
 	if d.Packed != "" {
 		if id := wire.PackedJobID(d.Packed); id != "" {

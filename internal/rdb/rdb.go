@@ -70,6 +70,9 @@ type Config struct {
 	// DoneRetention is how long a finished job with a chosen ID keeps its
 	// ID taken (its done marker lives); 0 or less: no done markers.
 	DoneRetention time.Duration
+	// Completed is how long and how many records of completed jobs the
+	// queue keeps (zero: none; see completed.go).
+	Completed CompletedConfig
 }
 
 // Queue makes the Redis calls of one queue. It is safe for concurrent use.
@@ -86,7 +89,10 @@ type Queue struct {
 	dlCap  int64
 	// doneTTL is the done markers' TTL (ms; 0: none).
 	doneTTL int64
-	memo    memoState
+	// completedTTL and completedMax are the retention (ms; 0: none) and
+	// the cap (0: none) of the records of completed jobs.
+	completedTTL, completedMax int64
+	memo                       memoState
 }
 
 // New returns the calls of the queue cfg describes on client.
@@ -102,6 +108,9 @@ func New(client redis.UniversalClient, cfg Config) *Queue {
 		capped:  cfg.MaxLen > 0,
 		dlCap:   max(cfg.DeadLetterMaxLen, 0),
 		doneTTL: max(cfg.DoneRetention.Milliseconds(), 0),
+
+		completedTTL: max(cfg.Completed.Retention.Milliseconds(), 0),
+		completedMax: max(cfg.Completed.Max, 0),
 	}
 	if q.clock == nil {
 		q.clock = SystemClock{}

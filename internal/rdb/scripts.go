@@ -26,6 +26,8 @@ func Scripts() map[string]*redis.Script {
 		"delayed_key":           scriptDelayedKey,
 		"cancel":                scriptCancel,
 		"ack":                   scriptAck,
+		"ack_completed":         scriptAckCompleted,
+		"record_completed":      scriptRecordCompleted,
 		"tick":                  scriptTick,
 		"write":                 scriptWrite,
 		"ensure_version":        scriptEnsureVersion,

@@ -254,6 +254,10 @@ type AckParams struct {
 	// under flow control: the slots of the entries it still owns are given
 	// back.
 	Flow string
+	// Completed are the records of the jobs, for a queue that keeps
+	// completed jobs (Config.Completed): nil on every other queue, whose
+	// acknowledgement stays as it is without them.
+	Completed []CompletedJob
 }
 
 // Ack acknowledges p.IDs in one XACK, or, when some of the jobs hold
@@ -267,9 +271,25 @@ type AckParams struct {
 // says.
 func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	k := &q.keys
+	if p.Completed != nil && q.completedTTL > 0 {
+		return q.ackCompleted(ctx, p)
+	}
 	if len(p.Keys) == 0 && len(p.JobIDs) == 0 && p.Flow == "" {
 		return q.client.XAck(ctx, k.Stream, q.group, p.IDs...).Err()
 	}
+	keys, args := q.ackArgs(p)
+	s := scriptAck
+	if p.Flow != "" {
+		s, args = scriptFlowAck, append(args, p.Flow)
+	}
+	// On a Redis Cluster, sent again while its slot migrates (TRYAGAIN: the
+	// stream and the trail are on two nodes for a while) or fails over.
+	return q.redo(ctx, func() error { return s.Run(ctx, q.client, keys, args...).Err() })
+}
+
+// ackArgs returns the keys and arguments of scriptAck for p.
+func (q *Queue) ackArgs(p *AckParams) ([]string, []any) {
+	k := &q.keys
 	keys := make([]string, 0, 2+len(p.Keys)+len(p.JobIDs))
 	keys = append(keys, k.Stream, k.Trail)
 	for _, u := range p.Keys {
@@ -287,13 +307,27 @@ func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	for _, t := range p.Tokens {
 		args = append(args, t)
 	}
-	s := scriptAck
-	if p.Flow != "" {
-		s, args = scriptFlowAck, append(args, p.Flow)
+	return keys, args
+}
+
+// ackCompleted acknowledges p and records its jobs as completed: in one
+// script, or, under flow control, recording first and acknowledging in a
+// second call (scriptFlowAck), so that a failure between the two leaves
+// the jobs pending and recorded, to run and be recorded again. Each is
+// sent again on a Redis Cluster as the plain acknowledgement is (a send
+// records only entries still pending).
+func (q *Queue) ackCompleted(ctx context.Context, p *AckParams) error {
+	keys, args := q.ackArgs(p)
+	if p.Flow == "" {
+		keys, args = q.completedArgs(keys, args, p)
+		return q.redo(ctx, func() error { return scriptAckCompleted.Run(ctx, q.client, keys, args...).Err() })
 	}
-	// On a Redis Cluster, sent again while its slot migrates (TRYAGAIN: the
-	// stream and the trail are on two nodes for a while) or fails over.
-	return q.redo(ctx, func() error { return s.Run(ctx, q.client, keys, args...).Err() })
+	rkeys, rargs := q.completedArgs([]string{q.keys.Stream}, []any{q.group}, p)
+	if err := q.redo(ctx, func() error { return scriptRecordCompleted.Run(ctx, q.client, rkeys, rargs...).Err() }); err != nil {
+		return err
+	}
+	args = append(args, p.Flow)
+	return q.redo(ctx, func() error { return scriptFlowAck.Run(ctx, q.client, keys, args...).Err() })
 }
 
 // pick returns flow when under flow control, else plain.
