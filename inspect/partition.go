@@ -70,6 +70,7 @@ func (p *Partitioned) Overview(ctx context.Context) (*Overview, error) {
 		sum.Retrying += o.Retrying
 		sum.Dead += o.Dead
 		sum.Cancelled += o.Cancelled
+		sum.Completed += o.Completed
 		sum.Consumers += o.Consumers
 		sum.OldestWaiting = max(sum.OldestWaiting, o.OldestWaiting)
 		sum.Estimated = sum.Estimated || o.Estimated
@@ -119,7 +120,8 @@ func (p *Partitioned) partition(k int) *Queue {
 // Jobs lists the jobs of every partition in one state (see [Queue.Jobs]),
 // merged in time order (enqueue time for waiting jobs, start for running
 // ones, due time for delayed and retrying ones, dead-letter time for dead
-// ones): a page of up to o.Limit jobs in all, each job's ID naming its
+// ones; completed ones newest first by finish time, as [Queue.Jobs] lists
+// them): a page of up to o.Limit jobs in all, each job's ID naming its
 // partition as [Partitioned.Job] gives it. The cursor continues every
 // partition's listing where the page left it. A page holds only jobs that
 // come before any job a partition has not yet shown, so it may hold fewer
@@ -151,7 +153,8 @@ func (p *Partitioned) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 	next := make([]string, len(p.parts))
 	shown := make([]int, len(p.parts))
 	page := &Page{}
-	var frontier time.Time // the last job any partition with more to show showed
+	order := listOrder(o.State)
+	var frontier *Job // the last job any partition with more to show showed
 	bounded := false
 	for k, q := range p.parts {
 		c := cursors[k]
@@ -176,19 +179,19 @@ func (p *Partitioned) Jobs(ctx context.Context, o ListOptions) (*Page, error) {
 		if pp.Cursor != "" {
 			// This partition may hold jobs after its last one here: no job
 			// after that one can be shown yet.
-			var last time.Time
+			last := &Job{} // none shown: nothing can be
 			if len(jobs) > 0 {
-				last = jobTime(&jobs[len(jobs)-1])
+				last = &jobs[len(jobs)-1]
 			}
-			if !bounded || last.Before(frontier) {
+			if !bounded || order(last, frontier) < 0 {
 				frontier, bounded = last, true
 			}
 		}
 	}
-	slices.SortStableFunc(all, func(a, b cand) int { return jobTime(a.j).Compare(jobTime(b.j)) })
+	slices.SortStableFunc(all, func(a, b cand) int { return order(a.j, b.j) })
 	used := make([]int, len(p.parts))
 	for _, c := range all {
-		if len(page.Jobs) == limit || (bounded && jobTime(c.j).After(frontier)) {
+		if len(page.Jobs) == limit || (bounded && order(c.j, frontier) > 0) {
 			break
 		}
 		page.Jobs = append(page.Jobs, *c.j)
@@ -235,6 +238,21 @@ func validCursors(cs []partCursor) bool {
 		}
 	}
 	return true
+}
+
+// listOrder returns the order of a listing of jobs in state: by jobTime,
+// or newest first by finish time for completed jobs. A job with no time
+// (the zero Job) comes before every other in either order.
+func listOrder(state State) func(a, b *Job) int {
+	if state == StateCompleted {
+		return func(a, b *Job) int {
+			if a.FinishedAt.IsZero() || b.FinishedAt.IsZero() {
+				return a.FinishedAt.Compare(b.FinishedAt) // the zero one first
+			}
+			return b.FinishedAt.Compare(a.FinishedAt)
+		}
+	}
+	return func(a, b *Job) int { return jobTime(a).Compare(jobTime(b)) }
 }
 
 // jobTime is the time a listing of j's state is ordered by.

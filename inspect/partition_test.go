@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,11 +30,18 @@ type partEnv struct {
 // key prefix.
 func partSetup(t *testing.T, n int) *partEnv {
 	t.Helper()
+	return partSetupQueue(t, n, streamq.QueueConfig{})
+}
+
+// partSetupQueue is partSetup with qc configuring every partition.
+func partSetupQueue(t *testing.T, n int, qc streamq.QueueConfig) *partEnv {
+	t.Helper()
 	e := &partEnv{c: redistest.NewClient(t), prefix: "iq-" + redistest.Name(t)}
 	redistest.DeleteKeysAtCleanup(t, e.c, e.prefix+":*")
 	ctx := context.Background()
 	var err error
-	e.pq, err = streamq.NewPartitionedQueue(e.c, "orders", &streamq.PartitionedQueueConfig{Queue: &streamq.QueueConfig{KeyPrefix: e.prefix}})
+	qc.KeyPrefix = e.prefix
+	e.pq, err = streamq.NewPartitionedQueue(e.c, "orders", &streamq.PartitionedQueueConfig{Queue: &qc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +225,81 @@ func TestPartitioned_JobByPartitionID(t *testing.T) {
 	}
 	// Bare IDs, as producers returned them before IDs named partitions. Two
 	// partitions may hold the same entry ID (jobs of one millisecond): a
-	// bare ID finds one of them.
+	// bare ID finds one of them, which may be the job with the chosen ID
+	// (found by its entry ID, shown by its chosen one).
 	for _, id := range ids {
 		_, bare, _ := strings.Cut(id, "~")
-		if j, err := pi.Job(ctx, bare); err != nil || !strings.HasSuffix(j.ID, "~"+bare) {
+		if j, err := pi.Job(ctx, bare); err != nil || (!strings.HasSuffix(j.ID, "~"+bare) && j.ID != chosen) {
 			t.Fatalf("Job(%s) of a bare ID: %v, %v; want a job p<k>~%s", bare, j, err, bare)
 		}
+	}
+}
+
+// TestPartitioned_CompletedJobs: completed jobs of every partition are
+// listed newest first by finish time across pages, each once, and the
+// overview sums their count.
+func TestPartitioned_CompletedJobs(t *testing.T) {
+	t.Parallel()
+	e := partSetupQueue(t, 3, streamq.QueueConfig{CompletedRetention: time.Hour})
+	ctx := context.Background()
+	const n = 30
+	for i := range n {
+		if _, err := e.p.Enqueue(ctx, []byte("job-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ran atomic.Int64
+	w, err := streamq.NewPartitionedWorker(e.pq, streamq.HandlerFunc(func(context.Context, *streamq.Message) error {
+		ran.Add(1)
+		return nil
+	}), &streamq.PartitionedWorkerConfig{Concurrency: 1, Consumer: &streamq.ConsumerConfig{Block: 10 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := inspect.New(e.c, &inspect.Options{Prefix: e.prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pi, err := in.Partitioned(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := redistest.Background(t, "worker", 20*time.Second, w.Run)
+	redistest.WaitFor(t, 15*time.Second, "every job completed and recorded", func() bool {
+		o, err := pi.Overview(ctx)
+		return err == nil && o.Completed == n
+	})
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var all []inspect.Job
+	cursor := ""
+	for range 100 {
+		p, err := pi.Jobs(ctx, inspect.ListOptions{State: inspect.StateCompleted, Limit: 4, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Jobs) > 4 {
+			t.Fatalf("a page of %d jobs, want at most 4", len(p.Jobs))
+		}
+		all = append(all, p.Jobs...)
+		if cursor = p.Cursor; cursor == "" {
+			break
+		}
+	}
+	seen := map[string]bool{}
+	parts := map[string]bool{}
+	for i, j := range all {
+		if j.State != inspect.StateCompleted || seen[string(j.Payload)] {
+			t.Errorf("job %s (%q): state %s, or listed twice", j.ID, j.Payload, j.State)
+		}
+		seen[string(j.Payload)] = true
+		parts[j.Queue] = true
+		if i > 0 && all[i-1].FinishedAt.Before(j.FinishedAt) {
+			t.Errorf("job %d finished at %v, after the job before it (%v): want newest first", i, j.FinishedAt, all[i-1].FinishedAt)
+		}
+	}
+	if len(all) != n || len(parts) != 3 {
+		t.Errorf("listed %d completed jobs from %d partitions, want %d from 3", len(all), len(parts), n)
 	}
 }
