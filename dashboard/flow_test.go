@@ -400,3 +400,41 @@ func idleQueue(t *testing.T) (*fixture, *inspect.Queue) {
 	}
 	return f, q
 }
+
+// TestPartitions_JobByPartitionID: a job ID that names its partition
+// ("p1~…", as a partitioned producer returns it) on the queue's page leads
+// to the job's page in that partition.
+func TestPartitions_JobByPartitionID(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, false)
+	partitioned(t, f, "shard", 3, 0)
+	pq, err := streamq.NewPartitionedQueue(f.rdb, "shard", &streamq.PartitionedQueueConfig{Queue: &streamq.QueueConfig{KeyPrefix: f.prefix}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, newDashboard(t, f, dashboard.Options{}))
+	for i := range 6 { // round robin: partitions 0, 1 and 2 each twice
+		payload := `{"found":` + strconv.Itoa(i) + `}`
+		id, err := p.Enqueue(context.Background(), []byte(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, bare, ok := strings.Cut(id, "~")
+		if !ok {
+			t.Fatalf("ID %q does not name its partition", id)
+		}
+		part := "shard"
+		if k != "p0" {
+			part += "%23" + strings.TrimPrefix(k, "p")
+		}
+		r := c.get("/queues/shard/jobs/" + escapeID(id))
+		if want := "/queues/" + part + "/jobs/" + escapeID(bare); r.Status != http.StatusSeeOther || r.Header.Get("Location") != want {
+			t.Fatalf("job %s: status %d, Location %q; want 303 to %s", id, r.Status, r.Header.Get("Location"), want)
+		}
+		c.mustGet(r.Header.Get("Location"), "found&#34;: "+strconv.Itoa(i))
+	}
+}

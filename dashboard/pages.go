@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/streamq/streamq/inspect"
+	"github.com/streamq/streamq/internal/rdb"
 )
 
 const (
@@ -380,6 +381,12 @@ type jobData struct {
 }
 
 func (s *server) job(w http.ResponseWriter, r *http.Request) {
+	// An ID a partitioned producer gave ("p3~1700000000000-0") names its
+	// partition: its page is that partition's page of the ID within it.
+	if k, bare, ok := rdb.SplitPartitionJobID(r.PathValue("id")); ok {
+		http.Redirect(w, r, pathOf(s.opts.BasePath, "queues", rdb.PartitionName(r.PathValue("queue"), k), "jobs", bare), http.StatusSeeOther)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 	defer cancel()
 	q, ov, err := s.openQueue(ctx, r)
