@@ -510,8 +510,11 @@ func TestMaxmemory_ConsumerDrains(t *testing.T) {
 	relSettled(t, q, 0, relWait)
 	run.stop()
 	cnt.exactlyOnce(t, payloads)
-	if s := c.Stats(); s.Reclaimed != n/4 {
-		t.Errorf("%d jobs taken over, want %d", s.Reclaimed, n/4)
+	// Every job of the dead consumer was taken over. Under load a job of
+	// the live consumer whose acknowledgement came later than MinIdle may
+	// be taken over too (and counted), never run twice: exactlyOnce above.
+	if s := c.Stats(); s.Reclaimed < n/4 {
+		t.Errorf("%d jobs taken over, want at least the dead consumer's %d", s.Reclaimed, n/4)
 	}
 }
 
