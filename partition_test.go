@@ -360,15 +360,8 @@ func TestPartitionedQueue_SetFlowLimits(t *testing.T) {
 // partition, so that a duplicate is found whichever producer sends it.
 func TestPartitionedQueue_JobIDs(t *testing.T) {
 	t.Parallel()
-	c := redistest.NewClient(t)
-	tags := &redistest.Tags{}
-	c.AddHook(tags)
-	pq := partSetup(t, c, 8, nil)
+	tags, pq, p := taggedProducer(t, 8)
 	ctx := context.Background()
-	p, err := streamq.NewPartitionedProducer(pq, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ids []string
 	for i := range 16 {
 		id, err := p.Enqueue(ctx, []byte("later-"+strconv.Itoa(i)), streamq.ProcessIn(time.Hour))
@@ -448,15 +441,8 @@ func TestPartitionedQueue_JobIDs(t *testing.T) {
 // 8 partitions costs one script call per partition.
 func TestPartitionedProducer_BatchRoundTrips(t *testing.T) {
 	t.Parallel()
-	c := redistest.NewClient(t)
-	tags := &redistest.Tags{}
-	c.AddHook(tags)
-	pq := partSetup(t, c, 8, nil)
+	tags, _, p := taggedProducer(t, 8)
 	ctx := context.Background()
-	p, err := streamq.NewPartitionedProducer(pq, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	jobs := make([]streamq.Job, 800)
 	for i := range jobs {
 		jobs[i].Payload = []byte("j-" + strconv.Itoa(i))
@@ -473,4 +459,19 @@ func TestPartitionedProducer_BatchRoundTrips(t *testing.T) {
 	if len(ids) != 800 || len(got) != 8 || cmds != 8 {
 		t.Fatalf("a batch of 800 jobs over 8 partitions: %d IDs, %d commands naming %v; want 800 IDs, 8 commands, one per partition; commands: %q", len(ids), cmds, got, tags.Log())
 	}
+}
+
+// taggedProducer returns a queue of n partitions, a producer of it, and a
+// hook that records the partitions each command of its client names.
+func taggedProducer(t *testing.T, n int) (*redistest.Tags, *streamq.PartitionedQueue, *streamq.PartitionedProducer) {
+	t.Helper()
+	c := redistest.NewClient(t)
+	tags := &redistest.Tags{}
+	c.AddHook(tags)
+	pq := partSetup(t, c, n, nil)
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tags, pq, p
 }
