@@ -100,9 +100,13 @@ func New(db *sql.DB, cfg *Config) (*Outbox, error) {
 	// only after Redis accepted their jobs: one statement per batch both
 	// claims and removes, and a relay that dies holding it loses the
 	// deletion with its connection. WITH ... ORDER BY keeps the rows in
-	// the order they were committed.
-	o.claim = `WITH d AS (DELETE FROM ` + t + ` WHERE id IN (SELECT id FROM ` + t + `
-  WHERE available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+	// the order they were committed. The rows are deleted by the ctids the
+	// locking sub-select returns (a TID scan; no statement here updates a
+	// row, so a locked row keeps its ctid): "id IN (SELECT id ...)" let
+	// the planner join the sub-select with a sequential scan of the whole
+	// table, so that every batch cost time in proportion to the backlog.
+	o.claim = `WITH d AS (DELETE FROM ` + t + ` WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + t + `
+  WHERE available_at <= now() ORDER BY available_at LIMIT $1 FOR UPDATE SKIP LOCKED))
   RETURNING ctid, id, queue, payload, options, created_at, available_at, attempts, last_error)
 SELECT id, queue, payload, options, (EXTRACT(EPOCH FROM now() - created_at) * 1000)::bigint, attempts,
   created_at, available_at, last_error FROM d ORDER BY available_at, ctid`
