@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/pgtest"
 	"github.com/streamq/streamq/internal/rdb"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/outbox"
@@ -25,14 +25,8 @@ import (
 	wbsqlite "github.com/streamq/streamq/writebehind/sqlite"
 )
 
-// testDSN is the test PostgreSQL: POSTGRES_DSN, or a local server with
-// trust authentication.
-func testDSN() string {
-	if dsn := os.Getenv("POSTGRES_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+// testDSN is the test PostgreSQL (see pgtest.DSN).
+func testDSN() string { return pgtest.DSN() }
 
 // enqueueFunc enqueues a job through a transaction.
 type enqueueFunc func(ctx context.Context, tx *sql.Tx, q *streamq.Queue, payload []byte, opts ...streamq.EnqueueOption) (string, error)
@@ -116,16 +110,7 @@ func openPostgres(t testing.TB) *sql.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		msg := fmt.Sprintf("PostgreSQL is not reachable at POSTGRES_DSN or 127.0.0.1:5432 (user postgres, database test): %v; "+
-			"start one (for example: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test postgres:15)", err)
-		if os.Getenv("STREAMQ_REQUIRE_POSTGRES") != "" {
-			t.Fatalf("%s (STREAMQ_REQUIRE_POSTGRES is set)", msg)
-		}
-		t.Skipf("%s; set STREAMQ_REQUIRE_POSTGRES=1 to fail instead of skipping", msg)
-	}
+	pgtest.Require(t, db, testDSN())
 	return db
 }
 

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -22,14 +20,12 @@ import (
 
 	"github.com/streamq/streamq"
 	"github.com/streamq/streamq/internal/core"
+	"github.com/streamq/streamq/internal/pgtest"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/writebehind"
 	"github.com/streamq/streamq/writebehind/postgres"
 	"github.com/streamq/streamq/writebehind/sqlite"
 )
-
-// postgresDSNDefault is used when POSTGRES_DSN is not set.
-const postgresDSNDefault = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // drainTimeout bounds the wait for a queue to be worked off.
 const drainTimeout = 2 * time.Minute
@@ -39,36 +35,8 @@ func e2eDialects() []writebehind.Dialect {
 	return []writebehind.Dialect{writebehind.DialectSQLite, writebehind.DialectPostgres}
 }
 
-// postgresDSN returns the DSN of the test PostgreSQL.
-func postgresDSN() string {
-	if dsn := os.Getenv("POSTGRES_DSN"); dsn != "" {
-		return dsn
-	}
-	return postgresDSNDefault
-}
-
-// requirePostgres pings db and skips the test when PostgreSQL is not
-// reachable, or fails it when STREAMQ_REQUIRE_POSTGRES is set.
-func requirePostgres(tb testing.TB, db *sql.DB, dsn string) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := db.PingContext(ctx)
-	if err == nil {
-		return
-	}
-	shown := "(key=value DSN not shown)"
-	if u, perr := url.Parse(dsn); perr == nil && u.Scheme != "" {
-		shown = u.Redacted()
-	}
-	msg := fmt.Sprintf("PostgreSQL is not reachable at POSTGRES_DSN (%s): %v; start one (for example: "+
-		"docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test postgres:15) "+
-		"or point POSTGRES_DSN at a database where the tests may create tables", shown, err)
-	if os.Getenv("STREAMQ_REQUIRE_POSTGRES") != "" {
-		tb.Fatalf("%s (STREAMQ_REQUIRE_POSTGRES is set)", msg)
-	}
-	tb.Skipf("%s; set STREAMQ_REQUIRE_POSTGRES=1 to fail instead of skipping", msg)
-}
+// postgresDSN returns the DSN of the test PostgreSQL (see pgtest.DSN).
+func postgresDSN() string { return pgtest.DSN() }
 
 // openDB opens a database of dialect d for one test: a new SQLite file in
 // t.TempDir(), or a pool on the test PostgreSQL (dsn overrides its DSN when
@@ -96,7 +64,7 @@ func openDB(tb testing.TB, d writebehind.Dialect, dsn string) *sql.DB {
 	tb.Cleanup(func() { _ = db.Close() })
 	if d == writebehind.DialectPostgres {
 		db.SetMaxOpenConns(8)
-		requirePostgres(tb, db, dsn)
+		pgtest.Require(tb, db, dsn)
 	}
 	return db
 }

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,13 +18,11 @@ import (
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/pgtest"
 	"github.com/streamq/streamq/writebehind"
 	"github.com/streamq/streamq/writebehind/postgres"
 	"github.com/streamq/streamq/writebehind/sqlite"
 )
-
-// defaultTestPostgresDSN is used when POSTGRES_DSN is not set.
-const defaultTestPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // sinkDialects lists the dialects every shared sink test runs against.
 func sinkDialects() []writebehind.Dialect {
@@ -48,40 +44,18 @@ func openSinkTestDB(tb testing.TB, d writebehind.Dialect) *sql.DB {
 		tb.Cleanup(func() { _ = db.Close() })
 		return db
 	case writebehind.DialectPostgres:
-		dsn := os.Getenv("POSTGRES_DSN")
-		if dsn == "" {
-			dsn = defaultTestPostgresDSN
-		}
+		dsn := pgtest.DSN()
 		db, err := postgres.Open(dsn)
 		if err != nil {
 			tb.Fatalf("postgres.Open: %v", err)
 		}
 		tb.Cleanup(func() { _ = db.Close() })
 		db.SetMaxOpenConns(8)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := db.PingContext(ctx); err != nil {
-			msg := fmt.Sprintf("PostgreSQL is not reachable at POSTGRES_DSN (%q): %v; "+
-				"start one (for example: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test postgres:15) "+
-				"or point POSTGRES_DSN at a database where the tests may create tables", redactDSN(dsn), err)
-			if os.Getenv("STREAMQ_REQUIRE_POSTGRES") != "" {
-				tb.Fatalf("%s (STREAMQ_REQUIRE_POSTGRES is set)", msg)
-			}
-			tb.Skipf("%s; set STREAMQ_REQUIRE_POSTGRES=1 to fail instead of skipping", msg)
-		}
+		pgtest.Require(tb, db, dsn)
 		return db
 	}
 	tb.Fatalf("no test database for dialect %v", d)
 	return nil
-}
-
-// redactDSN hides the password of a URL DSN; a key=value DSN is not shown.
-func redactDSN(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil || u.Scheme == "" {
-		return "(key=value DSN not shown)"
-	}
-	return u.Redacted()
 }
 
 // uniqueTableName returns a table name that no other test uses, derived from
@@ -703,7 +677,7 @@ func TestNewSQLSink_Config(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sqliteDB.Close() })
-	pgDB, err := postgres.Open(defaultTestPostgresDSN) // does not connect
+	pgDB, err := postgres.Open(pgtest.DefaultDSN) // does not connect
 	if err != nil {
 		t.Fatal(err)
 	}

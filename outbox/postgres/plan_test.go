@@ -4,12 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/streamq/streamq/internal/pgtest"
 )
 
 // TestClaim_NoSequentialScan checks the plan of the claim on a table with
@@ -19,7 +20,13 @@ import (
 // time in proportion to the backlog (8 ms against 1.2 ms at 50,000 rows).
 func TestClaim_NoSequentialScan(t *testing.T) {
 	ctx := t.Context()
-	db := openTestDB(t)
+	dsn := pgtest.DSN()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	pgtest.Require(t, db, dsn)
 	table := fmt.Sprintf("streamq_outbox_plan_%d", time.Now().UnixNano())
 	o, err := New(db, &Config{Table: table, NoNotify: true})
 	if err != nil {
@@ -82,30 +89,4 @@ SELECT 'r' || g, 'q', '\x00'::bytea FROM generate_series(1, 20000) g`); err != n
 	if left != 20000-500 {
 		t.Fatalf("%d rows left after a claim of 500, want %d", left, 20000-500)
 	}
-}
-
-// openTestDB opens the test PostgreSQL (POSTGRES_DSN, else a local server
-// with trust authentication), or skips the test when it does not answer
-// (fails with STREAMQ_REQUIRE_POSTGRES).
-func openTestDB(t *testing.T) *sql.DB {
-	t.Helper()
-	dsn := os.Getenv("POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		msg := fmt.Sprintf("PostgreSQL is not reachable at POSTGRES_DSN or 127.0.0.1:5432 (user postgres, database test): %v", err)
-		if os.Getenv("STREAMQ_REQUIRE_POSTGRES") != "" {
-			t.Fatalf("%s (STREAMQ_REQUIRE_POSTGRES is set)", msg)
-		}
-		t.Skipf("%s; set STREAMQ_REQUIRE_POSTGRES=1 to fail instead of skipping", msg)
-	}
-	return db
 }

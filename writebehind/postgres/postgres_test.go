@@ -7,24 +7,18 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/pgtest"
 	"github.com/streamq/streamq/writebehind"
 	"github.com/streamq/streamq/writebehind/postgres"
 )
 
-// testDSN is the test PostgreSQL: POSTGRES_DSN, or a local server with
-// trust authentication.
-func testDSN() string {
-	if dsn := os.Getenv("POSTGRES_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-}
+// testDSN is the test PostgreSQL (see pgtest.DSN).
+func testDSN() string { return pgtest.DSN() }
 
 func TestOpen(t *testing.T) {
 	t.Parallel()
@@ -47,16 +41,8 @@ func TestNewSink_RoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		msg := fmt.Sprintf("PostgreSQL is not reachable at POSTGRES_DSN or 127.0.0.1:5432 (user postgres, database test): %v; "+
-			"start one (for example: docker run -d -p 5432:5432 -e POSTGRES_HOST_AUTH_METHOD=trust -e POSTGRES_DB=test postgres:15)", err)
-		if os.Getenv("STREAMQ_REQUIRE_POSTGRES") != "" {
-			t.Fatalf("%s (STREAMQ_REQUIRE_POSTGRES is set)", msg)
-		}
-		t.Skipf("%s; set STREAMQ_REQUIRE_POSTGRES=1 to fail instead of skipping", msg)
-	}
+	pgtest.Require(t, db, testDSN())
+	ctx := t.Context()
 	table := fmt.Sprintf("wbt_postgres_roundtrip_%016x", rand.Uint64())
 	s, err := postgres.NewSink(db, &writebehind.SQLSinkConfig{Table: table})
 	if err != nil {
