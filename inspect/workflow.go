@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq/internal/rdb"
+	"github.com/streamq/streamq/internal/wire"
 )
 
 // NodeWhy is why a node of a workflow (package workflow) has not started.
@@ -192,11 +193,8 @@ func nodeKinds(ctx context.Context, wf *rdb.Workflow, states map[string]string) 
 	}
 	out := make(map[string]string, len(specs))
 	for _, sp := range specs {
-		var v struct {
-			O struct{ Kind string } `json:"o"`
-		}
-		if json.Unmarshal([]byte(sp.Spec), &v) == nil {
-			out[sp.Name] = v.O.Kind
+		if s, err := wire.ParseSpec(sp.Spec); err == nil {
+			out[sp.Name] = s.Kind
 		}
 	}
 	return out, nil

@@ -171,62 +171,6 @@ func (c *Client) defaults() error {
 	return nil
 }
 
-// spec is a node's job as stored in the workflow: what its release reads,
-// and its options, for readers of the spec (inspect reads the kind).
-type spec struct {
-	ready
-	Opts wire.Opts `json:"o"`
-}
-
-// ready is a node's job ready to release: its queue, its payload and its
-// other wire fields in the order of wire.Job.Args, with the payload's value
-// left empty at index Pay and the enqueue time's at index Enq (both set at
-// release).
-type ready struct {
-	Queue   string   `json:"q"`
-	Payload []byte   `json:"p"`
-	Fields  []string `json:"f"`
-	Pay     int      `json:"pi"`
-	Enq     int      `json:"ei"`
-}
-
-// newSpec returns the spec of job j on queue qname.
-func newSpec(qname string, j *wire.Job) spec {
-	args := j.Args()
-	s := spec{ready: ready{Queue: qname, Payload: j.Payload, Fields: make([]string, len(args))}, Opts: j.Opts}
-	for i, a := range args {
-		switch v := a.(type) {
-		case string:
-			s.Fields[i] = v
-		case []byte:
-			s.Fields[i] = string(v)
-		}
-	}
-	for i := 0; i+1 < len(args); i += 2 {
-		switch args[i] {
-		case wire.FieldPayload:
-			s.Pay, s.Fields[i+1] = i+1, ""
-		case wire.FieldEnqueued:
-			s.Enq = i + 1
-		}
-	}
-	return s
-}
-
-// fields returns the wire fields of the job of r enqueued at now (Unix
-// ms), and its queue.
-func (r *ready) fields(now string) ([]any, error) {
-	if r.Pay <= 0 || r.Enq <= 0 || r.Pay >= len(r.Fields) || r.Enq >= len(r.Fields) {
-		return nil, fmt.Errorf("its fields do not place the payload (%d) and the enqueue time (%d) among %d", r.Pay, r.Enq, len(r.Fields))
-	}
-	args := make([]any, len(r.Fields))
-	for i, f := range r.Fields {
-		args[i] = f
-	}
-	args[r.Pay], args[r.Enq] = r.Payload, now
-	return args, nil
-}
-
 // Enqueue stores workflow w in Redis, all or nothing (one script on the
 // workflow's slot), then enqueues its nodes without parents into their
 // queues. A workflow whose building went wrong, that has a cycle or an
@@ -278,6 +222,7 @@ func (c *Client) build(w *Workflow) (nodes []rdb.WorkflowNode, batches [][2]stri
 	}
 	h := sha256.New()
 	size := 0
+	var line []byte
 	for _, n := range order {
 		sp, err := c.spec(w.id, n)
 		if err != nil {
@@ -294,7 +239,13 @@ func (c *Client) build(w *Workflow) (nodes []rdb.WorkflowNode, batches [][2]stri
 		if size > c.cfg.MaxBytes {
 			return nil, nil, "", fmt.Errorf("workflow %s: its jobs take more than Config.MaxBytes (%d bytes) at node %q: store large payloads elsewhere, split the workflow, or raise the bound", w.id, c.cfg.MaxBytes, n.name)
 		}
-		fmt.Fprintf(h, "%d:%s|%d:%s|%s|%s\n", len(rn.Name), rn.Name, len(rn.Spec), rn.Spec, rn.Kids, rn.Parents)
+		// "<len>:<name>|<len>:<spec>|<kids>|<parents>\n"
+		line = strconv.AppendInt(line[:0], int64(len(rn.Name)), 10)
+		line = append(append(append(line, ':'), rn.Name...), '|')
+		line = strconv.AppendInt(line, int64(len(rn.Spec)), 10)
+		line = append(append(append(line, ':'), rn.Spec...), '|')
+		line = append(append(append(append(line, rn.Kids...), '|'), rn.Parents...), '\n')
+		h.Write(line)
 		nodes = append(nodes, rn)
 	}
 	for _, b := range w.batches {
@@ -348,7 +299,11 @@ func (c *Client) spec(id string, n *node) ([]byte, error) {
 	j := wire.Job{Payload: payload, Headers: headers, Opts: wire.Opts{
 		Kind: kind, MaxAttempts: o.MaxAttempts, Timeout: millis(o.Timeout), Retention: millis(o.ResultRetention), Tags: o.Tags,
 	}}
-	return json.Marshal(newSpec(q.Name(), &j))
+	sp, err := wire.NewSpec(q.Name(), &j)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: node %q: %w", id, n.name, err)
+	}
+	return sp.Append(nil), nil
 }
 
 // apply applies opts to o.
@@ -385,22 +340,45 @@ func refused(o *streamq.EnqueueOptions) string {
 
 func millis(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
+// jsonEdges returns es as JSON, [[node, policy], ...], as json.Marshal
+// writes it.
 func jsonEdges(es []edge) string {
-	out := make([][2]string, len(es))
+	b := make([]byte, 0, 16*len(es))
+	b = append(b, '[')
 	for i, e := range es {
-		out[i] = [2]string{e.node, e.policy.code()}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(appendJSONString(append(b, '['), e.node), ',')
+		b = append(appendJSONString(b, e.policy.code()), ']')
 	}
-	b, _ := json.Marshal(out)
-	return string(b)
+	return string(append(b, ']'))
 }
 
+// jsonNames returns the nodes of es as a JSON array, as json.Marshal
+// writes it.
 func jsonNames(es []edge) string {
-	out := make([]string, len(es))
+	b := make([]byte, 0, 12*len(es))
+	b = append(b, '[')
 	for i, e := range es {
-		out[i] = e.node
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, e.node)
 	}
-	b, _ := json.Marshal(out)
-	return string(b)
+	return string(append(b, ']'))
+}
+
+// appendJSONString appends s as json.Marshal writes it: a name of printable
+// ASCII without the characters it escapes as is, any other through it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
 }
 
 // release enqueues the jobs of runnable nodes into their queues, each under
@@ -432,15 +410,11 @@ func (c *Client) release(ctx context.Context, id string, wf *rdb.Workflow, run [
 	}
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	for _, r := range run {
-		var s ready
-		err := json.Unmarshal([]byte(r.Spec), &s)
-		var fields []any
-		if err == nil {
-			fields, err = s.fields(now)
-		}
+		s, err := wire.ParseSpec(r.Spec)
 		if err != nil {
 			return fmt.Errorf("streamq: workflow %s: node %q has a malformed job: %w", id, r.Name, err)
 		}
+		s.Fields[s.Enq] = now
 		q := c.queues[s.Queue]
 		if q == nil {
 			return fmt.Errorf("streamq: workflow %s: node %q runs on queue %q, which this client was not given: pass it to workflow.NewClient", id, r.Name, s.Queue)
@@ -451,7 +425,7 @@ func (c *Client) release(ctx context.Context, id string, wf *rdb.Workflow, run [
 			byQueue[s.Queue] = p
 			order = append(order, s.Queue)
 		}
-		p.Add(r.Name, fields)
+		p.Add(r.Name, s.Fields)
 		if p.Len() == streamq.MaxBatchChunk {
 			if err := flush(s.Queue); err != nil {
 				return err

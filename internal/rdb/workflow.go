@@ -124,12 +124,15 @@ type WorkflowReleaseParams struct {
 }
 
 // Add adds the job of node, with its wire fields (see wire.Job.Args).
-func (p *WorkflowReleaseParams) Add(node string, fields []any) {
+func (p *WorkflowReleaseParams) Add(node string, fields []string) {
 	if p.args == nil {
 		p.args = make([]any, 3, 3+16*8)
 	}
 	p.nodes = append(p.nodes, node)
-	p.args = append(append(p.args, node, len(fields)), fields...)
+	p.args = append(p.args, node, len(fields))
+	for _, f := range fields {
+		p.args = append(p.args, f)
+	}
 }
 
 // Len returns the number of jobs added.
