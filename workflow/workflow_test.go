@@ -115,6 +115,24 @@ func TestClient_FanOutFanIn(t *testing.T) {
 	}
 	e.checkOrder(deps, nil)
 	e.checkRunsOnce()
+	// The hashes written with a field per node at once are hash tables,
+	// without the field that made them so (see hsetLib in internal/rdb).
+	ctx := context.Background()
+	for _, key := range []string{
+		rdb.NewWorkflowKeys(e.prefix, "fan").State, rdb.NewWorkflowKeys(e.prefix, "fan").Parents,
+		rdb.WorkflowMarks(rdb.NewKeys(e.prefix, "b"), "fan"),
+	} {
+		enc, err := e.c.ObjectEncoding(ctx, key).Result()
+		if err != nil || enc != "hashtable" {
+			t.Errorf("%s: encoding %q (%v), want hashtable", key, enc, err)
+		}
+		if n, err := e.c.HLen(ctx, key).Result(); err != nil || n < width/2 {
+			t.Errorf("%s: %d fields (%v)", key, n, err)
+		}
+		if ok, err := e.c.HExists(ctx, key, "\x00wide").Result(); err != nil || ok {
+			t.Errorf("%s: has the widening field (%v)", key, err)
+		}
+	}
 }
 
 // fanOut builds root -> width children (on both queues) -> sink.

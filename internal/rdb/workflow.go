@@ -65,7 +65,7 @@ func WorkflowMarks(keys Keys, id string) string { return keys.OutboxMark("wf:" +
 // (a release repeated after a crash, a re-sent call), and is left alone.
 // The new jobs go into the stream under the queue's cap (nothing is
 // written when they do not fit). The marks are read with one HMGET and
-// written with one HSET: a new job costs its XADD.
+// written with one HSET per 500 (hset_many): a new job costs its XADD.
 //
 // KEYS[1] stream, KEYS[2] the workflow's marks in the queue (WorkflowMarks)
 // ARGV[1] cap (0 or less: none), ARGV[2] marks TTL (ms), ARGV[3] number
@@ -74,7 +74,7 @@ func WorkflowMarks(keys Keys, id string) string { return keys.OutboxMark("wf:" +
 // Returns {added, id_1, ..., id_n}: how many jobs the call enqueued, and
 // each job's ID (the earlier call's for a marked one). Or an error reply
 // starting with "QUEUEFULL" when the new jobs do not fit under the cap.
-var scriptWorkflowRelease = redis.NewScript(streamLib + `
+var scriptWorkflowRelease = redis.NewScript(streamLib + hsetLib + `
 local cap, ttl, n = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local nodes, pos = {}, {}
 local i = 4
@@ -106,7 +106,7 @@ for j = 1, n do
   end
   out[j + 1] = id
 end
-if #marks > 0 then redis.call('HSET', KEYS[2], unpack(marks)) end
+hset_many(KEYS[2], marks)
 redis.call('PEXPIRE', KEYS[2], ttl)
 return out
 `)
@@ -165,21 +165,43 @@ func (q *Queue) WorkflowRelease(ctx context.Context, p *WorkflowReleaseParams) e
 	return nil
 }
 
-// workflowLib holds the helpers of the workflow scripts. KEYS are those of
-// WorkflowKeys, in its field order.
-const workflowLib = timeLib + `
-local K_META, K_SPEC, K_STATE, K_NEED, K_KIDS, K_PAR, K_JOBS, K_RES, K_BATCH =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-
-local function terminal(s) return s == 's' or s == 'd' or s == 'c' end
+// hsetLib holds hset_many, for scripts that write many fields of a hash
+// at once: the workflow scripts, and the release of a workflow's jobs
+// (their marks).
+//
+// A small hash is a listpack, which Redis searches field by field on each
+// write, so filling one with hundreds of fields costs the square of their
+// number (a workflow of 1,000 nodes: 1.3 ms per hash on Redis 7.0, against
+// 0.2 ms for a hash table). A value longer than hash-max-listpack-value
+// (64 bytes by default) makes Redis convert the hash to a hash table
+// before it writes anything, so a call of 128 fields or more carries one
+// such field, removed at once. Its name starts with a NUL byte, which no
+// node or batch name may hold.
+const hsetLib = `
+local WIDE = string.rep('-', 1024)
 
 -- hset_many sets the field/value pairs of t (a flat list) in hash key, in
 -- chunks of 500 pairs (unpack's stack limit).
 local function hset_many(key, t)
+  local wide = #t >= 256
   for i = 1, #t, 1000 do
-    redis.call('HSET', key, unpack(t, i, math.min(i + 999, #t)))
+    if wide and i == 1 then
+      redis.call('HSET', key, '\0wide', WIDE, unpack(t, i, math.min(i + 999, #t)))
+    else
+      redis.call('HSET', key, unpack(t, i, math.min(i + 999, #t)))
+    end
   end
+  if wide then redis.call('HDEL', key, '\0wide') end
 end
+`
+
+// workflowLib holds the helpers of the workflow scripts. KEYS are those of
+// WorkflowKeys, in its field order.
+const workflowLib = timeLib + hsetLib + `
+local K_META, K_SPEC, K_STATE, K_NEED, K_KIDS, K_PAR, K_JOBS, K_RES, K_BATCH =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+
+local function terminal(s) return s == 's' or s == 'd' or s == 'c' end
 
 -- hmget_many returns the values of fields names of hash key (false for a
 -- missing one), in chunks of 1,000 fields.
