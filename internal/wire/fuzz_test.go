@@ -2,12 +2,15 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // FuzzUnpack decodes arbitrary bytes as packed job data (what the priority
@@ -82,4 +85,38 @@ func FuzzParseDeadLetter(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzPlainHeaders checks the fast path of the headers field against
+// encoding/json: whatever it accepts, encoding/json accepts and reads the
+// same.
+func FuzzPlainHeaders(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":"b"}`, `{"traceparent":"00-4bf9-00f0-01","k":""}`, `{"a":"b",}`, `{"a":"\u00e9"}`, `{"a":1}`, `{"a":"b","a":"c"}`, ` {"a":"b"}`, `{"é":"ü"}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		h, ok := plainHeaders(s)
+		if !ok || !utf8.ValidString(s) {
+			return
+		}
+		var want map[string]string
+		if err := json.Unmarshal([]byte(s), &want); err != nil {
+			t.Fatalf("plainHeaders accepts %q, encoding/json refuses it: %v", s, err)
+		}
+		if !reflect.DeepEqual(h, want) {
+			t.Fatalf("plainHeaders(%q) = %v, encoding/json reads %v", s, h, want)
+		}
+	})
+}
+
+func TestPlainHeaders(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		`{}`: true, `{"a":"b"}`: true, `{"a":"b","c":"d"}`: true,
+		`{"a":"b\"c"}`: false, `{"a": "b"}`: false, `{"a":1}`: false, `null`: false, `{"a":"b",}`: false, `{"a":"b"`: false, `{"a"}`: false,
+	} {
+		if _, ok := plainHeaders(s); ok != want {
+			t.Errorf("plainHeaders(%q) ok = %v, want %v", s, ok, want)
+		}
+	}
 }

@@ -343,6 +343,56 @@ func (j *Job) appendV1(a []any) []any {
 	return a
 }
 
+// plainHeaders parses s as encoding/json would when it is a JSON object of
+// strings written as json.Marshal writes one without escapes (no white
+// space, no backslash, no control character): the headers of nearly every
+// job, read about ten times faster. ok is false for any other s, which the
+// caller gives to encoding/json. The strings share the memory of s.
+func plainHeaders(s string) (h map[string]string, ok bool) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, false
+	}
+	if s == "{}" {
+		return map[string]string{}, true
+	}
+	h = make(map[string]string, strings.Count(s, `":"`))
+	for i := 1; ; {
+		k, end, ok := plainString(s, i)
+		if !ok || end >= len(s) || s[end] != ':' {
+			return nil, false
+		}
+		v, end, ok := plainString(s, end+1)
+		if !ok || end >= len(s) {
+			return nil, false
+		}
+		h[k] = v
+		switch {
+		case s[end] == '}' && end == len(s)-1:
+			return h, true
+		case s[end] != ',':
+			return nil, false
+		}
+		i = end + 1
+	}
+}
+
+// plainString reads the JSON string at s[i:] when it has no escape and no
+// control character, and returns it and the index after it.
+func plainString(s string, i int) (string, int, bool) {
+	if i >= len(s) || s[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '"':
+			return s[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20:
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
 // Decode parses job fields. The error wraps [ErrMalformed] and says which
 // field is wrong; the returned Job is never nil, so a
 // caller can still report what it could read.
@@ -435,9 +485,11 @@ func decode(j *Job, values map[string]any, view bool) error {
 		}
 		// Into a variable of its own: &j.Headers would make j escape, and a
 		// Job decoded on the stack (the engine's) would cost an allocation.
-		var h map[string]string
-		if err := json.Unmarshal([]byte(headers), &h); err != nil {
-			return fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
+		h, ok := plainHeaders(headers)
+		if !ok {
+			if err := json.Unmarshal([]byte(headers), &h); err != nil {
+				return fmt.Errorf("%w: field %q is not a JSON object of strings: %v", ErrMalformed, FieldHeaders, err)
+			}
 		}
 		if len(h) > 0 { // "{}": none, as when the field is absent
 			j.Headers = h
