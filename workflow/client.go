@@ -349,8 +349,8 @@ func jsonEdges(es []edge) string {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(appendJSONString(append(b, '['), e.node), ',')
-		b = append(appendJSONString(b, e.policy.code()), ']')
+		b = append(wire.AppendJSONString(append(b, '['), e.node), ',')
+		b = append(wire.AppendJSONString(b, e.policy.code()), ']')
 	}
 	return string(append(b, ']'))
 }
@@ -364,22 +364,11 @@ func jsonNames(es []edge) string {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, e.node)
+		b = wire.AppendJSONString(b, e.node)
 	}
 	return string(append(b, ']'))
 }
 
-// appendJSONString appends s as json.Marshal writes it: a name of printable
-// ASCII without the characters it escapes as is, any other through it.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	return append(append(append(b, '"'), s...), '"')
-}
 
 // release enqueues the jobs of runnable nodes into their queues, each under
 // the workflow's mark of its node in the queue (so a release repeated

@@ -120,3 +120,17 @@ func TestPlainHeaders(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMarshalHeaders checks the headers field against json.Marshal.
+func FuzzMarshalHeaders(f *testing.F) {
+	f.Add("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "b", "")
+	f.Add("<a>", "é\u2028", "q\"", "back\\slash\x01")
+	f.Add("a", "b", "a", "c")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		h := map[string]string{k1: v1, k2: v2}
+		want, _ := json.Marshal(h)
+		if got := marshalHeaders(h); !bytes.Equal(got, want) {
+			t.Fatalf("marshalHeaders(%q) = %s, json.Marshal writes %s", h, got, want)
+		}
+	})
+}

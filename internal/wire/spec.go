@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // A Spec is a job stored to be enqueued later, as a workflow stores each
@@ -51,6 +52,11 @@ func NewSpec(queue string, j *Job) (Spec, error) {
 
 // Append appends the encoding of s to b.
 func (s *Spec) Append(b []byte) []byte {
+	size := 1 + 3*binary.MaxVarintLen32 + len(s.Queue) + len(s.Kind)
+	for _, f := range s.Fields {
+		size += binary.MaxVarintLen32 + len(f)
+	}
+	b = slices.Grow(b, size)
 	b = append(b, specVersion)
 	b = appendString(b, s.Queue)
 	b = appendString(b, s.Kind)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -318,8 +319,7 @@ func (j *Job) appendV2(a []any) []any {
 // appendV1 appends the optional fields of version 1.
 func (j *Job) appendV1(a []any) []any {
 	if len(j.Headers) > 0 {
-		h, _ := json.Marshal(j.Headers) // map[string]string always marshals
-		a = append(a, FieldHeaders, h)
+		a = append(a, FieldHeaders, marshalHeaders(j.Headers))
 	}
 	a = append(a, FieldEnqueued, strconv.FormatInt(j.EnqMillis, 10))
 	if j.Attempt > 0 {
@@ -341,6 +341,42 @@ func (j *Job) appendV1(a []any) []any {
 		a = append(a, FieldJobID, j.JobID)
 	}
 	return a
+}
+
+// marshalHeaders returns h as json.Marshal writes it (keys in order),
+// without its reflection: every enqueue of a job with headers calls it.
+func marshalHeaders(h map[string]string) []byte {
+	var small [8]string
+	keys := small[:0]
+	size := 2
+	for k, v := range h {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 6
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, size)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(AppendJSONString(b, k), ':')
+		b = AppendJSONString(b, h[k])
+	}
+	return append(b, '}')
+}
+
+// AppendJSONString appends s as a JSON string, as json.Marshal writes it:
+// a string of printable ASCII without the characters it escapes as is,
+// any other through encoding/json.
+func AppendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	return append(append(append(b, '"'), s...), '"')
 }
 
 // plainHeaders parses s as encoding/json would when it is a JSON object of
