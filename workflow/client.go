@@ -369,7 +369,6 @@ func jsonNames(es []edge) string {
 	return string(append(b, ']'))
 }
 
-
 // release enqueues the jobs of runnable nodes into their queues, each under
 // the workflow's mark of its node in the queue (so a release repeated
 // after a crash stores nothing twice), then marks the nodes released; jobs
