@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -267,7 +268,7 @@ func FuzzDecode(f *testing.F) {
 }
 
 // toValues turns XADD arguments into the map go-redis returns for an entry.
-func toValues(t *testing.T, args []any) map[string]any {
+func toValues(t testing.TB, args []any) map[string]any {
 	t.Helper()
 	v := make(map[string]any, len(args)/2)
 	for i := 0; i+1 < len(args); i += 2 {
@@ -424,4 +425,45 @@ func BenchmarkPackedJobID(b *testing.B) {
 			b.Fatal("found a jid")
 		}
 	}
+}
+
+// BenchmarkHeaders writes and reads the headers field of a job with a
+// trace context and one more header, as the producer and the engine do.
+//
+//	go test -run '^$' -bench BenchmarkHeaders ./internal/wire/
+func BenchmarkHeaders(b *testing.B) {
+	h := map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "acme-42"}
+	j := Job{Payload: []byte("p"), Headers: h, EnqMillis: 1}
+	values := toValues(b, j.Args())
+	b.Run("encode", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_ = marshalHeaders(h)
+		}
+	})
+	b.Run("encode/encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			_, _ = json.Marshal(h)
+		}
+	})
+	b.Run("decode", func(b *testing.B) {
+		b.ReportAllocs()
+		var d Job
+		for range b.N {
+			if err := DecodeView(&d, values); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	s := values[FieldHeaders].(string)
+	b.Run("decode/encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			var m map[string]string
+			if err := json.Unmarshal([]byte(s), &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
