@@ -25,7 +25,7 @@ import (
 // WorkflowKeys are the keys of one workflow.
 type WorkflowKeys struct {
 	Meta    string // HASH state (running|finished|cancelled), sum, created, touched, finished, retention (ms), nodes, open
-	Spec    string // HASH node -> the job to release (JSON, package workflow)
+	Spec    string // HASH node -> the job to release (wire.Spec encoding)
 	State   string // HASH node -> state (see above)
 	Need    string // HASH node -> parents still to finish
 	Kids    string // HASH node -> JSON [[child, policy], ...]
