@@ -231,15 +231,19 @@ end
 -- succeed (and so on down), any other policy counts the parent as
 -- finished. Children whose last parent finished become runnable and are
 -- appended to out with their specs. known holds states the caller read.
--- The states and counters it reads go through a cache and are written
--- back once, with one HSET per hash: a node's children cost one HMGET of
--- their states and one of their counters, whatever their number. Returns
+-- The children lists of the nodes in ends are read with one HMGET; the
+-- states and counters it reads go through a cache and are written back
+-- once, with one HSET per hash: a node's children cost one HMGET of their
+-- states and one of their counters, whatever their number. Returns
 -- how many nodes it ended. Its work is bounded by the size of the
 -- workflow, which the builder bounds.
 local function settle(ends, out, known)
   local state, need, sw, nw, runnable = known or {}, {}, {}, {}, {}
-  local stack, closed = {}, 0
+  local stack, closed, kidsof, first = {}, 0, {}, {}
   for i = #ends - 1, 1, -2 do stack[#stack + 1] = {ends[i], ends[i + 1]} end
+  -- The children of the nodes the caller ends, with one HMGET (false: none).
+  for i = 1, #ends, 2 do first[#first + 1] = ends[i] end
+  for i, v in ipairs(hmget_many(K_KIDS, first)) do kidsof[first[i]] = v end
   while #stack > 0 do
     local top = table.remove(stack)
     local n, o = top[1], top[2]
@@ -253,7 +257,8 @@ local function settle(ends, out, known)
       sw[#sw + 1] = n
       sw[#sw + 1] = o
       closed = closed + 1
-      local kids = redis.call('HGET', K_KIDS, n)
+      local kids = kidsof[n]
+      if kids == nil then kids = redis.call('HGET', K_KIDS, n) end
       if kids then
         local es = cjson.decode(kids)
         local unread = {}
@@ -406,13 +411,12 @@ local n = tonumber(ARGV[1])
 local now = now_ms()
 local known, found, ends, seen, again = {}, {}, {}, {}, {}
 local failed = false
+local names = {}
+for j = 1, n do names[j] = ARGV[4 * j - 2] end
+for j, st in ipairs(hmget_many(K_STATE, names)) do known[names[j]] = st end
 for j = 1, n do
   local node, outcome = ARGV[4 * j - 2], ARGV[4 * j - 1]
   local st = known[node]
-  if st == nil then
-    st = redis.call('HGET', K_STATE, node)
-    known[node] = st
-  end
   found[j] = st and '1' or '0'
   if not st then
   elseif outcome == 'f' then
