@@ -41,9 +41,10 @@ func TestScenarioCosts(t *testing.T) {
 	}
 	// What each feature adds is real work: a retried job runs twice, a
 	// delayed one is moved, a unique one takes and frees a lock.
-	// (An outbox job can cost fewer: the relay enqueues rows in batches.)
-	for _, v := range []string{"delayed", "retried once", "unique", "flow: per-key cap 1, 100 keys", "flow: global cap 4", "flow: rate 100000/s per key",
-		"workflow (1, 98 after it, 1 after all)"} {
+	// (An outbox job can cost fewer: the relay enqueues rows in batches;
+	// so can a workflow job: its records and releases are batched scripts
+	// that read and write a hash field per job with one command per call.)
+	for _, v := range []string{"delayed", "retried once", "unique", "flow: per-key cap 1, 100 keys", "flow: global cap 4", "flow: rate 100000/s per key"} {
 		if got[v] <= got["plain"] {
 			t.Errorf("%s: %.2f commands per job, not more than plain's %.2f", v, got[v], got["plain"])
 		}
