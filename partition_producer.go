@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/streamq/streamq/internal/core"
 	"github.com/streamq/streamq/internal/rdb"
 )
 
@@ -163,7 +164,11 @@ func (p *PartitionedProducer) Enqueue(ctx context.Context, payload []byte, opts 
 // EnqueueBatch adds many jobs with the options opts: all to one partition
 // when the options name a key, else spread evenly over the partitions.
 // Each partition's share is written as [Producer.EnqueueBatch] writes a
-// batch, the partitions concurrently. The IDs name their partitions, as
+// batch; when every share is a plain add (jobs due now, without IDs of
+// their own, a dedup mode or a chosen ID, and no MinReplicas), the calls
+// of all partitions go in one pipeline per node (one round trip to each
+// master, the masters side by side), else the partitions are written
+// concurrently. The IDs name their partitions, as
 // Enqueue's do. On error, ids[i] is "" for every job that was not
 // enqueued, and the error is the first one met.
 func (p *PartitionedProducer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) ([]string, error) {
@@ -212,36 +217,106 @@ func (p *PartitionedProducer) EnqueueKeyed(ctx context.Context, jobs []KeyedJob,
 		}
 		shares[k] = append(shares[k], i)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
+	parts := make([]*share, 0, len(shares))
 	for k, idx := range shares {
 		pr, err := p.producer(k)
 		if err != nil {
 			return ids, err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sub := make([]Job, len(idx))
-			for i, x := range idx {
-				sub[i] = jobs[x].Job
-			}
-			oo := o
-			got, err := pr.enqueueWith(ctx, sub, &oo)
-			qualify(k, got)
-			for i, x := range idx {
-				if i < len(got) {
-					ids[x] = got[i]
-				}
-			}
-			errs[k] = err
-		}()
+		sub := make([]Job, len(idx))
+		for i, x := range idx {
+			sub[i] = jobs[x].Job
+		}
+		parts = append(parts, &share{k: k, pr: pr, idx: idx, jobs: sub})
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return ids, err
+	if !p.pipeline(ctx, parts, &o) {
+		var wg sync.WaitGroup
+		for _, s := range parts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				oo := o
+				s.ids, s.err = s.pr.enqueueWith(ctx, s.jobs, &oo)
+			}()
+		}
+		wg.Wait()
+	}
+	var first error
+	for _, s := range parts {
+		qualify(s.k, s.ids)
+		for i, x := range s.idx {
+			if i < len(s.ids) {
+				ids[x] = s.ids[i]
+			}
+		}
+		if first == nil {
+			first = s.err
 		}
 	}
+	if first != nil {
+		return ids, first
+	}
 	return ids, nil
+}
+
+// share is the part of a batch that goes to partition k: the jobs at
+// indexes idx of the batch, and how their write went.
+type share struct {
+	k    int
+	pr   *Producer
+	idx  []int
+	jobs []Job
+	ids  []string
+	err  error
+}
+
+// pipeline writes the shares of a batch with one pipeline per node (a
+// Redis Cluster client sends each node its commands in one round trip,
+// the nodes side by side) when every share is a plain add: jobs due now,
+// without IDs of their own, a dedup mode or a chosen ID, and no replicas
+// to wait for. It reports false, having written nothing, otherwise. A
+// call that fails in the pipeline is sent again on its own with the same
+// memo (see rdb.Queue.EnqueuePiped), so a call Redis ran stores its jobs
+// once; a share's error clears the IDs of the call that failed.
+func (p *PartitionedProducer) pipeline(ctx context.Context, parts []*share, o *EnqueueOptions) bool {
+	if p.cfg.MinReplicas > 0 {
+		return false
+	}
+	calls := make([][]*rdb.EnqueueParams, len(parts))
+	for i, s := range parts {
+		oo := *o
+		if s.pr.checkOptions(&oo) != nil {
+			return false
+		}
+		b, err := s.pr.prepare(s.jobs, &oo)
+		if err != nil || b.withIDs || b.one || b.due.later() {
+			return false
+		}
+		s.ids = make([]string, len(s.jobs))
+		if calls[i], err = s.pr.addCalls(ctx, s.jobs, &oo, b.enq, s.ids); err != nil {
+			return false
+		}
+	}
+	pipe := p.pq.client.Pipeline()
+	finish := make([][]func() error, len(parts))
+	for i, s := range parts {
+		for _, ep := range calls[i] {
+			finish[i] = append(finish[i], s.pr.q.db.EnqueuePiped(ctx, pipe, ep))
+		}
+	}
+	_, _ = pipe.Exec(ctx) // each call's own error is read by its finish
+	for i, s := range parts {
+		for c, f := range finish[i] {
+			if err := f(); err != nil {
+				err = s.pr.addFailed(s.ids[c*MaxBatchChunk:min((c+1)*MaxBatchChunk, len(s.ids))], err)
+				if s.err == nil {
+					s.err = err
+				}
+			}
+		}
+		if s.err == nil {
+			core.OfProducer(s.pr).Register(ctx)
+		}
+	}
+	return true
 }

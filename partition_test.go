@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/streamq/streamq"
+	"github.com/streamq/streamq/internal/faultproxy"
 	"github.com/streamq/streamq/internal/redistest"
 )
 
@@ -459,6 +460,198 @@ func TestPartitionedProducer_BatchRoundTrips(t *testing.T) {
 	if len(ids) != 800 || len(got) != 8 || cmds != 8 {
 		t.Fatalf("a batch of 800 jobs over 8 partitions: %d IDs, %d commands naming %v; want 800 IDs, 8 commands, one per partition; commands: %q", len(ids), cmds, got, tags.Log())
 	}
+	// The 8 calls go to one server in one pipeline: one round trip.
+	var trips roundTrips
+	p2 := taggedProducerOn(t, &trips)
+	if _, err := p2.EnqueueBatch(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	trips.reset()
+	if _, err := p2.EnqueueBatch(ctx, jobs); err != nil {
+		t.Fatal(err)
+	}
+	if single, pipes, piped := trips.counts(); single != 0 || pipes != 1 || piped != 8 {
+		t.Fatalf("a batch over 8 partitions on one server: %d single commands, %d pipelines of %d commands; want 0, 1 of 8", single, pipes, piped)
+	}
+}
+
+// A batch whose pipelined calls fail (the scripts were flushed from the
+// server, so every EVALSHA is refused) writes each call again on its own:
+// every job is stored once and has its ID.
+func TestPartitionedProducer_BatchPipelineFallsBack(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewIsolatedClient(t) // SCRIPT FLUSH: a server of its own
+	pq := partSetup(t, c, 4, nil)
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	jobs := make([]streamq.Job, 2500) // 3 calls in the largest share
+	for i := range jobs {
+		jobs[i].Payload = []byte("j-" + strconv.Itoa(i))
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for i, id := range ids {
+		if id == "" || seen[id] {
+			t.Fatalf("job %d: ID %q (empty or repeated)", i, id)
+		}
+		seen[id] = true
+	}
+	s, err := pq.Stats(ctx)
+	if err != nil || s.Length != int64(len(jobs)) || s.Lag != int64(len(jobs)) {
+		t.Fatalf("stats %+v (%v), want %d entries, all undelivered: each job once", s, err, len(jobs))
+	}
+}
+
+// A batch whose pipeline loses a reply (the connection ends after Redis
+// ran a call) stores every job once: the calls are sent again with their
+// memos, which answer the first run's IDs.
+func TestPartitionedProducer_BatchPipelineLostReply(t *testing.T) {
+	t.Parallel()
+	direct := redistest.NewClient(t)
+	proxy, err := faultproxy.New(redistest.AddrOf(t, direct))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	via := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
+	t.Cleanup(func() { _ = via.Close() })
+	pq := partSetup(t, via, 4, nil)
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	jobs := make([]streamq.Job, 400)
+	for i := range jobs {
+		jobs[i].Payload = []byte("j-" + strconv.Itoa(i))
+	}
+	if _, err := p.EnqueueBatch(ctx, jobs[:4]); err != nil { // loads the scripts
+		t.Fatal(err)
+	}
+	dropped := proxy.DropReply(faultproxy.Command("EVALSHA"))
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dropped:
+	default:
+		t.Fatal("no reply was dropped")
+	}
+	seen := map[string]bool{}
+	for i, id := range ids {
+		if id == "" || seen[id] {
+			t.Fatalf("job %d: ID %q (empty or repeated)", i, id)
+		}
+		seen[id] = true
+	}
+	if s, err := pq.Stats(ctx); err != nil || s.Length != 404 {
+		t.Fatalf("stats %+v (%v), want 404 entries: each job once", s, err)
+	}
+}
+
+// A share refused by its partition's cap fails alone: its jobs have no
+// IDs, the others are stored, and the batch reports ErrQueueFull.
+func TestPartitionedProducer_BatchPipelineShareRefused(t *testing.T) {
+	t.Parallel()
+	c := redistest.NewClient(t)
+	pq := partSetup(t, c, 2, &streamq.PartitionedQueueConfig{Queue: &streamq.QueueConfig{MaxLen: 100}})
+	p, err := streamq.NewPartitionedProducer(pq, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	part1, err := pq.Partition(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill, err := streamq.NewProducer(part1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fill.EnqueueBatch(ctx, make([]streamq.Job, 90)); err != nil {
+		t.Fatal(err)
+	}
+	jobs := make([]streamq.Job, 40) // 20 per partition: partition 1 has room for 10
+	ids, err := p.EnqueueBatch(ctx, jobs)
+	if !errors.Is(err, streamq.ErrQueueFull) {
+		t.Fatalf("err = %v, want ErrQueueFull", err)
+	}
+	var stored, none int
+	for _, id := range ids {
+		switch {
+		case strings.HasPrefix(id, "p0~"):
+			stored++
+		case id == "":
+			none++
+		default:
+			t.Fatalf("ID %q of a refused share", id)
+		}
+	}
+	if stored != 20 || none != 20 {
+		t.Fatalf("%d IDs of partition 0, %d empty; want 20 and 20", stored, none)
+	}
+}
+
+// roundTrips counts the commands a client sends alone and in pipelines.
+type roundTrips struct {
+	mu                   sync.Mutex
+	single, pipes, piped int
+}
+
+func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.mu.Lock()
+		r.single++
+		r.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.mu.Lock()
+		r.pipes++
+		r.piped += len(cmds)
+		r.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (r *roundTrips) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.single, r.pipes, r.piped = 0, 0, 0
+}
+
+func (r *roundTrips) counts() (single, pipes, piped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.single, r.pipes, r.piped
+}
+
+// taggedProducerOn returns a producer of a queue of 8 partitions on a
+// client with hook h.
+func taggedProducerOn(t *testing.T, h redis.Hook) *streamq.PartitionedProducer {
+	t.Helper()
+	c := redistest.NewClient(t)
+	c.AddHook(h)
+	p, err := streamq.NewPartitionedProducer(partSetup(t, c, 8, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // taggedProducer returns a queue of n partitions, a producer of it, and a

@@ -192,44 +192,68 @@ func (p *Producer) enqueueWith(ctx context.Context, jobs []Job, o *EnqueueOption
 	if len(jobs) == 0 {
 		return ids, nil
 	}
-	now := p.q.db.Now()
-	enq := now.UnixMilli()
-	due := when{in: o.In}
-	if o.In <= 0 && o.At.After(now) {
-		due.at = o.At
+	b, err := p.prepare(jobs, o)
+	switch {
+	case err != nil:
+		return ids, err
+	case b.withIDs:
+		return ids, p.addWithIDs(ctx, jobs, o, b.enq, b.due, ids)
+	case b.one:
+		return p.enqueueOne(ctx, jobs[0], o, b.enq, b.due, b.lock)
 	}
-	if !o.Deadline.IsZero() {
-		if err := checkDeadline(o.Deadline, now, due.approx(now)); err != nil {
-			return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
-		}
-	}
-	lock, err := o.lock(jobs[0].Payload)
-	if err != nil {
-		return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
-	}
-	if slices.ContainsFunc(jobs, func(j Job) bool { return j.ID != "" }) {
-		if err := checkJobIDs(jobs, o, lock); err != nil {
-			return ids, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
-		}
-		return ids, p.addWithIDs(ctx, jobs, o, enq, due, ids)
-	}
-	if lock.Mode != "" || o.JobID != "" {
-		if len(jobs) != 1 {
-			return ids, configErr(o.oneByOne(), "cannot be used with EnqueueBatch: enqueue such jobs one by one")
-		}
-		return p.enqueueOne(ctx, jobs[0], o, enq, due, lock)
-	}
-
-	if due.later() {
-		err = p.schedule(ctx, jobs, o, enq, due, ids)
+	if b.due.later() {
+		err = p.schedule(ctx, jobs, o, b.enq, b.due, ids)
 	} else {
-		err = p.add(ctx, jobs, o, enq, ids)
+		err = p.add(ctx, jobs, o, b.enq, ids)
 	}
 	if err != nil {
 		return ids, err
 	}
 	core.OfProducer(p).Register(ctx)
 	return ids, nil
+}
+
+// batchPlan is how enqueueWith writes a batch: the enqueue time, when the
+// jobs are due, their lock, and whether the jobs carry their own IDs
+// (addWithIDs) or go one by one (enqueueOne: a dedup mode or a chosen ID).
+type batchPlan struct {
+	enq          int64
+	due          when
+	lock         rdb.Lock
+	withIDs, one bool
+}
+
+// prepare checks jobs (at least one) and o, whose options checkOptions
+// accepted, and returns the plan of their batch.
+func (p *Producer) prepare(jobs []Job, o *EnqueueOptions) (batchPlan, error) {
+	now := p.q.db.Now()
+	b := batchPlan{enq: now.UnixMilli(), due: when{in: o.In}}
+	if o.In <= 0 && o.At.After(now) {
+		b.due.at = o.At
+	}
+	if !o.Deadline.IsZero() {
+		if err := checkDeadline(o.Deadline, now, b.due.approx(now)); err != nil {
+			return b, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+		}
+	}
+	var err error
+	if b.lock, err = o.lock(jobs[0].Payload); err != nil {
+		return b, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+	}
+	if slices.ContainsFunc(jobs, func(j Job) bool { return j.ID != "" }) {
+		if err := checkJobIDs(jobs, o, b.lock); err != nil {
+			return b, fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+		}
+		b.withIDs = true
+		return b, nil
+	}
+	if b.lock.Mode != "" || o.JobID != "" {
+		if len(jobs) != 1 {
+			return b, configErr(o.oneByOne(), "cannot be used with EnqueueBatch: enqueue such jobs one by one")
+		}
+		b.one = true
+	}
+	return b, nil
 }
 
 // checkOptions refuses options this producer cannot honour, and turns a
@@ -269,14 +293,30 @@ func checkDeadline(deadline, now, at time.Time) error {
 // script call each), and sets their IDs in ids. A chunk whose jobs differ
 // only by payload carries their common fields once.
 func (p *Producer) add(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, ids []string) error {
+	calls, err := p.addCalls(ctx, jobs, o, enq, ids)
+	if err != nil {
+		return err
+	}
+	for i, ep := range calls {
+		if err := p.q.db.Enqueue(ctx, ep); err != nil {
+			return p.addFailed(ids[i*MaxBatchChunk:], err)
+		}
+	}
+	return nil
+}
+
+// addCalls returns the script calls that add jobs due now, one per chunk
+// of at most MaxBatchChunk, each setting its jobs' IDs in ids.
+func (p *Producer) addCalls(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, ids []string) ([]*rdb.EnqueueParams, error) {
+	calls := make([]*rdb.EnqueueParams, 0, (len(jobs)+MaxBatchChunk-1)/MaxBatchChunk)
 	for start := 0; start < len(jobs); start += MaxBatchChunk {
 		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-		ep := rdb.EnqueueParams{IDs: ids[start:], Replicas: p.replicas()}
+		ep := &rdb.EnqueueParams{IDs: ids[start:], Replicas: p.replicas()}
 		var firstHeaders map[string]string
 		for i, j := range chunk {
 			h := p.headers(ctx, o.Headers, j.Headers)
 			if err := core.Of(p.q).CheckJob(j.Payload, h); err != nil {
-				return fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
+				return nil, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
 			}
 			if i > 0 && maps.Equal(h, firstHeaders) {
 				ep.AddLike(j.Payload)
@@ -289,17 +329,22 @@ func (p *Producer) add(ctx context.Context, jobs []Job, o *EnqueueOptions, enq i
 			o.setJobOptions(&wj)
 			ep.AddJob(&wj)
 		}
-		if err := p.q.db.Enqueue(ctx, &ep); err != nil {
-			if !errors.Is(err, ErrNotReplicated) {
-				clear(ids[start:])
-			}
-			if !errors.Is(err, ErrQueueFull) {
-				err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
-			}
-			return err
-		}
+		calls = append(calls, ep)
 	}
-	return nil
+	return calls, nil
+}
+
+// addFailed returns the error of an add call that failed, whose jobs and
+// those after it have their IDs in ids: it clears them unless the jobs
+// were written (not replicated).
+func (p *Producer) addFailed(ids []string, err error) error {
+	if !errors.Is(err, ErrNotReplicated) {
+		clear(ids)
+	}
+	if !errors.Is(err, ErrQueueFull) {
+		err = fmt.Errorf("streamq: enqueue on %s: %w", p.q.keys.Stream, err)
+	}
+	return err
 }
 
 // checkJobIDs checks the IDs of jobs, some of which have one: every job

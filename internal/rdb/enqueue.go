@@ -280,13 +280,8 @@ func (a *EnqueueParams) plainArgv(q *Queue, m Memo) []any {
 // [*streamqtype.NotReplicatedError].
 func (q *Queue) Enqueue(ctx context.Context, p *EnqueueParams) error {
 	m := q.memoOr(p.Memo)
-	s, args := scriptEnqueue, p.argv()
-	if p.n == 1 && plainJob(p.first) {
-		s, args = scriptEnqueuePlain, p.plainArgv(q, m)
-	} else {
-		args[0], args[1], args[2], args[3] = q.maxLen, p.n, m.Token, m.TTL
-	}
-	cmd, werr := q.runScript(ctx, s, m, p.Replicas, []string{q.keys.Stream, m.Key}, args)
+	s, keys, args := q.enqueueCall(p, m)
+	cmd, werr := q.runScript(ctx, s, m, p.Replicas, keys, args)
 	if err := cmd.Err(); err != nil {
 		return Translate(err)
 	}
@@ -294,6 +289,38 @@ func (q *Queue) Enqueue(ctx context.Context, p *EnqueueParams) error {
 		return err
 	}
 	return werr
+}
+
+// enqueueCall returns the script, keys and arguments of p's call with
+// memo m.
+func (q *Queue) enqueueCall(p *EnqueueParams, m Memo) (*redis.Script, []string, []any) {
+	s, args := scriptEnqueue, p.argv()
+	if p.n == 1 && plainJob(p.first) {
+		s, args = scriptEnqueuePlain, p.plainArgv(q, m)
+	} else {
+		args[0], args[1], args[2], args[3] = q.maxLen, p.n, m.Token, m.TTL
+	}
+	return s, []string{q.keys.Stream, m.Key}, args
+}
+
+// EnqueuePiped queues p's call on pipe (an EVALSHA), for a caller that
+// sends the calls of several queues in one pipeline per node, and returns
+// the function that finishes it once the pipeline ran: it sets p.IDs from
+// the reply; when the pipelined call failed (its script not loaded on that
+// node yet, a connection lost, a refusal) it sends the call again with
+// [Queue.Enqueue] and the same memo, so a call that Redis ran stores its
+// jobs once, and returns what that returns. p.Replicas must be zero.
+func (q *Queue) EnqueuePiped(ctx context.Context, pipe redis.Pipeliner, p *EnqueueParams) func() error {
+	p.Memo = q.memoOr(p.Memo)
+	s, keys, args := q.enqueueCall(p, p.Memo)
+	cmd := s.EvalSha(ctx, pipe, keys, args...)
+	return func() error {
+		if cmd.Err() != nil {
+			return q.Enqueue(ctx, p)
+		}
+		p.Memo.done()
+		return entryIDs(cmd.Val(), p.IDs[:p.n])
+	}
 }
 
 // entryIDs expands scriptEnqueue's reply into the IDs of len(ids) entries.
