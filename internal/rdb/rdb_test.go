@@ -69,16 +69,26 @@ func (e *env) add(ps ...string) []string {
 }
 
 // read delivers up to n entries to consumer and returns their IDs.
+//
+// It reads at most 1,000 entries per call: a reply of tens of thousands
+// can outlast the client's read timeout on a loaded machine, and the
+// client's retry then finds the entries delivered already (an empty read).
 func (e *env) read(consumer string, n int64) []string {
 	e.t.Helper()
-	res, err := e.c.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: consumer, Streams: []string{e.k.Stream, ">"}, Count: n, Block: -1}).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		e.t.Fatal(err)
-	}
 	var ids []string
-	for _, s := range res {
-		for _, m := range s.Messages {
-			ids = append(ids, m.ID)
+	for int64(len(ids)) < n {
+		res, err := e.c.XReadGroup(e.ctx, &redis.XReadGroupArgs{Group: "g", Consumer: consumer, Streams: []string{e.k.Stream, ">"}, Count: min(n-int64(len(ids)), 1000), Block: -1}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			e.t.Fatal(err)
+		}
+		got := len(ids)
+		for _, s := range res {
+			for _, m := range s.Messages {
+				ids = append(ids, m.ID)
+			}
+		}
+		if len(ids) == got {
+			break // nothing more to read
 		}
 	}
 	return ids
