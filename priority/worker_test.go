@@ -618,9 +618,14 @@ func TestWorker_Concurrency(t *testing.T) {
 // TestWorker_KeepAliveExtendsLease runs a job for several lease periods and
 // checks that its lease is extended, so it is neither returned to the ready
 // set nor cancelled.
+//
+// The lease is 1.5 s (a keep-alive every 375 ms): with 300 ms, a pause of
+// the test process longer than 225 ms (the race detector, a loaded CI
+// machine) let the lease expire and the worker's own reaper take the job
+// back, and the lease was never extended twice over (a CI failure).
 func TestWorker_KeepAliveExtendsLease(t *testing.T) {
 	t.Parallel()
-	const lease = 300 * time.Millisecond
+	const lease = 1500 * time.Millisecond
 	e := setup(t, nil)
 	e.push(t, 0)
 	started := make(chan struct{})
