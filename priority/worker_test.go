@@ -513,7 +513,10 @@ func TestWorker_WakeUpWithoutPolling(t *testing.T) {
 	hook.ready, hook.leases, hook.delayed = core.Of(e.q).Keys.Priority().Ready, core.Of(e.q).Keys.Priority().Leases, core.Of(e.q).Keys.Priority().Delayed
 
 	ch := make(chan *streamq.Message, 1)
-	w := e.newWorker(t, recorder(ch), priority.WorkerConfig{Block: time.Minute, ReapInterval: 10 * time.Millisecond})
+	// ControlInterval a minute too: a wait ends at the pause check's
+	// interval (1 s by default), which the 20 reaps below outlast on a
+	// loaded machine, and the worker then reads again (a second XREAD).
+	w := e.newWorker(t, recorder(ch), priority.WorkerConfig{Block: time.Minute, ControlInterval: time.Minute, ReapInterval: 10 * time.Millisecond})
 	stop := run(t, w)
 	recv(t, hook.waiting, "the worker to wait for work")
 	popsBefore := hook.pops.Load()
