@@ -164,12 +164,12 @@ func (p *PartitionedProducer) Enqueue(ctx context.Context, payload []byte, opts 
 // EnqueueBatch adds many jobs with the options opts: all to one partition
 // when the options name a key, else spread evenly over the partitions.
 // Each partition's share is written as [Producer.EnqueueBatch] writes a
-// batch; when every share is a plain add (jobs due now, without IDs of
-// their own, a dedup mode or a chosen ID, and no MinReplicas), the calls
-// of all partitions go in one pipeline per node (one round trip to each
-// master, the masters side by side), else the partitions are written
-// concurrently. The IDs name their partitions, as
-// Enqueue's do. On error, ids[i] is "" for every job that was not
+// batch. When every share is a plain add of at most [MaxBatchChunk] jobs
+// (jobs due now, without IDs of their own, a dedup mode or a chosen ID,
+// and no MinReplicas), the calls of all partitions go in one pipeline per
+// node (one round trip to each master, the masters side by side); else
+// the partitions are written concurrently. The IDs name their partitions,
+// as Enqueue's do. On error, ids[i] is "" for every job that was not
 // enqueued, and the error is the first one met.
 func (p *PartitionedProducer) EnqueueBatch(ctx context.Context, jobs []Job, opts ...EnqueueOption) ([]string, error) {
 	keyed := make([]KeyedJob, len(jobs))
@@ -272,9 +272,9 @@ type share struct {
 
 // pipeline writes the shares of a batch with one pipeline per node (a
 // Redis Cluster client sends each node its commands in one round trip,
-// the nodes side by side) when every share is a plain add: jobs due now,
-// without IDs of their own, a dedup mode or a chosen ID, and no replicas
-// to wait for. It reports false, having written nothing, otherwise. A
+// the nodes side by side) when every share is a plain add of at most
+// MaxBatchChunk jobs (one call): jobs due now, without IDs of their own, a
+// dedup mode or a chosen ID, and no replicas to wait for. It reports false, having written nothing, otherwise. A
 // call that fails in the pipeline is sent again on its own with the same
 // memo (see rdb.Queue.EnqueuePiped), so a call Redis ran stores its jobs
 // once; a share's error clears the IDs of the call that failed.
@@ -293,30 +293,25 @@ func (p *PartitionedProducer) pipeline(ctx context.Context, parts []*share, o *E
 			return false
 		}
 		s.ids = make([]string, len(s.jobs))
-		if calls[i], err = s.pr.addCalls(ctx, s.jobs, &oo, b.enq, s.ids); err != nil {
+		// A share of more than one call goes the other way: a call that
+		// fails stops the calls after it there, which keeps a key's jobs
+		// in order; a pipeline would have sent them.
+		if calls[i], err = s.pr.addCalls(ctx, s.jobs, &oo, b.enq, s.ids); err != nil || len(calls[i]) != 1 {
 			return false
 		}
 	}
 	pipe := p.pq.client.Pipeline()
-	finish := make([][]func() error, len(parts))
+	finish := make([]func() error, len(parts))
 	for i, s := range parts {
-		for _, ep := range calls[i] {
-			finish[i] = append(finish[i], s.pr.q.db.EnqueuePiped(ctx, pipe, ep))
-		}
+		finish[i] = s.pr.q.db.EnqueuePiped(ctx, pipe, calls[i][0])
 	}
 	_, _ = pipe.Exec(ctx) // each call's own error is read by its finish
 	for i, s := range parts {
-		for c, f := range finish[i] {
-			if err := f(); err != nil {
-				err = s.pr.addFailed(s.ids[c*MaxBatchChunk:min((c+1)*MaxBatchChunk, len(s.ids))], err)
-				if s.err == nil {
-					s.err = err
-				}
-			}
+		if err := finish[i](); err != nil {
+			s.err = s.pr.addFailed(s.ids, err)
+			continue
 		}
-		if s.err == nil {
-			core.OfProducer(s.pr).Register(ctx)
-		}
+		core.OfProducer(s.pr).Register(ctx)
 	}
 	return true
 }

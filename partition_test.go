@@ -473,6 +473,19 @@ func TestPartitionedProducer_BatchRoundTrips(t *testing.T) {
 	if single, pipes, piped := trips.counts(); single != 0 || pipes != 1 || piped != 8 {
 		t.Fatalf("a batch over 8 partitions on one server: %d single commands, %d pipelines of %d commands; want 0, 1 of 8", single, pipes, piped)
 	}
+	// A share of more than 1,000 jobs (two calls) is not pipelined: a call
+	// that fails must stop the one after it, to keep a key's order.
+	big := make([]streamq.Job, 8*1001)
+	for i := range big {
+		big[i].Payload = []byte("b")
+	}
+	trips.reset()
+	if _, err := p2.EnqueueBatch(ctx, big); err != nil {
+		t.Fatal(err)
+	}
+	if single, piped := trips.evals(); single != 16 || piped != 0 {
+		t.Fatalf("a batch of 8 shares of 1,001 jobs: %d scripts sent alone, %d in pipelines; want 16 alone", single, piped)
+	}
 }
 
 // A batch whose pipelined calls fail (the scripts were flushed from the
@@ -602,10 +615,12 @@ func TestPartitionedProducer_BatchPipelineShareRefused(t *testing.T) {
 	}
 }
 
-// roundTrips counts the commands a client sends alone and in pipelines.
+// roundTrips counts the commands a client sends alone and in pipelines,
+// and the scripts (EVALSHA) among them.
 type roundTrips struct {
 	mu                   sync.Mutex
 	single, pipes, piped int
+	evalSingle, evalPipe int
 }
 
 func (r *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -614,6 +629,9 @@ func (r *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		r.mu.Lock()
 		r.single++
+		if cmd.Name() == "evalsha" {
+			r.evalSingle++
+		}
 		r.mu.Unlock()
 		return next(ctx, cmd)
 	}
@@ -624,6 +642,11 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		r.mu.Lock()
 		r.pipes++
 		r.piped += len(cmds)
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				r.evalPipe++
+			}
+		}
 		r.mu.Unlock()
 		return next(ctx, cmds)
 	}
@@ -632,7 +655,13 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 func (r *roundTrips) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.single, r.pipes, r.piped = 0, 0, 0
+	r.single, r.pipes, r.piped, r.evalSingle, r.evalPipe = 0, 0, 0, 0, 0
+}
+
+func (r *roundTrips) evals() (single, piped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.evalSingle, r.evalPipe
 }
 
 func (r *roundTrips) counts() (single, pipes, piped int) {
