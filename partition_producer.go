@@ -282,8 +282,14 @@ func (p *PartitionedProducer) pipeline(ctx context.Context, parts []*share, o *E
 	if p.cfg.MinReplicas > 0 {
 		return false
 	}
-	calls := make([][]*rdb.EnqueueParams, len(parts))
+	calls := make([]*rdb.EnqueueParams, len(parts))
 	for i, s := range parts {
+		// A share of more than one call goes the other way: a call that
+		// fails stops the calls after it there, which keeps a key's jobs
+		// in order; a pipeline would have sent them.
+		if len(s.jobs) > MaxBatchChunk {
+			return false
+		}
 		oo := *o
 		if s.pr.checkOptions(&oo) != nil {
 			return false
@@ -293,17 +299,14 @@ func (p *PartitionedProducer) pipeline(ctx context.Context, parts []*share, o *E
 			return false
 		}
 		s.ids = make([]string, len(s.jobs))
-		// A share of more than one call goes the other way: a call that
-		// fails stops the calls after it there, which keeps a key's jobs
-		// in order; a pipeline would have sent them.
-		if calls[i], err = s.pr.addCalls(ctx, s.jobs, &oo, b.enq, s.ids); err != nil || len(calls[i]) != 1 {
+		if calls[i], err = s.pr.addCall(ctx, s.jobs, 0, &oo, b.enq, s.ids); err != nil {
 			return false
 		}
 	}
 	pipe := p.pq.client.Pipeline()
 	finish := make([]func() error, len(parts))
 	for i, s := range parts {
-		finish[i] = s.pr.q.db.EnqueuePiped(ctx, pipe, calls[i][0])
+		finish[i] = s.pr.q.db.EnqueuePiped(ctx, pipe, calls[i])
 	}
 	_, _ = pipe.Exec(ctx) // each call's own error is read by its finish
 	for i, s := range parts {

@@ -293,45 +293,43 @@ func checkDeadline(deadline, now, at time.Time) error {
 // script call each), and sets their IDs in ids. A chunk whose jobs differ
 // only by payload carries their common fields once.
 func (p *Producer) add(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, ids []string) error {
-	calls, err := p.addCalls(ctx, jobs, o, enq, ids)
-	if err != nil {
-		return err
-	}
-	for i, ep := range calls {
+	for start := 0; start < len(jobs); start += MaxBatchChunk {
+		ep, err := p.addCall(ctx, jobs, start, o, enq, ids)
+		if err != nil {
+			return err
+		}
 		if err := p.q.db.Enqueue(ctx, ep); err != nil {
-			return p.addFailed(ids[i*MaxBatchChunk:], err)
+			return p.addFailed(ids[start:], err)
 		}
 	}
 	return nil
 }
 
-// addCalls returns the script calls that add jobs due now, one per chunk
-// of at most MaxBatchChunk, each setting its jobs' IDs in ids.
-func (p *Producer) addCalls(ctx context.Context, jobs []Job, o *EnqueueOptions, enq int64, ids []string) ([]*rdb.EnqueueParams, error) {
-	calls := make([]*rdb.EnqueueParams, 0, (len(jobs)+MaxBatchChunk-1)/MaxBatchChunk)
-	for start := 0; start < len(jobs); start += MaxBatchChunk {
-		chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
-		ep := &rdb.EnqueueParams{IDs: ids[start:], Replicas: p.replicas()}
-		var firstHeaders map[string]string
-		for i, j := range chunk {
-			h := p.headers(ctx, o.Headers, j.Headers)
-			if err := core.Of(p.q).CheckJob(j.Payload, h); err != nil {
-				return nil, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
-			}
-			if i > 0 && maps.Equal(h, firstHeaders) {
-				ep.AddLike(j.Payload)
-				continue
-			}
-			if i == 0 {
-				firstHeaders = h
-			}
-			wj := wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq}
-			o.setJobOptions(&wj)
-			ep.AddJob(&wj)
+// addCall returns the script call that adds the chunk of jobs due now that
+// begins at start (at most MaxBatchChunk jobs), setting their IDs in
+// ids[start:]. Each chunk is built when it is sent: a large batch never
+// holds the arguments of all its calls at once.
+func (p *Producer) addCall(ctx context.Context, jobs []Job, start int, o *EnqueueOptions, enq int64, ids []string) (*rdb.EnqueueParams, error) {
+	chunk := jobs[start:min(start+MaxBatchChunk, len(jobs))]
+	ep := &rdb.EnqueueParams{IDs: ids[start:], Replicas: p.replicas()}
+	var firstHeaders map[string]string
+	for i, j := range chunk {
+		h := p.headers(ctx, o.Headers, j.Headers)
+		if err := core.Of(p.q).CheckJob(j.Payload, h); err != nil {
+			return nil, fmt.Errorf("streamq: enqueue job %d of %d on %s: %w", start+i, len(jobs), p.q.keys.Stream, err)
 		}
-		calls = append(calls, ep)
+		if i > 0 && maps.Equal(h, firstHeaders) {
+			ep.AddLike(j.Payload)
+			continue
+		}
+		if i == 0 {
+			firstHeaders = h
+		}
+		wj := wire.Job{Payload: j.Payload, Headers: h, EnqMillis: enq}
+		o.setJobOptions(&wj)
+		ep.AddJob(&wj)
 	}
-	return calls, nil
+	return ep, nil
 }
 
 // addFailed returns the error of an add call that failed, whose jobs and
