@@ -178,15 +178,13 @@ func (q *Queue) WorkflowRelease(ctx context.Context, p *WorkflowReleaseParams) e
 // such field, removed at once. Its name starts with a NUL byte, which no
 // node or batch name may hold.
 const hsetLib = `
-local WIDE = string.rep('-', 1024)
-
 -- hset_many sets the field/value pairs of t (a flat list) in hash key, in
 -- chunks of 500 pairs (unpack's stack limit).
 local function hset_many(key, t)
   local wide = #t >= 256
   for i = 1, #t, 1000 do
     if wide and i == 1 then
-      redis.call('HSET', key, '\0wide', WIDE, unpack(t, i, math.min(i + 999, #t)))
+      redis.call('HSET', key, '\0wide', string.rep('-', 1024), unpack(t, i, math.min(i + 999, #t)))
     else
       redis.call('HSET', key, unpack(t, i, math.min(i + 999, #t)))
     end

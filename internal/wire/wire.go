@@ -389,7 +389,7 @@ func plainHeaders(s string) (h map[string]string, ok bool) {
 		return nil, false
 	}
 	if s == "{}" {
-		return map[string]string{}, true
+		return nil, true // no headers, as json.Unmarshal reads an empty object
 	}
 	h = make(map[string]string, strings.Count(s, `":"`))
 	for i := 1; ; {
