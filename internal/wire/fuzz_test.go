@@ -89,7 +89,7 @@ func FuzzParseDeadLetter(f *testing.F) {
 
 // FuzzPlainHeaders checks the fast path of the headers field against
 // encoding/json: whatever it accepts, encoding/json accepts and reads the
-// same.
+// same (an empty object as no headers).
 func FuzzPlainHeaders(f *testing.F) {
 	for _, s := range []string{`{}`, `{"a":"b"}`, `{"traceparent":"00-4bf9-00f0-01","k":""}`, `{"a":"b",}`, `{"a":"\u00e9"}`, `{"a":1}`, `{"a":"b","a":"c"}`, ` {"a":"b"}`, `{"é":"ü"}`} {
 		f.Add(s)
@@ -103,7 +103,7 @@ func FuzzPlainHeaders(f *testing.F) {
 		if err := json.Unmarshal([]byte(s), &want); err != nil {
 			t.Fatalf("plainHeaders accepts %q, encoding/json refuses it: %v", s, err)
 		}
-		if !reflect.DeepEqual(h, want) {
+		if (len(h) > 0 || len(want) > 0) && !reflect.DeepEqual(h, want) { // nil and empty: no headers alike
 			t.Fatalf("plainHeaders(%q) = %v, encoding/json reads %v", s, h, want)
 		}
 	})
