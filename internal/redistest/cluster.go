@@ -148,12 +148,21 @@ func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 		t.Fatalf("redistest: StartCluster: %v", err)
 	}
 	for _, n := range c.nodes {
-		view, err := n.clusterNodes(wctx)
+		// The slots can be served before gossip has told every node of
+		// every other (seen on a loaded CI machine): wait for it.
+		var view clusterView
+		err := poll(wctx, topologyPoll, func(ctx context.Context) error {
+			var err error
+			if view, err = n.clusterNodes(ctx); err != nil {
+				return err
+			}
+			if len(view) != len(c.nodes) {
+				return fmt.Errorf("node %s knows %d nodes, want %d", n.Addr(), len(view), len(c.nodes))
+			}
+			return nil
+		})
 		if err != nil {
 			t.Fatalf("redistest: StartCluster: %v", err)
-		}
-		if len(view) != len(c.nodes) {
-			t.Fatalf("redistest: StartCluster: node %s knows %d nodes, want %d", n.Addr(), len(view), len(c.nodes))
 		}
 		if self := view.self(); self.has("slave") {
 			if err := n.WaitInSync(wctx); err != nil {
