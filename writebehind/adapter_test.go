@@ -262,7 +262,10 @@ func batchSizes(batches [][]writebehind.Change) []int {
 func TestHandler_Handle_MaxLatency(t *testing.T) {
 	t.Parallel()
 	sink := &recordingSink{}
-	h := newHandler(t, sink, &writebehind.HandlerConfig{MaxBatch: 1000, MaxLatency: 20 * time.Millisecond})
+	// 500 ms, not 20: on a loaded CI machine the second change arrived
+	// more than 20 ms after the first and started a batch of its own.
+	const latency = 500 * time.Millisecond
+	h := newHandler(t, sink, &writebehind.HandlerConfig{MaxBatch: 1000, MaxLatency: latency})
 	start := time.Now()
 	a := handleAsync(t.Context(), h, setMsg("a", 1, "x"))
 	b := handleAsync(t.Context(), h, setMsg("b", 2, "y"))
@@ -271,7 +274,7 @@ func TestHandler_Handle_MaxLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if d := time.Since(start); d < 20*time.Millisecond {
+	if d := time.Since(start); d < latency {
 		t.Errorf("batch written after %s, before MaxLatency", d)
 	}
 	// A change arriving later starts a new batch with its own deadline.
