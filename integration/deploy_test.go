@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -445,5 +446,118 @@ func BenchmarkProducer_Replicated(b *testing.B) {
 				b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "jobs/s")
 			})
 		}
+	}
+}
+
+// TestCluster_SettleWaitsOutMigration holds the queue's slot in migration
+// (MIGRATING on its master, IMPORTING on the other, no key moved yet) for
+// longer than one settling call may take, while a job finishes, one fails
+// to be retried and one fails for good. While the slot migrates, Redis
+// answers TRYAGAIN to every script whose keys are not all there (a memo
+// hash never is): the settles must wait the migration out, keeping their
+// claims, and land once it ends, not leave the jobs to the reaper, which
+// would take them over only MinIdle later and run them again.
+func TestCluster_SettleWaitsOutMigration(t *testing.T) {
+	t.Parallel()
+	c, _, q := startClusterQueue(t)
+	ctx := context.Background()
+	key := core.Of(q).Keys.Stream
+	slot, err := c.KeySlot(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := c.MasterOfSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var to *redistest.ClusterNode
+	for _, n := range c.Nodes() {
+		if n.ID != from.ID && isMaster(ctx, n) {
+			to = n
+			break
+		}
+	}
+	if to == nil {
+		t.Fatalf("no other master than %s to move slot %d to", from.Addr(), slot)
+	}
+	var (
+		mu      sync.Mutex
+		tries   = map[string]int{}
+		started = make(chan struct{}, 3)
+		release = make(chan struct{})
+	)
+	handle := func(_ context.Context, m *streamq.Message) error {
+		p := string(m.Payload)
+		mu.Lock()
+		tries[p]++
+		n := tries[p]
+		mu.Unlock()
+		if n == 1 {
+			started <- struct{}{}
+			<-release
+		}
+		switch {
+		case p == "retry" && n == 1:
+			return streamq.RetryAfter(10*time.Millisecond, errors.New("first try fails"))
+		case p == "dead":
+			return streamq.Permanent(errors.New("always fails"))
+		}
+		return nil
+	}
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []string{"ok", "retry", "dead"} {
+		if _, err := p.Enqueue(ctx, []byte(payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The default MinIdle (30s): a settle left to the reaper shows.
+	cr := relRun(t, relConsumer(t, q, handle, streamq.ConsumerConfig{Concurrency: 3}))
+	defer cr.stop()
+	for range 3 {
+		select {
+		case <-started:
+		case <-time.After(relWait):
+			t.Fatal("the three handlers did not start")
+		}
+	}
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	m, err := c.BeginMigration(mctx, slot, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	// The fault: the slot stays in migration for 7s, longer than one
+	// settling call's 5s timeout.
+	hold := time.NewTimer(7 * time.Second)
+	<-hold.C
+	for range 1000 { // a queue has a few dozen keys
+		n, err := m.MoveKeys(mctx, 10)
+		if err != nil {
+			t.Fatalf("move keys: %v", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if err := m.Finish(mctx); err != nil {
+		t.Fatal(err)
+	}
+	// Well within MinIdle: only settles that waited the migration out
+	// make it.
+	var s streamq.QueueStats
+	redistest.WaitFor(t, 15*time.Second, "every job settled after the migration", func() bool {
+		s, err = q.Stats(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		return err == nil && s.Pending == 0 && s.Lag == 0 && s.Delayed == 0 && s.DeadLetters == 1 && tries["retry"] == 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if tries["ok"] != 1 || tries["dead"] != 1 || tries["retry"] != 2 {
+		t.Fatalf("handler runs %v, want ok and dead once, retry twice", tries)
 	}
 }

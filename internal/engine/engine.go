@@ -53,6 +53,13 @@ const (
 	opTimeout = 5 * time.Second
 	// loopBatches bounds how often a maintenance loop runs in one tick.
 	loopBatches = 100
+	// settleFor bounds how long a settlement (finish, retry, dead letter,
+	// charge) that fails with an error Redis clears by itself keeps its job
+	// held and tries again: while a slot migrates, every multi-key script
+	// whose keys are not all on one node gets TRYAGAIN until the last key
+	// has moved, and a failover takes cluster-node-timeout plus seconds.
+	// Past it (or once the run stops) the job is left to be taken over.
+	settleFor = 30 * time.Second
 	// maxOOMTries bounds the tries of a move that Redis refuses for want of
 	// memory (see moveAtOOM): about 14 hours at the backoff's 5 s.
 	maxOOMTries = 10_000
@@ -810,9 +817,11 @@ func deadlineErr(deadline int64) error {
 // another worker takes it over (nothing is lost, and nothing runs
 // uncounted).
 func (r *run[F]) charge(j *pool.Job[slot[F]]) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	held, err := r.b.Charge(ctx, &j.Val.d, true)
+	var held bool
+	err := r.settling(j, func(ctx context.Context) (err error) {
+		held, err = r.b.Charge(ctx, &j.Val.d, true)
+		return err
+	})
 	if err == nil && held {
 		j.Val.d.Charged = true
 		return true
@@ -894,17 +903,30 @@ func (r *run[F]) move(j *pool.Job[slot[F]], rn Run, cause error, charged bool, d
 		next.Attempt = rn.Attempt - 1
 		next.Crashed = next.Crashed || d.Prior > 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
 	args := next.Args()
 	if errs != "" {
 		args = append(args, wire.FieldErrors, errs)
 	}
 	st := rdb.Settle{JobID: jid, Failed: charged}
-	moved, err := r.b.Move(ctx, d, args, delay, st)
-	if rdb.IsOOM(err) {
-		moved, err = r.moveAtOOM(j, args, delay, st, err)
-	}
+	var (
+		moved bool
+		began time.Time
+	)
+	err := r.settling(j, func(ctx context.Context) (err error) {
+		left := delay
+		if began.IsZero() {
+			began = time.Now()
+		} else {
+			left = max(delay-time.Since(began), 0) // due when it would have been
+		}
+		moved, err = r.b.Move(ctx, d, args, left, st)
+		if rdb.IsOOM(err) {
+			moved, err = r.moveAtOOM(j, args, left, st, err)
+		}
+		return err
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot settle a job; it stays held and is taken over later", "job_id", stableID(d), "msg_id", d.ID, "error", err)
@@ -984,9 +1006,14 @@ func (r *run[F]) deadLetter(j *pool.Job[slot[F]], rn Run, reason string, cause e
 		raw[wire.FieldJobID] = jid
 		raw[wire.FieldErrors] = wire.AppendFailure(wire.ErrorsField(raw), wire.Failure{At: now.UnixMilli(), Attempt: attempts, Error: errString(cause)})
 	}
+	fields := wire.DeadLetterArgs(dl, raw, headers)
+	var id string
+	err := r.settling(j, func(ctx context.Context) (err error) {
+		id, err = r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: jid, Failed: true}, fields)
+		return err
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	id, err := r.b.DeadLetter(ctx, d, lock, token, rdb.Settle{JobID: jid, Failed: true}, wire.DeadLetterArgs(dl, raw, headers))
 	switch {
 	case err != nil:
 		r.mon.Log.Error("streamq: cannot dead-letter job; it stays held and is taken over later", "job_id", stableID(d), "msg_id", d.ID, "reason", reason, "error", err)
@@ -1018,6 +1045,7 @@ func (r *run[F]) flush(batch []finished[F]) {
 		r.flushDone, r.flushJobs = done[:0], jobs[:0]
 	}()
 	var bo pool.Backoff
+	began := time.Now()
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		err := r.b.Finish(ctx, done)
@@ -1026,16 +1054,61 @@ func (r *run[F]) flush(batch []finished[F]) {
 			r.counted(len(done))
 			break
 		}
-		if try == 3 {
+		if try < 3 {
+			time.Sleep(bo.Next())
+			continue
+		}
+		if !r.again(nil, err, began, &bo) {
 			r.mon.Log.Error("streamq: cannot settle finished jobs; they stay held and run again", "count", len(done), "error", err)
 			for _, f := range done {
 				r.b.Abandon(f.Key)
 			}
 			break
 		}
-		time.Sleep(bo.Next())
 	}
 	r.pool.UnregisterAll(jobs)
+}
+
+// settling runs call, a settlement of held job j, each try with its own
+// opTimeout, and tries again while [run.again] says so: a slot migration
+// or a failover delays the settlement, with the job held and its claim
+// kept fresh, instead of leaving the job to be taken over and run again a
+// MinIdle later. The scripts it runs settle a job only while this consumer
+// holds it, so a try whose reply was lost makes the next one a no-op.
+func (r *run[F]) settling(j *pool.Job[slot[F]], call func(ctx context.Context) error) error {
+	var bo pool.Backoff
+	began := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := call(ctx)
+		cancel()
+		if err == nil || !r.again(j, err, began, &bo) {
+			return err
+		}
+	}
+}
+
+// again reports, after waiting a backoff, whether a settlement that failed
+// with err is worth another try: err clears by itself (rdb.Transient, or
+// the try ran out of time), less than settleFor has passed since began,
+// the run is not stopping (a shutdown does not wait for a migration), and
+// j (nil for a batch) is still held. It returns false at once otherwise.
+func (r *run[F]) again(j *pool.Job[slot[F]], err error, began time.Time, bo *pool.Backoff) bool {
+	if !rdb.Transient(err) && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	wait := bo.Next()
+	if time.Since(began)+wait > settleFor || (j != nil && r.pool.Lost(j)) {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-r.stop:
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // keepAlive refreshes the claims of the jobs this run holds every

@@ -43,6 +43,8 @@ type fakeBackend struct {
 	lost     map[string]bool // keys Touch reports lost
 	notHeld  map[string]bool // keys Charge reports not held
 	fetchErr error
+	failures []error       // the next settlements (finish, move, dead letter) fail with these, in turn
+	tries    int           // settlement calls made
 	changed  chan struct{} // a settlement happened
 	loops    []Loop
 }
@@ -67,6 +69,18 @@ func (f *fakeBackend) note() {
 	case f.changed <- struct{}{}:
 	default:
 	}
+}
+
+// failing counts a settlement call and returns the error it must fail
+// with, if any. f.mu is held.
+func (f *fakeBackend) failing() error {
+	f.tries++
+	if len(f.failures) == 0 {
+		return nil
+	}
+	err := f.failures[0]
+	f.failures = f.failures[1:]
+	return err
 }
 
 func (f *fakeBackend) Start(context.Context) error { return nil }
@@ -121,6 +135,10 @@ func (f *fakeBackend) Touch(_ context.Context, keys []string) ([]string, error) 
 
 func (f *fakeBackend) Finish(_ context.Context, done []Finished) error {
 	f.mu.Lock()
+	if err := f.failing(); err != nil {
+		f.mu.Unlock()
+		return err
+	}
 	for _, d := range done {
 		f.finished = append(f.finished, d.Key)
 	}
@@ -131,6 +149,10 @@ func (f *fakeBackend) Finish(_ context.Context, done []Finished) error {
 
 func (f *fakeBackend) Move(_ context.Context, d *Delivery, fields []any, delay time.Duration, _ rdb.Settle) (bool, error) {
 	f.mu.Lock()
+	if err := f.failing(); err != nil {
+		f.mu.Unlock()
+		return false, err
+	}
 	f.moves = append(f.moves, move{d.Key, toMap(fields), delay})
 	f.mu.Unlock()
 	f.note()
@@ -141,6 +163,10 @@ func (f *fakeBackend) DropCancels(context.Context, []string) error { return nil 
 
 func (f *fakeBackend) DeadLetter(_ context.Context, d *Delivery, _, _ string, _ rdb.Settle, fields []any) (string, error) {
 	f.mu.Lock()
+	if err := f.failing(); err != nil {
+		f.mu.Unlock()
+		return "", err
+	}
 	f.dead = append(f.dead, dead{d.Key, toMap(fields)})
 	f.mu.Unlock()
 	f.note()
@@ -606,5 +632,64 @@ func TestEngine_LoopDoneSignal(t *testing.T) {
 	sig.LoopDone.Wait(t, wait, "the second tick")
 	if n := calls.Load(); n < 6 {
 		t.Errorf("second LoopDone after %d calls, want 6", n)
+	}
+}
+
+// TestEngine_SettleWaitsOutTransientErrors: a settlement that Redis
+// refuses for a while (TRYAGAIN while the slot migrates, CLUSTERDOWN,
+// LOADING) is tried again, the job held, and lands; one that fails with an
+// error that does not clear by itself is left to the reaper at once.
+func TestEngine_SettleWaitsOutTransientErrors(t *testing.T) {
+	t.Parallel()
+	tryAgain := redisErr("TRYAGAIN Multiple keys request during rehashing of slot")
+	down := redisErr("CLUSTERDOWN The cluster is down")
+	tests := []struct {
+		name      string
+		err       error // the handler's
+		failures  []error
+		wantTries int
+		abandoned bool
+	}{
+		{"ack", nil, []error{tryAgain, tryAgain, down, tryAgain}, 5, false},
+		{"retry", errors.New("boom"), []error{tryAgain, down, tryAgain}, 4, false},
+		{"dead letter", errPermanent, []error{tryAgain, tryAgain}, 3, false},
+		{"retry refused for good", errors.New("boom"), []error{redisErr("ERR Error running script")}, 1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFake(job("j"))
+			f.failures = tt.failures
+			start(t, f, Config{}, func(context.Context, *Run) error { return tt.err })
+			if tt.abandoned {
+				waitUntil(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.abandon) == 1 })
+			} else {
+				f.settled(t, 1)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.tries != tt.wantTries || (len(f.abandon) == 1) != tt.abandoned {
+				t.Fatalf("%d settlement calls, abandoned %q; want %d calls, abandoned %v", f.tries, f.abandon, tt.wantTries, tt.abandoned)
+			}
+		})
+	}
+}
+
+// redisErr is an error reply of Redis, as go-redis returns it.
+type redisErr string
+
+func (e redisErr) Error() string { return string(e) }
+func (redisErr) RedisError()     {}
+
+// waitUntil polls cond every millisecond until it holds, failing the
+// test after wait.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met")
+		}
+		time.Sleep(time.Millisecond) // poll, bounded by deadline
 	}
 }

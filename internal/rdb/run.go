@@ -100,6 +100,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// Transient reports whether err is one that Redis clears by itself within
+// seconds (see transient): a caller holding a job may wait it out.
+func Transient(err error) bool { return transient(err) }
+
 // transient reports errors that a cluster clears by itself: connection
 // failures (the node is down or failing over) and the replies Redis gives
 // while slots move or masters change.
