@@ -423,6 +423,43 @@ func TestCluster_PartitionsChangedLive(t *testing.T) {
 	fmt.Printf("TestCluster_PartitionsChangedLive: 3 -> 6 -> 2 partitions under a producer; %d jobs, each handled once\n", len(acked))
 }
 
+// pendingReport describes the entries pending in pq's partitions (up to 10
+// each): who holds them, for how long, their deliveries, and what r saw of
+// their payloads; for a test's failure message.
+func pendingReport(ctx context.Context, t *testing.T, pq *streamq.PartitionedQueue, r *partRecord) string {
+	t.Helper()
+	var b strings.Builder
+	l, err := pq.Layout(ctx)
+	if err != nil {
+		return fmt.Sprintf("[layout: %v]", err)
+	}
+	for k := range l.N {
+		q, err := pq.Partition(k)
+		if err != nil {
+			fmt.Fprintf(&b, "[partition %d: %v] ", k, err)
+			continue
+		}
+		cq := core.Of(q)
+		ps, err := cq.RDB.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: cq.Keys.Stream, Group: cq.Group, Start: "-", End: "+", Count: 10}).Result()
+		if err != nil {
+			fmt.Fprintf(&b, "[%s: %v] ", q.Name(), err)
+			continue
+		}
+		for _, p := range ps {
+			payload := "?"
+			if msgs, err := cq.RDB.XRange(ctx, cq.Keys.Stream, p.ID, p.ID).Result(); err == nil && len(msgs) == 1 {
+				payload = fmt.Sprint(msgs[0].Values["payload"])
+			}
+			r.mu.Lock()
+			tries, handled := r.tries[payload], r.handled[payload]
+			r.mu.Unlock()
+			fmt.Fprintf(&b, "[%s %s held by %s, idle %s, %d deliveries, payload %q tried %d handled %d] ",
+				q.Name(), p.ID, p.Consumer, p.Idle, p.RetryCount, payload, tries, handled)
+		}
+	}
+	return b.String()
+}
+
 // runPartWorker runs a partitioned worker of r.handle with cfg until the
 // test ends, and fails the test if Run returns an error.
 func runPartWorker(t *testing.T, pq *streamq.PartitionedQueue, r *partRecord, cfg *streamq.PartitionedWorkerConfig) *streamq.PartitionedWorker {
@@ -484,7 +521,7 @@ func TestCluster_PartitionSlotMigrated(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s after the run, not every job is acknowledged: stats %+v (%v)", deploySettle, s, err)
+			t.Fatalf("%s after the run, not every job is acknowledged: stats %+v (%v); pending: %s", deploySettle, s, err, pendingReport(ctx, t, pq, r))
 		}
 		time.Sleep(20 * time.Millisecond) // poll, bounded by deadline
 	}
