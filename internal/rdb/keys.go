@@ -94,9 +94,9 @@ func (k Keys) Pattern() string { return k.base + "*" }
 // Unique returns the lock key of unique key u.
 func (k Keys) Unique(u string) string { return k.base + "unique:" + u }
 
-// OutboxMark returns the key of the mark that a relayed outbox row with ID
-// id left: the ID of the job it became, until the row is deleted (or the
-// mark's TTL ends).
+// OutboxMark returns the key of the marks named id under the queue's
+// "outbox:" keys: the jobs released into the queue once each (see
+// WorkflowMarks), in the queue's slot.
 func (k Keys) OutboxMark(id string) string { return k.base + "outbox:" + id }
 
 // Claims returns the key that remembers the last reclaim of a consumer, so

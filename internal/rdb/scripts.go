@@ -11,7 +11,6 @@ func Scripts() map[string]*redis.Script {
 		"enqueue_plain":         scriptEnqueuePlain,
 		"enqueue_one":           scriptEnqueueOne,
 		"enqueue_ids":           scriptEnqueueIDs,
-		"outbox":                scriptOutbox,
 		"schedule":              scriptSchedule,
 		"promote":               scriptPromote,
 		"trim":                  scriptTrim,

@@ -14,7 +14,7 @@ import (
 // Workflows (package workflow): the state of one workflow lives under its
 // own hash tag, "<prefix>:{wf:<id>}:", so that every change of it is one
 // script in one slot, whichever queues its jobs live on. Jobs are released
-// into their queues by the Outbox script under a mark per node (one slot:
+// into their queues by scriptWorkflowRelease under a mark per node (one slot:
 // the queue's), so a release repeated after a crash stores nothing twice.
 //
 // Node states (the State hash): "w" waiting for parents, "r" runnable (its
