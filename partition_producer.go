@@ -253,10 +253,7 @@ func (p *PartitionedProducer) EnqueueKeyed(ctx context.Context, jobs []KeyedJob,
 			first = s.err
 		}
 	}
-	if first != nil {
-		return ids, first
-	}
-	return ids, nil
+	return ids, first
 }
 
 // share is the part of a batch that goes to partition k: the jobs at
@@ -274,10 +271,11 @@ type share struct {
 // Redis Cluster client sends each node its commands in one round trip,
 // the nodes side by side) when every share is a plain add of at most
 // MaxBatchChunk jobs (one call): jobs due now, without IDs of their own, a
-// dedup mode or a chosen ID, and no replicas to wait for. It reports false, having written nothing, otherwise. A
-// call that fails in the pipeline is sent again on its own with the same
-// memo (see rdb.Queue.EnqueuePiped), so a call Redis ran stores its jobs
-// once; a share's error clears the IDs of the call that failed.
+// dedup mode or a chosen ID, and no replicas to wait for. It reports false,
+// having written nothing, otherwise. A call that fails in the pipeline is
+// sent again on its own with the same memo (see rdb.Queue.EnqueuePiped), so
+// a call Redis ran stores its jobs once; a share's error clears the IDs of
+// the call that failed.
 func (p *PartitionedProducer) pipeline(ctx context.Context, parts []*share, o *EnqueueOptions) bool {
 	if p.cfg.MinReplicas > 0 {
 		return false

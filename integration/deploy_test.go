@@ -334,25 +334,7 @@ func TestCluster_SlotMigratedMidRun(t *testing.T) {
 	t.Parallel()
 	c, _, q := startClusterQueue(t)
 	ctx := context.Background()
-	key := core.Of(q).Keys.Stream
-	slot, err := c.KeySlot(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := c.MasterOfSlot(ctx, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var to *redistest.ClusterNode
-	for _, n := range c.Nodes() {
-		if m, err := c.MasterOfKey(ctx, key); err == nil && n.ID != m.ID && isMaster(ctx, n) {
-			to = n
-			break
-		}
-	}
-	if to == nil {
-		t.Fatalf("no other master than %s to move slot %d to", from.Addr(), slot)
-	}
+	slot, to := migrationTarget(t, c, q)
 	tr := newTraffic(t, q, nil)
 	tr.opts = []streamq.EnqueueOption{streamq.ProcessIn(20 * time.Millisecond)}
 	faultAt := tr.run(func() { migrateSlowly(t, c, slot, to) })
@@ -366,6 +348,29 @@ func TestCluster_SlotMigratedMidRun(t *testing.T) {
 	if now, err := c.MasterOfSlot(ctx, slot); err != nil || now.ID != to.ID {
 		t.Fatalf("slot %d is served by %v (%v), want %s", slot, now, err, to.Addr())
 	}
+}
+
+// migrationTarget returns the slot of q's keys and a master other than
+// the one serving it, to move the slot to; it fails the test if there is
+// none.
+func migrationTarget(t *testing.T, c *redistest.Cluster, q *streamq.Queue) (int, *redistest.ClusterNode) {
+	t.Helper()
+	ctx := context.Background()
+	slot, err := c.KeySlot(ctx, core.Of(q).Keys.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := c.MasterOfSlot(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes() {
+		if n.ID != from.ID && isMaster(ctx, n) {
+			return slot, n
+		}
+	}
+	t.Fatalf("no other master than %s to move slot %d to", from.Addr(), slot)
+	return 0, nil
 }
 
 func isMaster(ctx context.Context, n *redistest.ClusterNode) bool {
@@ -461,25 +466,7 @@ func TestCluster_SettleWaitsOutMigration(t *testing.T) {
 	t.Parallel()
 	c, _, q := startClusterQueue(t)
 	ctx := context.Background()
-	key := core.Of(q).Keys.Stream
-	slot, err := c.KeySlot(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := c.MasterOfSlot(ctx, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var to *redistest.ClusterNode
-	for _, n := range c.Nodes() {
-		if n.ID != from.ID && isMaster(ctx, n) {
-			to = n
-			break
-		}
-	}
-	if to == nil {
-		t.Fatalf("no other master than %s to move slot %d to", from.Addr(), slot)
-	}
+	slot, to := migrationTarget(t, c, q)
 	var (
 		mu      sync.Mutex
 		tries   = map[string]int{}

@@ -1044,8 +1044,10 @@ func (r *run[F]) flush(batch []finished[F]) {
 		clear(jobs)
 		r.flushDone, r.flushJobs = done[:0], jobs[:0]
 	}()
-	var bo pool.Backoff
-	began := time.Now()
+	var (
+		bo    pool.Backoff
+		began time.Time // of the first failure: nothing on the way of a success
+	)
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		err := r.b.Finish(ctx, done)
@@ -1053,6 +1055,9 @@ func (r *run[F]) flush(batch []finished[F]) {
 		if err == nil {
 			r.counted(len(done))
 			break
+		}
+		if began.IsZero() {
+			began = time.Now()
 		}
 		if try < 3 {
 			time.Sleep(bo.Next())
