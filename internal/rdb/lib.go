@@ -1,5 +1,7 @@
 package rdb
 
+import "strings"
+
 // timeLib holds the Lua helpers of due times, which are Redis's clock (TIME),
 // never a process's: a worker whose clock is off moves no job early. It
 // starts with markLib (the overview's markers).
@@ -265,3 +267,34 @@ local function claimed(stream, group, consumer, ids, out, deleted)
   end
 end
 `
+
+// slotProbe starts every script that touches keys it does not declare: the
+// markers of census.go (<delayed>:retrying, <dead>:cancelled) and the flow
+// control's keys (the lanes' lists, counters and buckets, named inside the
+// scripts). Redis checks the keys a script declares before it runs it, but
+// a key a script derives is checked only when the script touches it: while
+// the queue's slot migrates between Cluster masters, a derived key already
+// moved (or not yet there) fails that command with the script half done,
+// its earlier writes kept (a retry's new copy written, the old entry still
+// pending: the job would run twice). So such a script first touches two
+// keys of its slot that never exist: Redis refuses that (ASK on the
+// source, TRYAGAIN for several missing keys on the target) exactly while
+// the slot migrates, and the script then answers TRYAGAIN before writing
+// anything, as Redis does for the declared keys; callers wait it out
+// (Transient). Outside a Cluster, or in a stable slot, the probe is one
+// EXISTS of two missing keys.
+const slotProbe = `
+if type(redis.pcall('EXISTS', KEYS[1] .. ':~probe:1', KEYS[1] .. ':~probe:2')) == 'table' then
+  return redis.error_reply('TRYAGAIN the slot of the queue is migrating between Cluster masters; try again once it has moved')
+end
+`
+
+// probed returns script src with slotProbe at its start (after its
+// shebang line, if any).
+func probed(src string) string {
+	if strings.HasPrefix(src, "#!") {
+		i := strings.IndexByte(src, '\n') + 1
+		return src[:i] + slotProbe + src[i:]
+	}
+	return slotProbe + src
+}

@@ -459,13 +459,13 @@ func (s *PrioritySet) Pop(ctx context.Context, p PopParams) (PopResult, error) {
 // done markers' TTL (ms); then the lease members of the n finished jobs,
 // their n job IDs and the m stable IDs.
 // Returns {finished, left to others}.
-var scriptFinish = redis.NewScript(priorityLib + `
+var scriptFinish = redis.NewScript(probed(priorityLib + `
 local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
 local res = finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 4, n)
 if m > 0 then redis.call('HDEL', KEYS[7], unpack(ARGV, 4 + 2 * n, 3 + 2 * n + m)) end
 for i = 8, #KEYS do redis.call('SET', KEYS[i], '1', 'PX', ARGV[3]) end
 return res
-`)
+`))
 
 // FinishParams are one call of scriptFinish.
 type FinishParams struct {
@@ -554,7 +554,7 @@ func (s *PrioritySet) KeepAlive(ctx context.Context, p KeepAliveParams) ([]strin
 // Returns {IDs of the jobs whose lease expired, number of due retries
 // moved}. Any number of workers may run it concurrently: a job is moved
 // exactly once. It runs at maxmemory (see allowOOM).
-var scriptReap = redis.NewScript(allowOOM + priorityLib + `
+var scriptReap = redis.NewScript(probed(allowOOM + priorityLib + `
 local now = now_ms()
 local limit = tonumber(ARGV[1])
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
@@ -582,7 +582,7 @@ for _, m in ipairs(due) do
 end
 if #expired + #due > 0 then notify(KEYS[4]) end
 return {ids, #due}
-`)
+`))
 
 // Reap runs scriptReap for up to limit jobs of each set: it returns the IDs
 // of the jobs whose lease expired and the number of due retries moved. A
@@ -654,7 +654,7 @@ func (s *PrioritySet) MarkWaiting(ctx context.Context, p MarkWaitingParams) (boo
 // is written to its new place and its new data stored before anything is
 // deleted, so a write that fails (a foreign key of the wrong type) leaves
 // the job as it was.
-var scriptRetry = redis.NewScript(idempotent(priorityLib+statsLib, `
+var scriptRetry = redis.NewScript(probed(idempotent(priorityLib+statsLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -682,7 +682,7 @@ if from == 'lease' then redis.call('ZREM', KEYS[1], lm) end
 unwait(KEYS[7], {lm})
 if ARGV[4] == '1' then count(KEYS[8], 'failed', 1) end
 return 1
-`))
+`)))
 
 // RetryParams are one call of scriptRetry.
 type RetryParams struct {
@@ -717,7 +717,7 @@ func (s *PrioritySet) Retry(ctx context.Context, p RetryParams) (bool, error) {
 // Returns the dead letter's entry ID, or false when the lease is no longer
 // held and the job does not wait in the ready set either, in which case
 // nothing changed. A re-sent call returns what the first returned.
-var scriptPriorityDeadLetter = redis.NewScript(idempotent(priorityLib+deadLib, `
+var scriptPriorityDeadLetter = redis.NewScript(probed(idempotent(priorityLib+deadLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -730,7 +730,7 @@ unwait(KEYS[6], {lm})
 redis.call('HDEL', KEYS[3], id)
 redis.call('HDEL', KEYS[4], id)
 return dl
-`))
+`)))
 
 // PriorityDeadLetterParams are one call of scriptPriorityDeadLetter.
 type PriorityDeadLetterParams struct {

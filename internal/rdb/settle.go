@@ -29,7 +29,7 @@ import (
 // consumer (another consumer took it over), in which case nothing changed.
 // A re-sent call returns what the first returned (the pending check alone
 // keeps it from moving anything again, but would say 0).
-var scriptMove = redis.NewScript(idempotent(streamLib+statsLib, moveBody))
+var scriptMove = redis.NewScript(probed(idempotent(streamLib+statsLib, moveBody)))
 
 const moveBody = `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
@@ -104,7 +104,7 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 // Returns the dead letter's entry ID, or false when the entry is no longer
 // pending for this consumer, in which case nothing changed. A re-sent call
 // returns what the first returned.
-var scriptDeadLetter = redis.NewScript(idempotent(streamLib+deadLib, deadLetterBody))
+var scriptDeadLetter = redis.NewScript(probed(idempotent(streamLib+deadLib, deadLetterBody)))
 
 const deadLetterBody = `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
@@ -159,7 +159,7 @@ func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, err
 // Returns an array with the new stream entry ID per argument, or false for a
 // dead letter that does not exist. A re-sent call returns what the first
 // returned (without the memo it would find the letters gone).
-var scriptRequeue = redis.NewScript(idempotent("", `
+var scriptRequeue = redis.NewScript(probed(idempotent("", `
 local out = {}
 for i = 1, #ARGV do
   local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
@@ -190,7 +190,7 @@ for i = 1, #ARGV do
   end
 end
 return out
-`))
+`)))
 
 // RequeueParams are one call of scriptRequeue.
 type RequeueParams struct {

@@ -501,6 +501,22 @@ func (m *Migration) MoveKeys(ctx context.Context, batch int) (int, error) {
 	return len(keys), nil
 }
 
+// MoveNamed moves the named keys of the slot (one MIGRATE ... KEYS on the
+// source), for tests that stop a migration with some keys moved and others
+// not. A key the source no longer has is skipped.
+func (m *Migration) MoveNamed(ctx context.Context, keys ...string) error {
+	host, port, _ := net.SplitHostPort(m.to.Addr())
+	args := []any{"MIGRATE", host, port, "", 0, migrateTimeout.Milliseconds(), "KEYS"}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	if res, err := m.from.admin.Do(ctx, args...).Text(); err != nil || (res != "OK" && res != "NOKEY") {
+		return fmt.Errorf("redistest: MIGRATE of %q of slot %d from %s to %s = %q, %v",
+			keys, m.slot, m.from.Addr(), m.to.Addr(), res, err)
+	}
+	return nil
+}
+
 // Finish moves the keys that are left, in batches of DefaultMigrateBatch,
 // then assigns the slot to the target (CLUSTER SETSLOT NODE on the target,
 // then the source, then every other running master, as the Redis manual
