@@ -29,6 +29,9 @@ func TestCluster_DerivedKeysDuringMigration(t *testing.T) {
 	ctx := context.Background()
 	cfg := Config{Prefix: redistest.Name(t), Name: "q", Group: "g"}
 	q := New(cl, cfg)
+	if !q.probe {
+		t.Fatal("a queue on a *redis.ClusterClient runs its scripts without the slot probe")
+	}
 	k := q.Keys()
 	if err := cl.XGroupCreateMkStream(ctx, k.Stream, "g", "0").Err(); err != nil {
 		t.Fatal(err)
@@ -116,7 +119,12 @@ func TestCluster_DerivedKeysDuringMigration(t *testing.T) {
 	}
 	// The calls go to the source alone (a client of that node): each is
 	// sent once, and its reply is the script's own.
-	qs := New(src, cfg)
+	if New(src, cfg).probe {
+		t.Error("a queue on a plain client runs its scripts with the slot probe")
+	}
+	scfg := cfg
+	scfg.SlotProbe = true // as on the Cluster client
+	qs := New(src, scfg)
 	moved, err := qs.Move(ctx, MoveParams{Consumer: "c", ID: ids[1], Delay: time.Hour, Settle: Settle{JobID: "held", Failed: true}, Fields: retry("held")})
 	if !Transient(err) || !redis.HasErrorPrefix(err, "TRYAGAIN") {
 		t.Errorf("Move during the migration = %v, %v; want a TRYAGAIN error", moved, err)
@@ -152,7 +160,7 @@ func TestCluster_DerivedKeysDuringMigration(t *testing.T) {
 	if err := asking("return 1"); err != nil {
 		t.Fatalf("a script of the moved keys on the target, with ASKING: %v", err)
 	}
-	if err := asking(slotProbe + "return 1"); !redis.HasErrorPrefix(err, "TRYAGAIN") {
+	if err := asking(withProbe("return 1")); !redis.HasErrorPrefix(err, "TRYAGAIN") {
 		t.Errorf("the probe on the target, with ASKING = %v, want a TRYAGAIN error", err)
 	}
 

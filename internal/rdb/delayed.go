@@ -25,7 +25,7 @@ import (
 // memo token and TTL.
 // Returns the number of jobs stored. A re-sent call stores nothing again
 // (not even a job that was moved into the stream since).
-var scriptSchedule = redis.NewScript(probed(idempotent(timeLib, `
+var scriptSchedule = newProbed(idempotent(timeLib, `
 local due = due_at(ARGV[1])
 local i = 3
 local njobs = tonumber(ARGV[2])
@@ -38,7 +38,7 @@ for j = 1, njobs do
   i = i + n + 2
 end
 return njobs
-`)))
+`))
 
 // ScheduleParams are one call of scriptSchedule: the jobs, added with Add,
 // all due after In by the server's clock, or else at Due.
@@ -73,7 +73,7 @@ func (q *Queue) Schedule(ctx context.Context, p *ScheduleParams) error {
 	}
 	args := p.args
 	args[0], args[1] = DueArg(p.Due, p.In), p.n
-	cmd, werr := q.runWrite(ctx, scriptSchedule, q.memoOr(p.Memo), p.Replicas, []string{q.keys.Delayed, q.keys.DelayedJobs}, args)
+	cmd, werr := q.runWrite(ctx, q.sc(scriptSchedule), q.memoOr(p.Memo), p.Replicas, []string{q.keys.Delayed, q.keys.DelayedJobs}, args)
 	if err := cmd.Err(); err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func (q *Queue) Schedule(ctx context.Context, p *ScheduleParams) error {
 // data), {delayed-set IDs of the jobs dead-lettered}}. Many schedulers may
 // run it concurrently: a job is moved exactly once. Each job is written to
 // its new place before it is removed from the delayed set.
-var scriptPromote = redis.NewScript(probed(timeLib + deadLib + `
+var scriptPromote = newProbed(timeLib + deadLib + `
 local max_fields = ` + strconv.Itoa(wire.MaxFields) + `
 local function check(ok, f, ...)
   if not ok then return nil, 'not MessagePack (' .. tostring(f) .. ')' end
@@ -140,7 +140,7 @@ for _, tok in ipairs(due) do
   unmark_retry(KEYS[2], tok)
 end
 return {#due, dead}
-`))
+`)
 
 // PromoteParams are one call of scriptPromote.
 type PromoteParams struct {
@@ -164,7 +164,7 @@ func (q *Queue) Promote(ctx context.Context, p PromoteParams) (int, []string, er
 	}
 	var res []any
 	err := q.redo(ctx, func() (err error) {
-		res, err = scriptPromote.Run(ctx, q.client, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead, k.Trail}, now, p.Limit, q.name, q.dlCap, p.Reason).Slice()
+		res, err = q.sc(scriptPromote).Run(ctx, q.client, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Dead, k.Trail}, now, p.Limit, q.name, q.dlCap, p.Reason).Slice()
 		return err
 	})
 	if err != nil {
@@ -226,7 +226,7 @@ func (q *Queue) DelayedKey(ctx context.Context, id string) (key, token string, f
 // Returns 1 if the job was removed, 0 if it was not there (already moved
 // into the stream, or unknown); the lock is only released on 1. A re-sent
 // call returns what the first returned.
-var scriptCancel = redis.NewScript(probed(idempotent(streamLib, `
+var scriptCancel = newProbed(idempotent(streamLib, `
 local n = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 unmark_retry(KEYS[1], ARGV[1])
@@ -235,7 +235,7 @@ if n == 1 then
   if KEYS[4] then unlock(KEYS[4], ARGV[2]) end
 end
 return n
-`)))
+`))
 
 // CancelParams are one call of scriptCancel.
 type CancelParams struct {
@@ -256,7 +256,7 @@ func (q *Queue) Cancel(ctx context.Context, p CancelParams) (bool, error) {
 	if jid == "" {
 		jid = p.ID
 	}
-	cmd, _ := q.runWrite(ctx, scriptCancel, q.memoOr(p.Memo), Replicas{}, keys, []any{p.ID, p.Token, jid})
+	cmd, _ := q.runWrite(ctx, q.sc(scriptCancel), q.memoOr(p.Memo), Replicas{}, keys, []any{p.ID, p.Token, jid})
 	n, err := cmd.Int()
 	return n == 1, err
 }

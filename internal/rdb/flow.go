@@ -612,7 +612,7 @@ func withFlow(body string) string {
 // ...}, id, fields, id, fields, ...}: the IDs of the given entries that
 // must not start (set aside, or gone from the stream: the reaper settles
 // those), then the entries it read itself and admitted.
-var scriptFlowRead = redis.NewScript(probed(streamLib + flowLib + `
+var scriptFlowRead = newProbed(streamLib + flowLib + `
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'paused'} end
 local stream, group, consumer = KEYS[1], ARGV[1], ARGV[2]
 local want, budget = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -707,7 +707,7 @@ end
 redis.call('SET', adm, mark)
 set_aside()
 return out
-`))
+`)
 
 // scriptFlowAdmit admits entries a consumer took over or took back (see
 // scriptFlowRead); entries it does not own are left alone.
@@ -715,7 +715,7 @@ return out
 // KEYS[1] stream
 // ARGV[1] group, ARGV[2] consumer, ARGV[3..] entry IDs.
 // Returns the IDs of the entries it parked.
-var scriptFlowAdmit = redis.NewScript(probed(streamLib + flowLib + `
+var scriptFlowAdmit = newProbed(streamLib + flowLib + `
 local parked = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
@@ -730,7 +730,7 @@ if #parked > 0 then
   redis.call('XDEL', KEYS[1], unpack(parked))
 end
 return parked
-`))
+`)
 
 // scriptFlowSweep gives back the slots of entries that are no longer
 // pending and no longer wait to be read (settled by a consumer that ran
@@ -742,7 +742,7 @@ return parked
 // ARGV[1] group, ARGV[2] the most slots to visit
 // Returns {slots given back, jobs released, 1 when the sweep finished a
 // pass over the slots else 0}.
-var scriptFlowSweep = redis.NewScript(probed(streamLib + flowLib + `
+var scriptFlowSweep = newProbed(streamLib + flowLib + `
 local stream, group = KEYS[1], ARGV[1]
 local sweep = flow_base .. 'flow:sweep'
 local r = redis.call('HSCAN', flow_run, redis.call('GET', sweep) or '0', 'COUNT', ARGV[2])
@@ -767,7 +767,7 @@ flow_flush()
 local done = 0
 if r[1] == '0' then done = 1 end
 return {freed, released, done}
-`))
+`)
 
 // scriptFlowAck is scriptAck for a queue under flow control: it also gives
 // back the slots of the entries the consumer still owned and releases
@@ -775,7 +775,7 @@ return {freed, released, done}
 //
 // KEYS and ARGV as scriptAck's, then ARGV[last] the consumer.
 // Returns the number of entries acknowledged.
-var scriptFlowAck = redis.NewScript(probed(streamLib + flowLib + `
+var scriptFlowAck = newProbed(streamLib + flowLib + `
 local consumer = table.remove(ARGV)
 local n = tonumber(ARGV[2])
 local freed = {}
@@ -804,13 +804,13 @@ local acked = ack()
 for _, kc in ipairs(freed) do flow_dispatch(KEYS[1], kc[1], flow_freed(kc[2]), kc[2]) end
 flow_flush()
 return acked
-`))
+`)
 
 // scriptFlowMove is scriptMove that gives back the moved entry's slot.
-var scriptFlowMove = redis.NewScript(probed(idempotent(streamLib+statsLib+flowLib, withFlow(moveBody))))
+var scriptFlowMove = newProbed(idempotent(streamLib+statsLib+flowLib, withFlow(moveBody)))
 
 // scriptFlowDeadLetter is scriptDeadLetter that gives back the entry's slot.
-var scriptFlowDeadLetter = redis.NewScript(probed(idempotent(streamLib+deadLib+flowLib, withFlow(deadLetterBody))))
+var scriptFlowDeadLetter = newProbed(idempotent(streamLib+deadLib+flowLib, withFlow(deadLetterBody)))
 
 // scriptFlowDelete deletes a job waiting aside (an operator's delete).
 //
@@ -819,13 +819,13 @@ var scriptFlowDeadLetter = redis.NewScript(probed(idempotent(streamLib+deadLib+f
 // fields as the wait list holds them.
 // Returns "ok", or ReplyGone when the job is no longer in the list (it was
 // released meanwhile).
-var scriptFlowDelete = redis.NewScript(probed(flowLib + `
+var scriptFlowDelete = newProbed(flowLib + `
 local w = flow_wait(ARGV[1])
 if redis.call('LREM', w, 1, ARGV[3]) == 0 then return '` + ReplyGone + `' end
 redis.call('HDEL', flow_trail, ARGV[2])
 if redis.call('LLEN', w) == 0 then redis.call('LREM', flow_ring, 0, ARGV[1]) end
 return 'ok'
-`))
+`)
 
 // FlowDeleteParams are one call of scriptFlowDelete.
 type FlowDeleteParams struct {
@@ -834,7 +834,7 @@ type FlowDeleteParams struct {
 
 // FlowDelete runs scriptFlowDelete.
 func (q *Queue) FlowDelete(ctx context.Context, p FlowDeleteParams) (string, error) {
-	return scriptFlowDelete.Run(ctx, q.client, []string{q.keys.Stream}, p.Key, p.JobID, p.Packed).Text()
+	return q.sc(scriptFlowDelete).Run(ctx, q.client, []string{q.keys.Stream}, p.Key, p.JobID, p.Packed).Text()
 }
 
 // scriptFlowKick releases waiting jobs into free slots (after limits were
@@ -843,11 +843,11 @@ func (q *Queue) FlowDelete(ctx context.Context, p FlowDeleteParams) (string, err
 // KEYS[1] stream
 // ARGV[1] the most jobs to release
 // Returns the number released.
-var scriptFlowKick = redis.NewScript(probed(flowLib + `
+var scriptFlowKick = newProbed(flowLib + `
 local n = flow_dispatch(KEYS[1], nil, tonumber(ARGV[1]))
 flow_flush()
 return n
-`))
+`)
 
 // FlowEntry is an entry a flow read admitted.
 type FlowEntry struct {
@@ -888,7 +888,7 @@ func (q *Queue) FlowAdmitRead(ctx context.Context, p FlowAdmitReadParams) (skip 
 	}
 	var res []any
 	for range maxFlowCatchUp {
-		if res, err = scriptFlowRead.Run(ctx, q.client, []string{q.keys.Stream, q.keys.Paused}, args...).Slice(); err != nil {
+		if res, err = q.sc(scriptFlowRead).Run(ctx, q.client, []string{q.keys.Stream, q.keys.Paused}, args...).Slice(); err != nil {
 			return nil, nil, err
 		}
 		if len(res) != 1 || res[0] != laterReply {
@@ -988,14 +988,14 @@ func (q *Queue) FlowAdmit(ctx context.Context, consumer string, ids []string) ([
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return scriptFlowAdmit.Run(ctx, q.client, []string{q.keys.Stream}, args...).StringSlice()
+	return q.sc(scriptFlowAdmit).Run(ctx, q.client, []string{q.keys.Stream}, args...).StringSlice()
 }
 
 // FlowSweep runs scriptFlowSweep over up to count slots. It returns the
 // slots given back, the jobs released, and whether the sweep finished a
 // pass.
 func (q *Queue) FlowSweep(ctx context.Context, count int) (freed, released int64, done bool, err error) {
-	res, err := scriptFlowSweep.Run(ctx, q.client, []string{q.keys.Stream}, q.group, count).Int64Slice()
+	res, err := q.sc(scriptFlowSweep).Run(ctx, q.client, []string{q.keys.Stream}, q.group, count).Int64Slice()
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -1007,7 +1007,7 @@ func (q *Queue) FlowSweep(ctx context.Context, count int) (freed, released int64
 
 // FlowKick runs scriptFlowKick and returns the number of jobs released.
 func (q *Queue) FlowKick(ctx context.Context, n int) (int64, error) {
-	return scriptFlowKick.Run(ctx, q.client, []string{q.keys.Stream}, n).Int64()
+	return q.sc(scriptFlowKick).Run(ctx, q.client, []string{q.keys.Stream}, n).Int64()
 }
 
 // FlowLimits are a queue's flow-control limits as stored (0: none).

@@ -110,14 +110,14 @@ func (q *Queue) DeleteWaiting(ctx context.Context, p DeleteParams) (string, erro
 // KEYS[4] (optional) the job's unique-key lock
 // ARGV[1] delayed-set ID, ARGV[2] stable job ID, ARGV[3] lock token
 // Returns "ok", or "gone" when the job is not in the delayed set.
-var scriptDeleteDelayed = redis.NewScript(probed(streamLib + inspectLib + `
+var scriptDeleteDelayed = newProbed(streamLib + inspectLib + `
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 'gone' end
 redis.call('HDEL', KEYS[2], ARGV[1])
 unmark_retry(KEYS[1], ARGV[1])
 if KEYS[4] then unlock(KEYS[4], ARGV[3]) end
 untrail(KEYS[3], ARGV[2], 'd:' .. ARGV[1])
 return 'ok'
-`))
+`)
 
 // DeleteDelayed runs scriptDeleteDelayed. A call sent again finds the job
 // gone and answers "gone".
@@ -126,7 +126,7 @@ func (q *Queue) DeleteDelayed(ctx context.Context, p DeleteParams) (string, erro
 	if p.Key != "" {
 		keys = append(keys, q.keys.Unique(p.Key))
 	}
-	return scriptDeleteDelayed.Run(ctx, q.client, keys, p.ID, p.JobID, p.Token).Text()
+	return q.sc(scriptDeleteDelayed).Run(ctx, q.client, keys, p.ID, p.JobID, p.Token).Text()
 }
 
 // scriptPurgeDead deletes dead letters (and cancelled jobs) for good.
@@ -134,7 +134,7 @@ func (q *Queue) DeleteDelayed(ctx context.Context, p DeleteParams) (string, erro
 // KEYS[1] dead-letter stream, KEYS[2] trail hash
 // ARGV: up to MaxControlBatch dead-letter entry IDs
 // Returns the number deleted.
-var scriptPurgeDead = redis.NewScript(probed(streamLib + inspectLib + `
+var scriptPurgeDead = newProbed(streamLib + inspectLib + `
 local n = 0
 for i = 1, math.min(#ARGV, ` + fmt.Sprint(MaxControlBatch) + `) do
   local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
@@ -146,7 +146,7 @@ for i = 1, math.min(#ARGV, ` + fmt.Sprint(MaxControlBatch) + `) do
   end
 end
 return n
-`))
+`)
 
 // PurgeDead runs scriptPurgeDead for up to MaxControlBatch ids. A call sent
 // again finds the letters gone and deletes nothing more.
@@ -158,7 +158,7 @@ func (q *Queue) PurgeDead(ctx context.Context, ids []string) (int, error) {
 	for i, id := range ids {
 		args[i] = id
 	}
-	return scriptPurgeDead.Run(ctx, q.client, []string{q.keys.Dead, q.keys.Trail}, args...).Int()
+	return q.sc(scriptPurgeDead).Run(ctx, q.client, []string{q.keys.Dead, q.keys.Trail}, args...).Int()
 }
 
 // scriptRunNow moves a delayed job (scheduled or waiting for a retry) into
@@ -169,7 +169,7 @@ func (q *Queue) PurgeDead(ctx context.Context, ids []string) (int, error) {
 // KEYS[4] trail hash
 // ARGV[1] delayed-set ID, ARGV[2] stable job ID
 // Returns the new entry ID, or "gone" when the job is not in the delayed set.
-var scriptRunNow = redis.NewScript(probed(streamLib + inspectLib + `
+var scriptRunNow = newProbed(streamLib + inspectLib + `
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return 'gone' end
 local data = redis.call('HGET', KEYS[3], ARGV[1])
 if not data then return 'gone' end
@@ -184,7 +184,7 @@ redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 unmark_retry(KEYS[2], ARGV[1])
 return id
-`))
+`)
 
 // RunNowParams name a delayed job for RunNow.
 type RunNowParams struct {
@@ -196,7 +196,7 @@ type RunNowParams struct {
 // is not in the delayed set (a call sent again finds it gone).
 func (q *Queue) RunNow(ctx context.Context, p RunNowParams) (string, error) {
 	k := &q.keys
-	s, err := scriptRunNow.Run(ctx, q.client, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail}, p.ID, p.JobID).Text()
+	s, err := q.sc(scriptRunNow).Run(ctx, q.client, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail}, p.ID, p.JobID).Text()
 	if s == ReplyGone {
 		return "", err
 	}
@@ -242,7 +242,7 @@ func (q *Queue) RequestCancel(ctx context.Context, p RequestCancelParams) (strin
 // Returns "ok", or the job's state when the action does not apply:
 // "waiting" (in the ready set), "delayed" (in the delayed set), "running"
 // (its data exists, in neither set: leased), "gone".
-var scriptPriorityControl = redis.NewScript(probed(priorityLib + inspectLib + `
+var scriptPriorityControl = newProbed(priorityLib + inspectLib + `
 local action, m, id = ARGV[1], ARGV[2], ARGV[3]
 local where = 'gone'
 if m ~= '' and redis.call('ZSCORE', KEYS[1], m) then where = 'waiting'
@@ -267,7 +267,7 @@ if action == 'cancel' and where == 'running' then
   return 'ok'
 end
 return where
-`))
+`)
 
 // PriorityControlParams are one call of scriptPriorityControl.
 type PriorityControlParams struct {
@@ -282,7 +282,7 @@ type PriorityControlParams struct {
 // answers its state), or records the cancel request again.
 func (s *PrioritySet) Control(ctx context.Context, p PriorityControlParams) (string, error) {
 	k := &s.k
-	return scriptPriorityControl.Run(ctx, s.q.client, []string{k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Trail, k.Cancel},
+	return s.q.sc(scriptPriorityControl).Run(ctx, s.q.client, []string{k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Trail, k.Cancel},
 		p.Action, p.Member, p.ID, p.JobID, s.q.clock.Now().UnixMilli()).Text()
 }
 

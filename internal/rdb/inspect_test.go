@@ -72,7 +72,7 @@ func TestQueue_PurgeDead(t *testing.T) {
 	for i, id := range ids {
 		args[i] = id
 	}
-	if n, err := scriptPurgeDead.Run(e.ctx, e.c, []string{e.k.Dead, e.k.Trail}, args...).Int(); n != MaxControlBatch || err != nil {
+	if n, err := scriptPurgeDead.plain.Run(e.ctx, e.c, []string{e.k.Dead, e.k.Trail}, args...).Int(); n != MaxControlBatch || err != nil {
 		t.Fatalf("script with %d letters: %d, %v; want %d", len(ids), n, err, MaxControlBatch)
 	}
 	for _, want := range []int{1, 0} { // sent again: nothing left to delete

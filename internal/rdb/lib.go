@@ -1,6 +1,10 @@
 package rdb
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // timeLib holds the Lua helpers of due times, which are Redis's clock (TIME),
 // never a process's: a worker whose clock is off moves no job early. It
@@ -268,10 +272,10 @@ local function claimed(stream, group, consumer, ids, out, deleted)
 end
 `
 
-// slotProbe starts every script that touches keys it does not declare: the
-// markers of census.go (<delayed>:retrying, <dead>:cancelled) and the flow
-// control's keys (the lanes' lists, counters and buckets, named inside the
-// scripts). Redis checks the keys a script declares before it runs it, but
+// slotProbe starts the Cluster variant of every script that touches keys
+// it does not declare: the markers of census.go (<delayed>:retrying,
+// <dead>:cancelled) and the flow control's keys (the lanes' lists,
+// counters and buckets, named inside the scripts). Redis checks the keys a script declares before it runs it, but
 // a key a script derives is checked only when the script touches it: while
 // the queue's slot migrates between Cluster masters, a derived key already
 // moved (or not yet there) fails that command with the script half done,
@@ -281,17 +285,28 @@ end
 // source, TRYAGAIN for several missing keys on the target) exactly while
 // the slot migrates, and the script then answers TRYAGAIN before writing
 // anything, as Redis does for the declared keys; callers wait it out
-// (Transient). Outside a Cluster, or in a stable slot, the probe is one
-// EXISTS of two missing keys.
+// (Transient). In a stable slot the probe is one EXISTS of two missing
+// keys; outside a Cluster it is not run at all (see probedScript).
 const slotProbe = `
 if type(redis.pcall('EXISTS', KEYS[1] .. ':~probe:1', KEYS[1] .. ':~probe:2')) == 'table' then
   return redis.error_reply('TRYAGAIN the slot of the queue is migrating between Cluster masters; try again once it has moved')
 end
 `
 
-// probed returns script src with slotProbe at its start (after its
+// probedScript is a script that touches keys it does not declare, made
+// twice: with slotProbe for a queue on a Redis Cluster, and without it
+// elsewhere, where no slot migrates and the probe would be work for
+// nothing (a queue picks with [Queue.sc]).
+type probedScript struct{ plain, cluster *redis.Script }
+
+// newProbed makes the two variants of script src.
+func newProbed(src string) probedScript {
+	return probedScript{plain: redis.NewScript(src), cluster: redis.NewScript(withProbe(src))}
+}
+
+// withProbe returns script src with slotProbe at its start (after its
 // shebang line, if any).
-func probed(src string) string {
+func withProbe(src string) string {
 	if strings.HasPrefix(src, "#!") {
 		i := strings.IndexByte(src, '\n') + 1
 		return src[:i] + slotProbe + src[i:]

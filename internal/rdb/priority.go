@@ -459,13 +459,13 @@ func (s *PrioritySet) Pop(ctx context.Context, p PopParams) (PopResult, error) {
 // done markers' TTL (ms); then the lease members of the n finished jobs,
 // their n job IDs and the m stable IDs.
 // Returns {finished, left to others}.
-var scriptFinish = redis.NewScript(probed(priorityLib + `
+var scriptFinish = newProbed(priorityLib + `
 local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
 local res = finish(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV, 4, n)
 if m > 0 then redis.call('HDEL', KEYS[7], unpack(ARGV, 4 + 2 * n, 3 + 2 * n + m)) end
 for i = 8, #KEYS do redis.call('SET', KEYS[i], '1', 'PX', ARGV[3]) end
 return res
-`))
+`)
 
 // FinishParams are one call of scriptFinish.
 type FinishParams struct {
@@ -494,7 +494,7 @@ func (s *PrioritySet) Finish(ctx context.Context, p FinishParams) (finished, lef
 		args = append(args, id)
 	}
 	keys := s.q.doneKeys([]string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Waiting, k.Trail}, p.JobIDs)
-	res, err := scriptFinish.Run(ctx, s.q.client, keys, args...).Int64Slice()
+	res, err := s.q.sc(scriptFinish).Run(ctx, s.q.client, keys, args...).Int64Slice()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -554,7 +554,7 @@ func (s *PrioritySet) KeepAlive(ctx context.Context, p KeepAliveParams) ([]strin
 // Returns {IDs of the jobs whose lease expired, number of due retries
 // moved}. Any number of workers may run it concurrently: a job is moved
 // exactly once. It runs at maxmemory (see allowOOM).
-var scriptReap = redis.NewScript(probed(allowOOM + priorityLib + `
+var scriptReap = newProbed(allowOOM + priorityLib + `
 local now = now_ms()
 local limit = tonumber(ARGV[1])
 local expired = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
@@ -582,14 +582,14 @@ for _, m in ipairs(due) do
 end
 if #expired + #due > 0 then notify(KEYS[4]) end
 return {ids, #due}
-`))
+`)
 
 // Reap runs scriptReap for up to limit jobs of each set: it returns the IDs
 // of the jobs whose lease expired and the number of due retries moved. A
 // call sent again moves only what is still expired or due.
 func (s *PrioritySet) Reap(ctx context.Context, limit int) ([]string, int64, error) {
 	k := &s.k
-	res, err := scriptReap.Run(ctx, s.q.client, []string{k.Leases, k.Delayed, k.Ready, k.Notify, k.Deliveries, k.Waiting}, limit).Slice()
+	res, err := s.q.sc(scriptReap).Run(ctx, s.q.client, []string{k.Leases, k.Delayed, k.Ready, k.Notify, k.Deliveries, k.Waiting}, limit).Slice()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -654,7 +654,7 @@ func (s *PrioritySet) MarkWaiting(ctx context.Context, p MarkWaitingParams) (boo
 // is written to its new place and its new data stored before anything is
 // deleted, so a write that fails (a foreign key of the wrong type) leaves
 // the job as it was.
-var scriptRetry = redis.NewScript(probed(idempotent(priorityLib+statsLib, `
+var scriptRetry = newProbed(idempotent(priorityLib+statsLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -682,7 +682,7 @@ if from == 'lease' then redis.call('ZREM', KEYS[1], lm) end
 unwait(KEYS[7], {lm})
 if ARGV[4] == '1' then count(KEYS[8], 'failed', 1) end
 return 1
-`)))
+`))
 
 // RetryParams are one call of scriptRetry.
 type RetryParams struct {
@@ -698,7 +698,7 @@ func (s *PrioritySet) Retry(ctx context.Context, p RetryParams) (bool, error) {
 	k := &s.k
 	ms := int64((max(p.Delay, 0) + time.Millisecond - 1) / time.Millisecond)
 	keys := []string{k.Leases, k.Ready, k.Delayed, k.Jobs, k.Deliveries, k.Notify, k.Waiting, k.Stats(s.q.minute())}
-	cmd, _ := s.q.runWrite(ctx, scriptRetry, s.q.memoOr(p.Memo), Replicas{}, keys, []any{p.Lease, ms, p.Data, p.Settle.failed()})
+	cmd, _ := s.q.runWrite(ctx, s.q.sc(scriptRetry), s.q.memoOr(p.Memo), Replicas{}, keys, []any{p.Lease, ms, p.Data, p.Settle.failed()})
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -717,7 +717,7 @@ func (s *PrioritySet) Retry(ctx context.Context, p RetryParams) (bool, error) {
 // Returns the dead letter's entry ID, or false when the lease is no longer
 // held and the job does not wait in the ready set either, in which case
 // nothing changed. A re-sent call returns what the first returned.
-var scriptPriorityDeadLetter = redis.NewScript(probed(idempotent(priorityLib+deadLib, `
+var scriptPriorityDeadLetter = newProbed(idempotent(priorityLib+deadLib, `
 local lm = ARGV[1]
 local m = lease_member(lm)
 local id = m and member_id(m)
@@ -730,7 +730,7 @@ unwait(KEYS[6], {lm})
 redis.call('HDEL', KEYS[3], id)
 redis.call('HDEL', KEYS[4], id)
 return dl
-`)))
+`))
 
 // PriorityDeadLetterParams are one call of scriptPriorityDeadLetter.
 type PriorityDeadLetterParams struct {
@@ -746,7 +746,7 @@ func (s *PrioritySet) DeadLetter(ctx context.Context, p PriorityDeadLetterParams
 	k := &s.k
 	args := append([]any{p.Lease, s.q.dlCap, p.Settle.JobID}, p.Fields...)
 	keys := []string{k.Leases, k.Ready, k.Jobs, k.Deliveries, k.Dead, k.Waiting, k.Trail, k.Stats(s.q.minute()), k.Cancel}
-	cmd, _ := s.q.runWrite(ctx, scriptPriorityDeadLetter, s.q.memoOr(p.Memo), Replicas{}, keys, args)
+	cmd, _ := s.q.runWrite(ctx, s.q.sc(scriptPriorityDeadLetter), s.q.memoOr(p.Memo), Replicas{}, keys, args)
 	id, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil

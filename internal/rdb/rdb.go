@@ -73,6 +73,10 @@ type Config struct {
 	// Completed is how long and how many records of completed jobs the
 	// queue keeps (zero: none; see completed.go).
 	Completed CompletedConfig
+	// SlotProbe runs the scripts that touch keys they do not declare with
+	// their slot probe (slotProbe) even when the client is not a
+	// *redis.ClusterClient: for tests that talk to one Cluster node.
+	SlotProbe bool
 }
 
 // Queue makes the Redis calls of one queue. It is safe for concurrent use.
@@ -81,6 +85,7 @@ type Queue struct {
 	keys   Keys
 	prio   PrioritySet
 	clock  Clock
+	probe  bool // run the probed scripts' Cluster variants (see probedScript)
 	prefix string
 	name   string
 	group  string
@@ -115,8 +120,19 @@ func New(client redis.UniversalClient, cfg Config) *Queue {
 	if q.clock == nil {
 		q.clock = SystemClock{}
 	}
+	_, cluster := client.(*redis.ClusterClient)
+	q.probe = cluster || cfg.SlotProbe
 	q.prio = PrioritySet{q: q, k: q.keys.Priority()}
 	return q
+}
+
+// sc returns the variant of s this queue runs: with the slot probe on a
+// Redis Cluster, without it elsewhere.
+func (q *Queue) sc(s probedScript) *redis.Script {
+	if q.probe {
+		return s.cluster
+	}
+	return s.plain
 }
 
 // SetClock replaces the queue's clock. Call it before the queue is used

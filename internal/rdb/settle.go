@@ -29,7 +29,7 @@ import (
 // consumer (another consumer took it over), in which case nothing changed.
 // A re-sent call returns what the first returned (the pending check alone
 // keeps it from moving anything again, but would say 0).
-var scriptMove = redis.NewScript(probed(idempotent(streamLib+statsLib, moveBody)))
+var scriptMove = newProbed(idempotent(streamLib+statsLib, moveBody))
 
 const moveBody = `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return 0 end
@@ -85,7 +85,7 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 	}
 	k := &q.keys
 	args := append([]any{q.group, p.Consumer, p.ID, due, id, p.Settle.JobID, p.Settle.failed()}, p.Fields...)
-	cmd, _ := q.runWrite(ctx, pick(p.Flow, scriptFlowMove, scriptMove), q.memoOr(p.Memo), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
+	cmd, _ := q.runWrite(ctx, q.sc(pick(p.Flow, scriptFlowMove, scriptMove)), q.memoOr(p.Memo), Replicas{}, []string{k.Stream, k.Delayed, k.DelayedJobs, k.Trail, k.Stats(q.minute())}, args)
 	n, err := cmd.Int()
 	return n == 1, err
 }
@@ -104,7 +104,7 @@ func (q *Queue) Move(ctx context.Context, p MoveParams) (bool, error) {
 // Returns the dead letter's entry ID, or false when the entry is no longer
 // pending for this consumer, in which case nothing changed. A re-sent call
 // returns what the first returned.
-var scriptDeadLetter = redis.NewScript(probed(idempotent(streamLib+deadLib, deadLetterBody)))
+var scriptDeadLetter = newProbed(idempotent(streamLib+deadLib, deadLetterBody))
 
 const deadLetterBody = `
 if not owned(KEYS[1], ARGV[1], ARGV[2], ARGV[3]) then return false end
@@ -137,7 +137,7 @@ func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, err
 		keys = append(keys, k.Unique(p.Key))
 	}
 	args := append([]any{q.group, p.Consumer, p.ID, q.dlCap, p.Token, p.Settle.JobID}, p.Fields...)
-	cmd, _ := q.runWrite(ctx, pick(p.Flow, scriptFlowDeadLetter, scriptDeadLetter), q.memoOr(p.Memo), Replicas{}, keys, args)
+	cmd, _ := q.runWrite(ctx, q.sc(pick(p.Flow, scriptFlowDeadLetter, scriptDeadLetter)), q.memoOr(p.Memo), Replicas{}, keys, args)
 	dl, err := cmd.Text()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
@@ -159,7 +159,7 @@ func (q *Queue) DeadLetter(ctx context.Context, p DeadLetterParams) (string, err
 // Returns an array with the new stream entry ID per argument, or false for a
 // dead letter that does not exist. A re-sent call returns what the first
 // returned (without the memo it would find the letters gone).
-var scriptRequeue = redis.NewScript(probed(idempotent("", `
+var scriptRequeue = newProbed(idempotent("", `
 local out = {}
 for i = 1, #ARGV do
   local e = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])
@@ -190,7 +190,7 @@ for i = 1, #ARGV do
   end
 end
 return out
-`)))
+`))
 
 // RequeueParams are one call of scriptRequeue.
 type RequeueParams struct {
@@ -205,7 +205,7 @@ func (q *Queue) Requeue(ctx context.Context, p RequeueParams) ([]string, error) 
 	for i, id := range p.IDs {
 		args[i] = id
 	}
-	cmd, _ := q.runWrite(ctx, scriptRequeue, q.memoOr(p.Memo), Replicas{}, []string{q.keys.Dead, q.keys.Stream, q.keys.Trail}, args)
+	cmd, _ := q.runWrite(ctx, q.sc(scriptRequeue), q.memoOr(p.Memo), Replicas{}, []string{q.keys.Dead, q.keys.Stream, q.keys.Trail}, args)
 	res, err := cmd.Slice()
 	if err != nil {
 		return nil, err
@@ -280,7 +280,7 @@ func (q *Queue) Ack(ctx context.Context, p *AckParams) error {
 	keys, args := q.ackArgs(p)
 	s := scriptAck
 	if p.Flow != "" {
-		s, args = scriptFlowAck, append(args, p.Flow)
+		s, args = q.sc(scriptFlowAck), append(args, p.Flow)
 	}
 	// On a Redis Cluster, sent again while its slot migrates (TRYAGAIN: the
 	// stream and the trail are on two nodes for a while) or fails over.
@@ -327,11 +327,11 @@ func (q *Queue) ackCompleted(ctx context.Context, p *AckParams) error {
 		return err
 	}
 	args = append(args, p.Flow)
-	return q.redo(ctx, func() error { return scriptFlowAck.Run(ctx, q.client, keys, args...).Err() })
+	return q.redo(ctx, func() error { return q.sc(scriptFlowAck).Run(ctx, q.client, keys, args...).Err() })
 }
 
 // pick returns flow when under flow control, else plain.
-func pick(underFlow bool, flow, plain *redis.Script) *redis.Script {
+func pick(underFlow bool, flow, plain probedScript) probedScript {
 	if underFlow {
 		return flow
 	}
