@@ -19,7 +19,7 @@ import (
 	"github.com/streamq/streamq/internal/wire"
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.Run(m)) }
+func TestMain(m *testing.M) { os.Exit(redistest.RunAround(m, auditKeys)) }
 
 // env is one test's queue.
 type env struct {

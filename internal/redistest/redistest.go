@@ -154,7 +154,12 @@ type Fallback func() (addr string, stop func(), err error)
 // the default would leave such a machine idle while they wait in line.
 func Run(m *testing.M, fallbacks ...Fallback) int {
 	raiseParallel()
-	code := RunWithoutLeakCheck(m, fallbacks...)
+	return leakCheck(RunWithoutLeakCheck(m, fallbacks...))
+}
+
+// leakCheck returns code, or 1 when the tests passed (code 0) but
+// goroutines outlived them.
+func leakCheck(code int) int {
 	if code == 0 {
 		// go-redis redials a dead node in the background after a refused
 		// dial (a test killed it), once a second until the client that
@@ -165,6 +170,32 @@ func Run(m *testing.M, fallbacks ...Fallback) int {
 		}
 	}
 	return code
+}
+
+// RunAround is [Run] for a package that watches the server while its
+// tests run: once the server is found, around is called with its address
+// and whether it is private to this test binary (started by it rather than
+// named by REDIS_ADDR), before the tests; the check it returns (nil: none)
+// is called after them, and its error, printed, fails the binary.
+func RunAround(m *testing.M, around func(addr string, private bool) (check func() error)) int {
+	raiseParallel()
+	f := defaultFinder()
+	a, stop, err := f.find()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	addr.Store(&a)
+	check := around(a, f.getenv(envAddr) == "")
+	code := m.Run()
+	if check != nil {
+		if err := check(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	stop()
+	return leakCheck(code)
 }
 
 // RunWithoutLeakCheck is [Run] without the goroutine leak check and without
