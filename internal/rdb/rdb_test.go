@@ -15,11 +15,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/streamq/streamq/internal/keyaudit"
 	"github.com/streamq/streamq/internal/redistest"
 	"github.com/streamq/streamq/internal/wire"
 )
 
-func TestMain(m *testing.M) { os.Exit(redistest.RunAround(m, auditKeys)) }
+// TestMain runs the tests with the key audit (package keyaudit): no script
+// without a slot probe may touch a key it does not declare.
+func TestMain(m *testing.M) { os.Exit(redistest.RunAround(m, keyaudit.Around(Scripts()))) }
 
 // env is one test's queue.
 type env struct {

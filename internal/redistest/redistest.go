@@ -176,10 +176,11 @@ func leakCheck(code int) int {
 // tests run: once the server is found, around is called with its address
 // and whether it is private to this test binary (started by it rather than
 // named by REDIS_ADDR), before the tests; the check it returns (nil: none)
-// is called after them, and its error, printed, fails the binary.
-func RunAround(m *testing.M, around func(addr string, private bool) (check func() error)) int {
+// is called after them, and its error, printed, fails the binary. The
+// server is found as Run finds it, fallbacks included.
+func RunAround(m *testing.M, around func(addr string, private bool) (check func() error), fallbacks ...Fallback) int {
 	raiseParallel()
-	f := defaultFinder()
+	f := defaultFinder(fallbacks...)
 	a, stop, err := f.find()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -1,4 +1,16 @@
-package rdb
+// Package keyaudit checks, while a package's tests run, that no script of
+// streamq touches a key it does not declare unless it has a slot probe.
+//
+// A MONITOR connection to the tests' own Redis sees every command, those
+// that scripts run included ("[0 lua]" lines, right after the script's
+// EVALSHA). A script that touches a key it does not declare must start
+// with the slot probe on a Cluster (see slotProbe in internal/rdb): the
+// audit fails the test binary if any other script does, naming it and the
+// keys. It is how a new script that derives a key, without the probe, is
+// caught before a slot migration finds it. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(redistest.RunAround(m, keyaudit.Around(rdb.Scripts()))) }
+package keyaudit
 
 import (
 	"bufio"
@@ -17,27 +29,23 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The key audit: while the package's tests run against their private
-// Redis, a MONITOR connection sees every command, those that scripts run
-// included ("[0 lua]" lines, right after the script's EVALSHA). A script
-// that touches a key it does not declare must start with the slot probe on
-// a Cluster (see slotProbe): the audit fails the test binary if any other
-// script does, naming it and the keys. It is how a new script that derives
-// a key, without the probe, is caught before a slot migration finds it.
-
-// auditKeys starts the audit on the Redis at addr, and returns its check.
-// A shared server (REDIS_ADDR) is not audited: other packages' commands
-// would be in its feed.
-func auditKeys(addr string, private bool) func() error {
-	if !private {
-		fmt.Fprintln(os.Stderr, "rdb: the audit of the keys scripts touch needs the tests' own Redis; skipped with REDIS_ADDR")
-		return nil
+// Around returns the watcher for redistest.RunAround that audits the
+// scripts of scripts (rdb.Scripts: a name with a twin named name+"@cluster"
+// has the slot probe). It starts the audit on the tests' Redis and returns
+// its check. A shared server (REDIS_ADDR) is not audited: other packages'
+// commands would be in its feed.
+func Around(scripts map[string]*redis.Script) func(addr string, private bool) func() error {
+	return func(addr string, private bool) func() error {
+		if !private {
+			fmt.Fprintln(os.Stderr, "keyaudit: the audit of the keys scripts touch needs the tests' own Redis; skipped with REDIS_ADDR")
+			return nil
+		}
+		a, err := newKeyAudit(addr, scripts)
+		if err != nil {
+			return func() error { return fmt.Errorf("keyaudit: %w", err) }
+		}
+		return a.check
 	}
-	a, err := newKeyAudit(addr)
-	if err != nil {
-		return func() error { return fmt.Errorf("rdb: key audit: %w", err) }
-	}
-	return a.check
 }
 
 // keyAudit reads one MONITOR feed.
@@ -57,7 +65,7 @@ type keyAudit struct {
 	sawMarker bool
 }
 
-func newKeyAudit(addr string) (*keyAudit, error) {
+func newKeyAudit(addr string, scripts map[string]*redis.Script) (*keyAudit, error) {
 	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -65,13 +73,12 @@ func newKeyAudit(addr string) (*keyAudit, error) {
 	a := &keyAudit{
 		conn:    conn,
 		admin:   redis.NewClient(&redis.Options{Addr: addr}),
-		marker:  "streamq-key-audit-end-" + NewToken(),
+		marker:  fmt.Sprintf("streamq-key-audit-end-%d-%d", os.Getpid(), time.Now().UnixNano()),
 		allowed: map[string]bool{},
 		names:   map[string]string{},
 		undecl:  map[string]map[string]int{},
 		done:    make(chan struct{}),
 	}
-	scripts := Scripts()
 	for name, s := range scripts {
 		a.names[s.Hash()] = name
 		if c, ok := scripts[name+"@cluster"]; ok {
@@ -236,20 +243,20 @@ func (a *keyAudit) check() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := a.admin.Echo(ctx, a.marker).Err(); err != nil {
-		return fmt.Errorf("rdb: key audit: %w", err)
+		return fmt.Errorf("keyaudit: %w", err)
 	}
 	select {
 	case <-a.done:
 	case <-ctx.Done():
-		return fmt.Errorf("rdb: key audit: the MONITOR feed did not reach the end marker within a minute")
+		return fmt.Errorf("keyaudit: the MONITOR feed did not reach the end marker within a minute")
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.err != nil {
-		return fmt.Errorf("rdb: key audit: %w", a.err)
+		return fmt.Errorf("keyaudit: %w", a.err)
 	}
 	if !a.sawMarker {
-		return fmt.Errorf("rdb: key audit: the MONITOR feed ended before the end marker")
+		return fmt.Errorf("keyaudit: the MONITOR feed ended before the end marker")
 	}
 	var bad []string
 	for sha, m := range a.undecl {
@@ -258,7 +265,7 @@ func (a *keyAudit) check() error {
 		}
 		name := a.names[sha]
 		if name == "" {
-			name = "a script not in Scripts (SHA1 " + sha + ")"
+			name = "a script not in rdb.Scripts (SHA1 " + sha + ")"
 		}
 		var what []string
 		for k := range m {
@@ -269,11 +276,11 @@ func (a *keyAudit) check() error {
 	}
 	if len(bad) > 0 {
 		sort.Strings(bad)
-		return fmt.Errorf("rdb: key audit: scripts touched keys they do not declare and have no slot probe (make them with newProbed, or declare the keys):\n  %s",
+		return fmt.Errorf("keyaudit: scripts touched keys they do not declare and have no slot probe (make them with newProbed in internal/rdb, or declare the keys):\n  %s",
 			strings.Join(bad, "\n  "))
 	}
 	if os.Getenv("STREAMQ_KEY_AUDIT_VERBOSE") != "" {
-		fmt.Fprintf(os.Stderr, "rdb: key audit: %d commands of scripts checked; %d probed scripts touched undeclared keys\n", a.luaCmds, len(a.undecl))
+		fmt.Fprintf(os.Stderr, "keyaudit: %d commands of scripts checked; %d probed scripts touched undeclared keys\n", a.luaCmds, len(a.undecl))
 	}
 	return nil
 }
