@@ -548,3 +548,118 @@ func TestCluster_SettleWaitsOutMigration(t *testing.T) {
 		t.Fatalf("handler runs %v, want ok and dead once, retry twice", tries)
 	}
 }
+
+// TestCluster_FlowCapsHoldThroughMigration moves the slot of a queue under
+// flow control (2 running jobs per flow key, 6 in all) to another master
+// while a consumer runs its backlog, some jobs failing once. Every job is
+// handled exactly once, no cap is ever exceeded (counted in the handler),
+// and nothing is left running, waiting aside or pending. (The flow scripts
+// touch keys they derive, and refuse to run while the slot migrates; the
+// mechanism itself is proved in internal/rdb,
+// TestCluster_DerivedKeysDuringMigration: this test passed without it too,
+// in three runs.)
+func TestCluster_FlowCapsHoldThroughMigration(t *testing.T) {
+	t.Parallel()
+	const (
+		jobs, keys     = 1200, 6 // 10 ms each, 6 at a time: 2 s of work at least
+		perKey, global = 2, 6
+	)
+	c, _, q := startClusterQueue(t)
+	ctx := context.Background()
+	if err := q.SetFlowLimits(ctx, streamq.FlowLimits{PerKey: perKey, Global: global}); err != nil {
+		t.Fatal(err)
+	}
+	slot, to := migrationTarget(t, c, q)
+	p, err := streamq.NewProducer(q, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu                sync.Mutex
+		tries, handled    = map[string]int{}, map[string]int{}
+		running           = map[string]int{}
+		inAll, most, over int
+	)
+	handle := func(_ context.Context, m *streamq.Message) error {
+		payload := string(m.Payload)
+		key, _, _ := strings.Cut(payload, "/")
+		mu.Lock()
+		tries[payload]++
+		try := tries[payload]
+		running[key]++
+		inAll++
+		most = max(most, inAll)
+		if running[key] > perKey || inAll > global {
+			over++
+		}
+		mu.Unlock()
+		work := time.NewTimer(10 * time.Millisecond) // the job's work
+		<-work.C
+		mu.Lock()
+		defer mu.Unlock()
+		running[key]--
+		inAll--
+		if strings.HasSuffix(payload, "/retry") && try == 1 {
+			return streamq.RetryAfter(10*time.Millisecond, errors.New("first try fails"))
+		}
+		handled[payload]++
+		return nil
+	}
+	var want []string
+	for k := range keys {
+		var payloads []string
+		for n := range jobs / keys {
+			s := fmt.Sprintf("k%d/%d", k, n)
+			if n%10 == 0 {
+				s += "/retry"
+			}
+			payloads = append(payloads, s)
+		}
+		enqueueAll(t, p, payloads, streamq.FlowKey(fmt.Sprintf("k%d", k)))
+		want = append(want, payloads...)
+	}
+	cr := relRun(t, relConsumer(t, q, handle, streamq.ConsumerConfig{Concurrency: 16}))
+	defer cr.stop()
+	redistest.WaitFor(t, relWait, "the consumer to start on the backlog", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) > 0
+	})
+	mu.Lock()
+	before := len(handled)
+	mu.Unlock()
+	if moved := migrateSlowly(t, c, slot, to); moved < 0 {
+		t.Fatal("the migration did not finish")
+	}
+	mu.Lock()
+	during := len(handled) - before
+	mu.Unlock()
+	var s streamq.QueueStats
+	redistest.WaitFor(t, deploySettle, "every job handled and settled after the migration", func() bool {
+		s, err = q.Stats(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		return err == nil && len(handled) == len(want) && s.Pending == 0 && s.Lag == 0 && s.Delayed == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, w := range want {
+		if handled[w] != 1 {
+			t.Errorf("%s handled %d times", w, handled[w])
+		}
+	}
+	if over > 0 {
+		t.Errorf("a flow cap was exceeded %d times (most running at once: %d, cap %d)", over, most, global)
+	}
+	if most < global/2 {
+		t.Errorf("at most %d jobs ran at once: the caps (%d per key, %d in all) never bound", most, perKey, global)
+	}
+	if s.DeadLetters != 0 {
+		t.Errorf("%d jobs were dead-lettered", s.DeadLetters)
+	}
+	if left := len(want) - before - during; left == 0 {
+		t.Errorf("every job was handled before the migration ended (%d before it began): nothing ran across it", before)
+	}
+	fmt.Printf("TestCluster_FlowCapsHoldThroughMigration: %d jobs under flow control, each handled once; %d before the move of slot %d, %d during it, the rest after; at most %d ran at once\n",
+		len(want), before, slot, during, most)
+}
