@@ -1081,13 +1081,21 @@ func (r *run[F]) flush(batch []finished[F]) {
 // MinIdle later. The scripts it runs settle a job only while this consumer
 // holds it, so a try whose reply was lost makes the next one a no-op.
 func (r *run[F]) settling(j *pool.Job[slot[F]], call func(ctx context.Context) error) error {
-	var bo pool.Backoff
-	began := time.Now()
+	var (
+		bo    pool.Backoff
+		began time.Time // of the first failure: no clock read on the way of a success
+	)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		err := call(ctx)
 		cancel()
-		if err == nil || !r.again(j, err, began, &bo) {
+		if err == nil {
+			return nil
+		}
+		if began.IsZero() {
+			began = time.Now()
+		}
+		if !r.again(j, err, began, &bo) {
 			return err
 		}
 	}

@@ -488,22 +488,16 @@ func (m *Migration) MoveKeys(ctx context.Context, batch int) (int, error) {
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	host, port, _ := net.SplitHostPort(m.to.Addr())
-	args := []any{"MIGRATE", host, port, "", 0, migrateTimeout.Milliseconds(), "KEYS"}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	// NOKEY: the keys expired or were deleted since GETKEYSINSLOT.
-	if res, err := m.from.admin.Do(ctx, args...).Text(); err != nil || (res != "OK" && res != "NOKEY") {
-		return 0, fmt.Errorf("redistest: MIGRATE of %d keys of slot %d from %s to %s = %q, %v",
-			len(keys), m.slot, m.from.Addr(), m.to.Addr(), res, err)
+	if err := m.MoveNamed(ctx, keys...); err != nil {
+		return 0, err
 	}
 	return len(keys), nil
 }
 
 // MoveNamed moves the named keys of the slot (one MIGRATE ... KEYS on the
-// source), for tests that stop a migration with some keys moved and others
-// not. A key the source no longer has is skipped.
+// source); MoveKeys uses it, and tests that stop a migration with some keys
+// moved and others not call it. A key the source no longer has is skipped
+// (NOKEY: it expired or was deleted since it was listed).
 func (m *Migration) MoveNamed(ctx context.Context, keys ...string) error {
 	host, port, _ := net.SplitHostPort(m.to.Addr())
 	args := []any{"MIGRATE", host, port, "", 0, migrateTimeout.Milliseconds(), "KEYS"}
@@ -511,8 +505,8 @@ func (m *Migration) MoveNamed(ctx context.Context, keys ...string) error {
 		args = append(args, k)
 	}
 	if res, err := m.from.admin.Do(ctx, args...).Text(); err != nil || (res != "OK" && res != "NOKEY") {
-		return fmt.Errorf("redistest: MIGRATE of %q of slot %d from %s to %s = %q, %v",
-			keys, m.slot, m.from.Addr(), m.to.Addr(), res, err)
+		return fmt.Errorf("redistest: MIGRATE of %d keys (%q) of slot %d from %s to %s = %q, %v",
+			len(keys), keys[:min(len(keys), 3)], m.slot, m.from.Addr(), m.to.Addr(), res, err)
 	}
 	return nil
 }
